@@ -1,0 +1,166 @@
+//! Wiring: open the store, recover orphaned tasks, build upstreams, bind the
+//! listener, and start the background loops. Shutdown order (`Running::shutdown`):
+//! 1. stop accepting and let open connections finish (the front door);
+//! 2. stop the sweeper and the session reaper;
+//! 3. close legacy upstream sessions (DELETE);
+//! 4. flush the store.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::auth::{load_or_create_key, Authenticator};
+use crate::config::Config;
+use crate::dispatch::Mount;
+use crate::server::{self, State};
+use crate::store::{SledStore, StoreError, TaskStore};
+use crate::tasks::{sweeper, Clock, Engine};
+use crate::upstream::http::HttpUpstream;
+use crate::upstream::{Upstream, UpstreamError};
+
+/// Why tasklift could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be opened or recovered.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The principal key could not be read or written.
+    #[error("cannot read or create the principal key in {dir}: {source}")]
+    Key {
+        /// Data directory.
+        dir: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An upstream could not be set up.
+    #[error("{0}")]
+    Upstream(#[from] UpstreamError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A started tasklift.
+pub struct Running {
+    /// The bound address (useful with port 0).
+    pub addr: SocketAddr,
+    /// The engine (tests and operator tools read it).
+    pub engine: Arc<Engine>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
+    upstreams: Vec<Arc<dyn Upstream>>,
+}
+
+/// Start tasklift with a validated configuration.
+pub async fn start(cfg: Config) -> Result<Running, StartError> {
+    let store = SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?;
+    let store: Arc<dyn TaskStore> = Arc::new(store);
+    let key = match &cfg.auth.hash_key {
+        Some(k) => k.as_bytes().to_vec(),
+        None => load_or_create_key(&cfg.store.data_dir).map_err(|source| StartError::Key {
+            dir: cfg.store.data_dir.display().to_string(),
+            source,
+        })?,
+    };
+    let engine = Engine::new(
+        store,
+        Clock::new(),
+        cfg.tasks.expired_grace,
+        cfg.server.keepalive_interval,
+    );
+    engine.recover().await?;
+
+    let mut mounts = HashMap::new();
+    let mut upstreams: Vec<Arc<dyn Upstream>> = Vec::new();
+    for u in &cfg.upstreams {
+        let up: Arc<dyn Upstream> = Arc::new(HttpUpstream::new(u.clone())?);
+        upstreams.push(up.clone());
+        tracing::info!(upstream = %u.name, url = %u.url, path = %u.path, "mounted upstream");
+        mounts.insert(
+            u.path.clone(),
+            Mount {
+                cfg: u.clone(),
+                upstream: up,
+            },
+        );
+    }
+    let listener = TcpListener::bind(cfg.server.listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: cfg.server.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: cfg.server.listen,
+        source,
+    })?;
+    let (shutdown, rx) = watch::channel(false);
+    let state = Arc::new(State {
+        mounts,
+        engine: engine.clone(),
+        auth: Authenticator::new(cfg.auth.mode.clone(), key),
+        cfg: cfg.server.clone(),
+    });
+    let server = tokio::spawn(server::serve(listener, state, rx.clone()));
+    let mut background = vec![tokio::spawn(sweeper::run(
+        engine.clone(),
+        cfg.tasks.sweep_interval,
+        rx.clone(),
+    ))];
+    let idle_every = cfg
+        .upstreams
+        .iter()
+        .map(|u| u.session_idle)
+        .min()
+        .unwrap_or_default()
+        .max(std::time::Duration::from_secs(1))
+        / 2;
+    let reaped = upstreams.clone();
+    let mut rx2 = rx.clone();
+    background.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(idle_every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => for u in &reaped { u.close_idle(false).await },
+                _ = rx2.changed() => return,
+            }
+        }
+    }));
+    tracing::info!(listen = %addr, "tasklift is serving");
+    Ok(Running {
+        addr,
+        engine,
+        shutdown,
+        server,
+        background,
+        upstreams,
+    })
+}
+
+impl Running {
+    /// Stop in the documented order.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.server.await;
+        for b in self.background {
+            let _ = b.await;
+        }
+        for u in &self.upstreams {
+            u.close_idle(true).await;
+        }
+        if let Err(e) = self.engine.store().flush().await {
+            tracing::error!(error = %e, "final store flush failed");
+        }
+        tracing::info!("tasklift stopped");
+    }
+}

@@ -1,0 +1,161 @@
+//! Command-line definitions (clap only) and how flags override the config file.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{ConfigError, RawConfig, RawUpstream};
+
+/// tasklift: durable MCP task handles for slow tool calls, in front of any MCP server.
+#[derive(Debug, Parser)]
+#[command(name = "tasklift", version, about, long_about = None)]
+pub struct Cli {
+    /// Log output format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy.
+    Serve(ServeArgs),
+    /// Validate a configuration file and print the effective configuration.
+    CheckConfig {
+        /// The TOML file.
+        file: PathBuf,
+        /// Flags that would override the file.
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Walk through the task lifecycle against a bundled slow MCP server (needs nothing else).
+    Demo {
+        /// Keep the demo's data directory instead of deleting it.
+        #[arg(long)]
+        keep_data: bool,
+    },
+    /// Run the bundled slow MCP server (a legacy 2025-11-25 Streamable HTTP server) for trying tasklift.
+    DemoServer {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: String,
+    },
+}
+
+/// `tasklift serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A TOML configuration file (see config.example.toml).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Flags that override the file.
+    #[command(flatten)]
+    pub overrides: Overrides,
+}
+
+/// Flags that override the configuration file.
+#[derive(Debug, Args, Default)]
+pub struct Overrides {
+    /// Upstream MCP endpoint (Streamable HTTP), e.g. http://127.0.0.1:9000/mcp.
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Path the upstream is served at [default: /mcp].
+    #[arg(long)]
+    pub path: Option<String>,
+    /// Time before a tools/call becomes a task, e.g. 500ms, 2s [default: 2s].
+    #[arg(long)]
+    pub threshold: Option<String>,
+    /// Task time-to-live, e.g. 1h [default: 1h].
+    #[arg(long)]
+    pub ttl: Option<String>,
+    /// Suggested polling interval [default: 1s].
+    #[arg(long)]
+    pub poll_interval: Option<String>,
+    /// Directory for the task store [default: ./tasklift-data].
+    #[arg(long)]
+    pub data_dir: Option<String>,
+    /// Principal mode: none, bearer, or header:NAME [default: none].
+    #[arg(long)]
+    pub auth: Option<String>,
+    /// An allowed Origin besides localhost ones (repeatable; "*" allows any).
+    #[arg(long = "allow-origin")]
+    pub allow_origins: Vec<String>,
+    /// Largest request body in bytes [default: 4194304].
+    #[arg(long)]
+    pub max_body_bytes: Option<usize>,
+    /// Forward the caller's Authorization header to the upstream.
+    #[arg(long)]
+    pub forward_authorization: bool,
+}
+
+impl Overrides {
+    /// Apply the flags over a file's configuration.
+    pub fn apply(&self, raw: &mut RawConfig) -> Result<(), ConfigError> {
+        if let Some(v) = &self.listen {
+            raw.server.listen = v.clone();
+        }
+        if let Some(v) = &self.threshold {
+            raw.tasks.threshold = v.clone();
+        }
+        if let Some(v) = &self.ttl {
+            raw.tasks.ttl = v.clone();
+        }
+        if let Some(v) = &self.poll_interval {
+            raw.tasks.poll_interval = v.clone();
+        }
+        if let Some(v) = &self.data_dir {
+            raw.store.data_dir = v.clone();
+        }
+        if let Some(v) = &self.auth {
+            raw.auth.mode = v.clone();
+        }
+        if !self.allow_origins.is_empty() {
+            raw.server.allowed_origins = self.allow_origins.clone();
+        }
+        if let Some(v) = self.max_body_bytes {
+            raw.server.max_body_bytes = v;
+        }
+        if let Some(url) = &self.upstream {
+            // The upstream at --path (default /mcp) gets this URL; it is created if absent.
+            let path = self.path.clone().unwrap_or_else(|| "/mcp".into());
+            match raw.upstreams.iter_mut().find(|u| u.path == path) {
+                Some(u) => u.url = url.clone(),
+                None => raw.upstreams.push(RawUpstream {
+                    url: url.clone(),
+                    path,
+                    name: if raw.upstreams.is_empty() {
+                        "default".into()
+                    } else {
+                        format!("upstream{}", raw.upstreams.len())
+                    },
+                    ..RawUpstream::default()
+                }),
+            }
+        } else if let Some(p) = &self.path {
+            if let [only] = raw.upstreams.as_mut_slice() {
+                only.path = p.clone();
+            }
+        }
+        if self.forward_authorization {
+            for u in &mut raw.upstreams {
+                u.forward_authorization = true;
+            }
+        }
+        Ok(())
+    }
+}

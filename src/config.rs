@@ -1,0 +1,650 @@
+//! Configuration: the TOML file, CLI overrides, validation, and every default in one
+//! place. A `RawConfig` is what the file says (with defaults filled in); `Config` is
+//! the validated form the rest of tasklift uses. Invalid configuration is reported
+//! with the key that is wrong, before any port is bound.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A configuration problem, naming the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (it names the key and line).
+        message: String,
+    },
+    /// A value is out of range or malformed.
+    #[error("invalid value for `{key}`: {message}")]
+    Invalid {
+        /// The dotted key, e.g. `upstreams[0].url`.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// The file as written, with defaults filled in. Printed by `check-config`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    /// The front door.
+    pub server: RawServer,
+    /// Where tasks are kept.
+    pub store: RawStore,
+    /// Task defaults.
+    pub tasks: RawTasks,
+    /// How callers are identified.
+    pub auth: RawAuth,
+    /// The servers tasklift fronts, each at its own path.
+    pub upstreams: Vec<RawUpstream>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawServer {
+    /// Address to listen on.
+    pub listen: String,
+    /// Origins allowed besides localhost ones; `"*"` allows any.
+    pub allowed_origins: Vec<String>,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Interval between SSE keep-alive comments while a synchronous call waits.
+    pub keepalive_interval: String,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: 4 * 1024 * 1024,
+            keepalive_interval: "15s".into(),
+        }
+    }
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStore {
+    /// Directory for the embedded store.
+    pub data_dir: String,
+    /// Results larger than this are kept as separate files so that deleting them frees disk.
+    pub large_result_bytes: usize,
+}
+
+impl Default for RawStore {
+    fn default() -> Self {
+        Self {
+            data_dir: "./tasklift-data".into(),
+            large_result_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// `[tasks]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTasks {
+    /// How long a `tools/call` may run before it becomes a task.
+    pub threshold: String,
+    /// How long a task is kept after creation.
+    pub ttl: String,
+    /// Suggested polling interval given to clients.
+    pub poll_interval: String,
+    /// How often expired tasks are swept.
+    pub sweep_interval: String,
+    /// How long a task failed for running past its TTL stays readable before deletion.
+    pub expired_grace: String,
+}
+
+impl Default for RawTasks {
+    fn default() -> Self {
+        Self {
+            threshold: "2s".into(),
+            ttl: "1h".into(),
+            poll_interval: "1s".into(),
+            sweep_interval: "30s".into(),
+            expired_grace: "5m".into(),
+        }
+    }
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAuth {
+    /// `none`, `bearer`, or `header:NAME`.
+    pub mode: String,
+    /// Key for hashing credentials into principals; generated into the data dir if empty.
+    pub hash_key: String,
+}
+
+impl Default for RawAuth {
+    fn default() -> Self {
+        Self {
+            mode: "none".into(),
+            hash_key: String::new(),
+        }
+    }
+}
+
+/// `[[upstreams]]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUpstream {
+    /// Name used in logs and task records.
+    pub name: String,
+    /// Path tasklift serves this upstream at.
+    pub path: String,
+    /// The upstream's Streamable HTTP endpoint.
+    pub url: String,
+    /// `auto` (detect), `modern` or `legacy`.
+    pub era: String,
+    /// Forward the caller's `Authorization` header upstream.
+    pub forward_authorization: bool,
+    /// Static headers added to every upstream request.
+    pub headers: BTreeMap<String, String>,
+    /// Timeout for connecting to the upstream.
+    pub connect_timeout: String,
+    /// Idle legacy sessions are closed (DELETE) after this long.
+    pub session_idle: String,
+    /// `ttlMs` added to list results relayed from legacy upstreams.
+    pub list_ttl_ms: u64,
+    /// `cacheScope` added to list results relayed from legacy upstreams.
+    pub list_cache_scope: String,
+    /// Extra CA certificates (PEM) trusted for an `https://` upstream, besides the system's.
+    pub ca_file: String,
+    /// Per-tool rules, by tool name.
+    pub tools: BTreeMap<String, RawToolRule>,
+}
+
+impl Default for RawUpstream {
+    fn default() -> Self {
+        Self {
+            name: "default".into(),
+            path: "/mcp".into(),
+            url: String::new(),
+            era: "auto".into(),
+            forward_authorization: false,
+            headers: BTreeMap::new(),
+            connect_timeout: "5s".into(),
+            session_idle: "5m".into(),
+            list_ttl_ms: 0,
+            list_cache_scope: "private".into(),
+            ca_file: String::new(),
+            tools: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[upstreams.tools.NAME]`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawToolRule {
+    /// `auto` (threshold), `never`, `always` or `required`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Threshold for this tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<String>,
+    /// TTL for this tool's tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+    /// Poll interval for this tool's tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_interval: Option<String>,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Front door settings.
+    pub server: ServerConfig,
+    /// Store settings.
+    pub store: StoreConfig,
+    /// Task defaults.
+    pub tasks: TaskDefaults,
+    /// Principal extraction.
+    pub auth: AuthConfig,
+    /// Upstreams, each with a distinct path.
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// Validated `[server]`.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Extra allowed origins (`*` = any).
+    pub allowed_origins: Vec<String>,
+    /// Body limit in bytes.
+    pub max_body_bytes: usize,
+    /// SSE keep-alive interval.
+    pub keepalive_interval: Duration,
+}
+
+/// Validated `[store]`.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Results above this size go to their own file.
+    pub large_result_bytes: usize,
+}
+
+/// Validated `[tasks]`.
+#[derive(Debug, Clone)]
+pub struct TaskDefaults {
+    /// Default threshold.
+    pub threshold: Duration,
+    /// Default TTL.
+    pub ttl: Duration,
+    /// Default poll interval.
+    pub poll_interval: Duration,
+    /// Sweeper period.
+    pub sweep_interval: Duration,
+    /// Readable time of a task failed at its TTL.
+    pub expired_grace: Duration,
+}
+
+/// How callers are identified.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuthMode {
+    /// Single tenant: every caller is the same principal; task ids are the secret.
+    None,
+    /// A keyed hash of the `Authorization: Bearer` token.
+    Bearer,
+    /// A trusted header set by an authenticating proxy.
+    Header(String),
+}
+
+/// Validated `[auth]`.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The mode.
+    pub mode: AuthMode,
+    /// Explicit hashing key (otherwise one is kept in the data dir).
+    pub hash_key: Option<String>,
+}
+
+/// Whether an upstream is modern, legacy, or to be detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EraSetting {
+    /// Detect as the spec's backward-compatibility section says.
+    Auto,
+    /// 2026-07-28 or later.
+    Modern,
+    /// 2025-03-26 .. 2025-11-25.
+    Legacy,
+}
+
+/// What tasklift does with a given tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolMode {
+    /// A task once the threshold passes (if the client supports tasks).
+    Auto,
+    /// Never a task.
+    Never,
+    /// Always a task when the client supports it (threshold 0).
+    Always,
+    /// Must be a task: clients without the extension get `-32021`.
+    Required,
+}
+
+/// Effective rules for one tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolPolicy {
+    /// Mode.
+    pub mode: ToolMode,
+    /// Threshold.
+    pub threshold: Duration,
+    /// Task TTL.
+    pub ttl: Duration,
+    /// Poll interval.
+    pub poll_interval: Duration,
+}
+
+/// Validated upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Name.
+    pub name: String,
+    /// Mount path.
+    pub path: String,
+    /// Endpoint URL.
+    pub url: http::Uri,
+    /// Era setting.
+    pub era: EraSetting,
+    /// Forward `Authorization`.
+    pub forward_authorization: bool,
+    /// Static headers.
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Legacy session idle time.
+    pub session_idle: Duration,
+    /// `ttlMs` for list results from legacy upstreams.
+    pub list_ttl_ms: u64,
+    /// `cacheScope` for list results from legacy upstreams.
+    pub list_cache_scope: String,
+    /// Extra trusted CA file.
+    pub ca_file: Option<PathBuf>,
+    /// Tool rules (defaults folded in).
+    pub tools: BTreeMap<String, ToolPolicy>,
+    /// Policy for tools without a rule.
+    pub default_policy: ToolPolicy,
+}
+
+impl UpstreamConfig {
+    /// The rules for a tool.
+    pub fn policy(&self, tool: &str) -> &ToolPolicy {
+        self.tools.get(tool).unwrap_or(&self.default_policy)
+    }
+}
+
+/// Parse a human-readable duration (`500ms`, `2s`, `1h`, `0`).
+pub fn parse_duration(key: &str, s: &str) -> Result<Duration, ConfigError> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(s.trim()).map_err(|e| {
+        invalid(
+            key,
+            format!("{s:?} is not a duration like 500ms, 2s or 1h ({e})"),
+        )
+    })
+}
+
+impl RawConfig {
+    /// Read a TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parse TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The effective configuration as TOML (for `check-config`).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
+    }
+
+    /// Validate everything; the first problem names its key.
+    pub fn validate(&self) -> Result<Config, ConfigError> {
+        let s = &self.server;
+        let listen = s.listen.parse().map_err(|_| {
+            invalid(
+                "server.listen",
+                format!("{:?} is not an address like 127.0.0.1:8080", s.listen),
+            )
+        })?;
+        if s.max_body_bytes < 1024 {
+            return Err(invalid("server.max_body_bytes", "must be at least 1024"));
+        }
+        let keepalive_interval =
+            parse_duration("server.keepalive_interval", &s.keepalive_interval)?;
+        if keepalive_interval.is_zero() {
+            return Err(invalid(
+                "server.keepalive_interval",
+                "must be greater than zero",
+            ));
+        }
+        let t = &self.tasks;
+        let tasks = TaskDefaults {
+            threshold: parse_duration("tasks.threshold", &t.threshold)?,
+            ttl: parse_duration("tasks.ttl", &t.ttl)?,
+            poll_interval: parse_duration("tasks.poll_interval", &t.poll_interval)?,
+            sweep_interval: parse_duration("tasks.sweep_interval", &t.sweep_interval)?,
+            expired_grace: parse_duration("tasks.expired_grace", &t.expired_grace)?,
+        };
+        if tasks.ttl.is_zero() {
+            return Err(invalid("tasks.ttl", "must be greater than zero"));
+        }
+        if tasks.sweep_interval.is_zero() {
+            return Err(invalid("tasks.sweep_interval", "must be greater than zero"));
+        }
+        let auth = AuthConfig {
+            mode: parse_auth_mode(&self.auth.mode)?,
+            hash_key: (!self.auth.hash_key.is_empty()).then(|| self.auth.hash_key.clone()),
+        };
+        if self.upstreams.is_empty() {
+            return Err(invalid(
+                "upstreams",
+                "no upstream configured: pass --upstream URL or add an [[upstreams]] table",
+            ));
+        }
+        let mut upstreams = Vec::new();
+        for (i, u) in self.upstreams.iter().enumerate() {
+            let up = validate_upstream(i, u, &tasks)?;
+            if upstreams.iter().any(|o: &UpstreamConfig| o.path == up.path) {
+                return Err(invalid(
+                    format!("upstreams[{i}].path"),
+                    format!("{} is mounted twice", up.path),
+                ));
+            }
+            if upstreams.iter().any(|o: &UpstreamConfig| o.name == up.name) {
+                return Err(invalid(
+                    format!("upstreams[{i}].name"),
+                    format!("{:?} is used twice", up.name),
+                ));
+            }
+            upstreams.push(up);
+        }
+        Ok(Config {
+            server: ServerConfig {
+                listen,
+                allowed_origins: s.allowed_origins.clone(),
+                max_body_bytes: s.max_body_bytes,
+                keepalive_interval,
+            },
+            store: StoreConfig {
+                data_dir: PathBuf::from(&self.store.data_dir),
+                large_result_bytes: self.store.large_result_bytes,
+            },
+            tasks,
+            auth,
+            upstreams,
+        })
+    }
+}
+
+fn parse_auth_mode(s: &str) -> Result<AuthMode, ConfigError> {
+    match s {
+        "none" => Ok(AuthMode::None),
+        "bearer" => Ok(AuthMode::Bearer),
+        _ => match s.strip_prefix("header:") {
+            Some(name) if http::HeaderName::from_bytes(name.as_bytes()).is_ok() => {
+                Ok(AuthMode::Header(name.to_ascii_lowercase()))
+            }
+            _ => Err(invalid(
+                "auth.mode",
+                format!("{s:?}: expected none, bearer or header:NAME"),
+            )),
+        },
+    }
+}
+
+fn validate_upstream(
+    i: usize,
+    u: &RawUpstream,
+    d: &TaskDefaults,
+) -> Result<UpstreamConfig, ConfigError> {
+    let key = |k: &str| format!("upstreams[{i}].{k}");
+    let url: http::Uri = u
+        .url
+        .parse()
+        .map_err(|e| invalid(key("url"), format!("{:?} is not a URL ({e})", u.url)))?;
+    match url.scheme_str() {
+        Some("http") | Some("https") if url.host().is_some() => {}
+        _ => {
+            return Err(invalid(
+                key("url"),
+                format!("{:?} must be an http:// or https:// URL", u.url),
+            ))
+        }
+    }
+    if !u.path.starts_with('/') {
+        return Err(invalid(key("path"), "must start with /"));
+    }
+    if u.name.is_empty() {
+        return Err(invalid(key("name"), "must not be empty"));
+    }
+    let era = match u.era.as_str() {
+        "auto" => EraSetting::Auto,
+        "modern" => EraSetting::Modern,
+        "legacy" => EraSetting::Legacy,
+        other => {
+            return Err(invalid(
+                key("era"),
+                format!("{other:?}: expected auto, modern or legacy"),
+            ))
+        }
+    };
+    let mut headers = Vec::new();
+    for (k, v) in &u.headers {
+        let name = http::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| invalid(key(&format!("headers.{k}")), "not a valid header name"))?;
+        let value = http::HeaderValue::from_str(v)
+            .map_err(|_| invalid(key(&format!("headers.{k}")), "not a valid header value"))?;
+        headers.push((name, value));
+    }
+    let default_policy = ToolPolicy {
+        mode: ToolMode::Auto,
+        threshold: d.threshold,
+        ttl: d.ttl,
+        poll_interval: d.poll_interval,
+    };
+    let mut tools = BTreeMap::new();
+    for (name, r) in &u.tools {
+        let k = |f: &str| key(&format!("tools.{name}.{f}"));
+        let mode = match r.mode.as_deref().unwrap_or("auto") {
+            "auto" => ToolMode::Auto,
+            "never" => ToolMode::Never,
+            "always" => ToolMode::Always,
+            "required" => ToolMode::Required,
+            other => {
+                return Err(invalid(
+                    k("mode"),
+                    format!("{other:?}: expected auto, never, always or required"),
+                ))
+            }
+        };
+        let dur = |f: &str, v: &Option<String>, dflt: Duration| match v {
+            Some(s) => parse_duration(&k(f), s),
+            None => Ok(dflt),
+        };
+        let mut threshold = dur("threshold", &r.threshold, d.threshold)?;
+        if matches!(mode, ToolMode::Always | ToolMode::Required) {
+            threshold = Duration::ZERO;
+        }
+        let ttl = dur("ttl", &r.ttl, d.ttl)?;
+        if ttl.is_zero() {
+            return Err(invalid(k("ttl"), "must be greater than zero"));
+        }
+        tools.insert(
+            name.clone(),
+            ToolPolicy {
+                mode,
+                threshold,
+                ttl,
+                poll_interval: dur("poll_interval", &r.poll_interval, d.poll_interval)?,
+            },
+        );
+    }
+    if !["private", "public"].contains(&u.list_cache_scope.as_str()) {
+        return Err(invalid(
+            key("list_cache_scope"),
+            "expected private or public",
+        ));
+    }
+    Ok(UpstreamConfig {
+        name: u.name.clone(),
+        path: u.path.clone(),
+        url,
+        era,
+        forward_authorization: u.forward_authorization,
+        headers,
+        connect_timeout: parse_duration(&key("connect_timeout"), &u.connect_timeout)?,
+        session_idle: parse_duration(&key("session_idle"), &u.session_idle)?,
+        list_ttl_ms: u.list_ttl_ms,
+        list_cache_scope: u.list_cache_scope.clone(),
+        ca_file: (!u.ca_file.is_empty()).then(|| PathBuf::from(&u.ca_file)),
+        tools,
+        default_policy,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_need_only_an_upstream() {
+        let raw =
+            RawConfig::from_toml("[[upstreams]]\nurl = \"http://127.0.0.1:9000/mcp\"\n").unwrap();
+        let c = raw.validate().unwrap();
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.upstreams[0].path, "/mcp");
+        assert_eq!(c.tasks.threshold, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let raw = RawConfig::from_toml(
+            "[tasks]\nthreshold = \"soon\"\n[[upstreams]]\nurl = \"http://x/mcp\"\n",
+        )
+        .unwrap();
+        let e = raw.validate().unwrap_err().to_string();
+        assert!(e.contains("tasks.threshold"), "{e}");
+        let e = RawConfig::from_toml("[server]\nlisten_addr = \"x\"\n").unwrap_err();
+        assert!(e.contains("listen_addr"), "{e}");
+    }
+
+    #[test]
+    fn tool_rules_fold_defaults() {
+        let raw = RawConfig::from_toml(
+            "[[upstreams]]\nurl = \"http://x/mcp\"\n[upstreams.tools.report]\nmode = \"required\"\n[upstreams.tools.quick]\nthreshold = \"500ms\"\n",
+        )
+        .unwrap();
+        let c = raw.validate().unwrap();
+        let u = &c.upstreams[0];
+        assert_eq!(u.policy("report").mode, ToolMode::Required);
+        assert_eq!(u.policy("report").threshold, Duration::ZERO);
+        assert_eq!(u.policy("quick").threshold, Duration::from_millis(500));
+        assert_eq!(u.policy("other").threshold, Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,153 @@
+//! `tasklift demo`: a bundled slow MCP server, tasklift in front of it, and a client
+//! that walks through the task lifecycle, printing each step. Needs nothing else.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use crate::client::Client;
+use crate::config::{RawConfig, RawUpstream};
+use crate::fixture::FixtureServer;
+
+/// Run the demo.
+pub async fn run(keep_data: bool) -> anyhow::Result<()> {
+    let data_dir = std::env::temp_dir().join(format!("tasklift-demo-{}", std::process::id()));
+    let upstream = FixtureServer::demo()
+        .start("127.0.0.1:0".parse().expect("valid"))
+        .await
+        .context("starting the bundled slow MCP server")?;
+    let mut raw = RawConfig::default();
+    raw.server.listen = "127.0.0.1:0".into();
+    raw.tasks.threshold = "1s".into();
+    raw.tasks.poll_interval = "500ms".into();
+    raw.store.data_dir = data_dir.display().to_string();
+    let mut up = RawUpstream {
+        url: upstream.url(),
+        ..RawUpstream::default()
+    };
+    // Always a task, however quickly it ends: shows how a failed call looks.
+    up.tools.insert(
+        "protocol_error_job".into(),
+        crate::config::RawToolRule {
+            mode: Some("always".into()),
+            ..Default::default()
+        },
+    );
+    raw.upstreams.push(up);
+    let proxy = crate::app::start(raw.validate()?)
+        .await
+        .context("starting tasklift")?;
+    let url = format!("http://{}/mcp", proxy.addr);
+    println!("tasklift demo");
+    println!(
+        "  bundled slow MCP server (legacy 2025-11-25): {}",
+        upstream.url()
+    );
+    println!("  tasklift in front of it (2026-07-28 + tasks): {url}");
+    println!("  threshold 1s: a tools/call still running after 1 s becomes a task\n");
+
+    let result = walk(&url).await;
+    proxy.shutdown().await;
+    upstream.stop().await;
+    if keep_data {
+        println!("\ntask store kept in {}", data_dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&data_dir);
+    }
+    result
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or("(no text)")
+        .to_string()
+}
+
+async fn walk(url: &str) -> anyhow::Result<()> {
+    let client = Client::new(url)?;
+
+    println!("1. A fast call is answered directly");
+    println!("   → tools/call greet {{\"name\": \"tasklift\"}}");
+    let a = client
+        .call_tool("greet", json!({"name": "tasklift"}))
+        .await?;
+    println!(
+        "   ← {} (resultType {})\n",
+        text_of(&a.result),
+        a.result["resultType"]
+    );
+
+    println!("2. A slow call becomes a task");
+    println!("   → tools/call generate_report {{\"pages\": 4}}");
+    let a = client
+        .call_tool("generate_report", json!({"pages": 4}))
+        .await?;
+    if a.result["resultType"] != "task" {
+        bail!("expected a task handle, got {}", a.result);
+    }
+    let id = a.result["taskId"].as_str().context("taskId")?.to_string();
+    println!(
+        "   ← task {id} is {} (ttlMs {}, pollIntervalMs {})",
+        a.result["status"], a.result["ttlMs"], a.result["pollIntervalMs"]
+    );
+    let done = poll(&client, &id, "   ").await?;
+    println!("   ← completed: {}\n", text_of(&done["result"]));
+
+    println!("3. A task can be cancelled");
+    println!("   → tools/call slow_compute {{\"seconds\": 30}}");
+    let a = client
+        .call_tool("slow_compute", json!({"seconds": 30, "label": "demo"}))
+        .await?;
+    let id = a.result["taskId"]
+        .as_str()
+        .context("expected a task handle")?
+        .to_string();
+    println!("   ← task {id} is {}", a.result["status"]);
+    println!("   → tasks/cancel");
+    let ack = client.cancel_task(&id).await?;
+    println!("   ← acknowledged ({ack})");
+    let t = poll(&client, &id, "   ").await?;
+    println!("   ← final status: {}\n", t["status"]);
+
+    println!("4. A call that fails at the protocol level ends as a failed task");
+    println!(
+        "   → tools/call protocol_error_job (configured as mode = \"always\": a task at once)"
+    );
+    let a = client.call_tool("protocol_error_job", json!({})).await?;
+    let id = a.result["taskId"]
+        .as_str()
+        .context("expected a task handle")?
+        .to_string();
+    println!("   ← task {id} is {}", a.result["status"]);
+    let t = poll(&client, &id, "   ").await?;
+    println!("   ← failed with JSON-RPC error {}\n", t["error"]);
+    println!("Done: fast calls stay synchronous, slow calls become durable tasks you can poll or cancel.");
+    Ok(())
+}
+
+/// Poll `tasks/get` at the suggested interval until the task is terminal, printing changes.
+async fn poll(client: &Client, id: &str, indent: &str) -> anyhow::Result<Value> {
+    let mut last = String::new();
+    loop {
+        let t = client.get_task(id).await?;
+        let status = t["status"].as_str().unwrap_or("?").to_string();
+        let line = format!(
+            "{status}{}",
+            t["statusMessage"]
+                .as_str()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
+        );
+        if line != last {
+            println!("{indent}  tasks/get → {line}");
+            last = line;
+        }
+        if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
+            return Ok(t);
+        }
+        let wait = t["pollIntervalMs"].as_u64().unwrap_or(500);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}

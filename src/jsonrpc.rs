@@ -1,0 +1,275 @@
+//! JSON-RPC 2.0 message shapes and the error codes tasklift answers with.
+//!
+//! Protocol types only: no I/O, no hyper, no tokio. Params, results and ids are
+//! kept as `serde_json::Value` so that whatever tasklift does not interpret is
+//! forwarded untouched.
+
+use serde_json::{json, Map, Value};
+
+/// Parse error: the body is not JSON.
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON is not a valid JSON-RPC request.
+pub const INVALID_REQUEST: i64 = -32600;
+/// Method not found.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid params (also: unknown, expired or foreign task ids).
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal error.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// MCP: HTTP headers do not match the body, or a required header is missing.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// MCP: the request needs a client capability it did not declare.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP: the requested protocol version is not supported.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// tasklift: the upstream could not be reached or broke mid-call.
+pub const UPSTREAM_ERROR: i64 = -32010;
+/// tasklift: the request body exceeds the configured limit.
+pub const REQUEST_TOO_LARGE: i64 = -32011;
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    /// The numeric code (see the constants in this module).
+    pub code: i64,
+    /// A human-readable message.
+    pub message: String,
+    /// Optional structured data.
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    /// An error without data.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// Attach structured data.
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// The error as a JSON object (`{"code", "message", "data"?}`).
+    pub fn to_value(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("code".into(), json!(self.code));
+        o.insert("message".into(), json!(self.message));
+        if let Some(d) = &self.data {
+            o.insert("data".into(), d.clone());
+        }
+        Value::Object(o)
+    }
+
+    /// Read an error object back; anything malformed becomes an internal error.
+    pub fn from_value(v: &Value) -> Self {
+        let code = v
+            .get("code")
+            .and_then(Value::as_i64)
+            .unwrap_or(INTERNAL_ERROR);
+        let message = v
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown error")
+            .to_string();
+        Self {
+            code,
+            message,
+            data: v.get("data").cloned(),
+        }
+    }
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (code {})", self.message, self.code)
+    }
+}
+
+/// A parsed incoming message: a request (has an id) or a notification.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// `None` for a notification.
+    pub id: Option<Value>,
+    /// The method name.
+    pub method: String,
+    /// The params object (absent params become `{}`).
+    pub params: Map<String, Value>,
+}
+
+impl Request {
+    /// Validate a JSON value as a single JSON-RPC request or notification.
+    pub fn from_value(v: Value) -> Result<Self, RpcError> {
+        let Value::Object(mut o) = v else {
+            return Err(RpcError::new(
+                INVALID_REQUEST,
+                "Invalid request: the body must be a single JSON-RPC request object (batches are not supported)",
+            ));
+        };
+        if o.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return Err(RpcError::new(
+                INVALID_REQUEST,
+                "Invalid request: \"jsonrpc\" must be \"2.0\"",
+            ));
+        }
+        let method = match o.remove("method") {
+            Some(Value::String(m)) => m,
+            Some(_) => {
+                return Err(RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid request: \"method\" must be a string",
+                ))
+            }
+            None => {
+                return Err(RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid request: no \"method\" (clients must not send JSON-RPC responses)",
+                ))
+            }
+        };
+        let id = match o.remove("id") {
+            None => None,
+            Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
+            Some(_) => {
+                return Err(RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid request: \"id\" must be a string or a number",
+                ))
+            }
+        };
+        let params = match o.remove("params") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(p)) => p,
+            Some(_) => {
+                return Err(RpcError::new(
+                    INVALID_REQUEST,
+                    "Invalid request: \"params\" must be an object",
+                ))
+            }
+        };
+        Ok(Self { id, method, params })
+    }
+
+    /// The message as JSON, with the given id (tasklift may remap ids upstream).
+    pub fn to_value_with_id(&self, id: Option<&Value>) -> Value {
+        let mut o = Map::new();
+        o.insert("jsonrpc".into(), json!("2.0"));
+        if let Some(id) = id {
+            o.insert("id".into(), id.clone());
+        }
+        o.insert("method".into(), json!(self.method));
+        o.insert("params".into(), Value::Object(self.params.clone()));
+        Value::Object(o)
+    }
+
+    /// A string param, if present.
+    pub fn str_param(&self, key: &str) -> Option<&str> {
+        self.params.get(key).and_then(Value::as_str)
+    }
+
+    /// The `_meta` object of the params, if any.
+    pub fn meta(&self) -> Option<&Map<String, Value>> {
+        self.params.get("_meta").and_then(Value::as_object)
+    }
+}
+
+/// The outcome of a request: a result object or an error.
+pub type Outcome = Result<Value, RpcError>;
+
+/// Build a response message.
+pub fn response(id: Option<&Value>, outcome: &Outcome) -> Value {
+    let mut o = Map::new();
+    o.insert("jsonrpc".into(), json!("2.0"));
+    o.insert("id".into(), id.cloned().unwrap_or(Value::Null));
+    match outcome {
+        Ok(r) => o.insert("result".into(), r.clone()),
+        Err(e) => o.insert("error".into(), e.to_value()),
+    };
+    Value::Object(o)
+}
+
+/// Build a notification message.
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+/// What kind of message a JSON value received from a peer is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A response (result or error) to the request with this id.
+    Response { id: Value, outcome: Outcome },
+    /// A request from the peer (has an id and a method).
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// A notification from the peer.
+    Notification { method: String, params: Value },
+}
+
+impl Incoming {
+    /// Classify a message; `None` if it is not JSON-RPC at all.
+    pub fn classify(v: Value) -> Option<Self> {
+        let Value::Object(mut o) = v else { return None };
+        let method = o.remove("method");
+        let id = o.remove("id");
+        match (method, id) {
+            (Some(Value::String(method)), Some(id)) if !id.is_null() => Some(Incoming::Request {
+                id,
+                method,
+                params: o.remove("params").unwrap_or(Value::Null),
+            }),
+            (Some(Value::String(method)), _) => Some(Incoming::Notification {
+                method,
+                params: o.remove("params").unwrap_or(Value::Null),
+            }),
+            (None, Some(id)) => {
+                let outcome = if let Some(e) = o.remove("error") {
+                    Err(RpcError::from_value(&e))
+                } else if let Some(r) = o.remove("result") {
+                    Ok(r)
+                } else {
+                    return None;
+                };
+                Some(Incoming::Response { id, outcome })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_batches_and_responses() {
+        assert_eq!(
+            Request::from_value(json!([1])).unwrap_err().code,
+            INVALID_REQUEST
+        );
+        let e = Request::from_value(json!({"jsonrpc":"2.0","id":1,"result":{}})).unwrap_err();
+        assert!(e.message.contains("responses"));
+    }
+
+    #[test]
+    fn classifies_messages() {
+        let r =
+            Incoming::classify(json!({"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"x"}}));
+        assert!(matches!(
+            r,
+            Some(Incoming::Response {
+                outcome: Err(_),
+                ..
+            })
+        ));
+        let n = Incoming::classify(json!({"jsonrpc":"2.0","method":"notifications/progress"}));
+        assert!(matches!(n, Some(Incoming::Notification { .. })));
+        assert_eq!(Incoming::classify(json!("nope")), None);
+    }
+}

@@ -1,0 +1,33 @@
+//! tasklift: a reverse proxy that gives any MCP server durable task handles.
+//!
+//! A `tools/call` still running after a threshold becomes a task
+//! (`io.modelcontextprotocol/tasks`) for clients that declared the extension: the
+//! call goes on upstream, its result is stored, and tasklift answers `tasks/get`,
+//! `tasks/update` and `tasks/cancel` itself.
+//!
+//! Module map (a request flows top to bottom):
+//! - [`server`]: the hyper front door: routing, validation, SSE.
+//! - [`dispatch`]: which method goes where.
+//! - [`tasks`]: the engine (threshold race, background completion) and the sweeper.
+//! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras.
+//! - [`store`]: the `TaskStore` trait and its sled implementation.
+//! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
+//! - [`jsonrpc`], [`mcp`], [`reply`]: protocol types, no I/O.
+//! - [`fixture`], [`client`], [`demo`]: the bundled slow server, a small client, the demo.
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod demo;
+pub mod dispatch;
+pub mod fixture;
+pub mod jsonrpc;
+pub mod mcp;
+pub mod reply;
+pub mod server;
+pub mod store;
+pub mod tasks;
+pub mod upstream;

@@ -1,0 +1,133 @@
+//! The `tasklift` command: parse, set up logging, load and validate the
+//! configuration (exit 64 when it is invalid, before any port is bound), run until
+//! SIGINT/SIGTERM, then shut down in order.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use tasklift::cli::{Cli, Command, LogFormat, Overrides};
+use tasklift::config::RawConfig;
+
+/// EX_CONFIG-style exit code for a bad configuration.
+const EXIT_CONFIG: u8 = 64;
+
+fn init_tracing(format: LogFormat, default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Pretty => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+fn load(
+    file: Option<&std::path::Path>,
+    overrides: &Overrides,
+) -> Result<RawConfig, tasklift::config::ConfigError> {
+    let mut raw = match file {
+        Some(f) => RawConfig::from_file(f)?,
+        None => RawConfig::default(),
+    };
+    overrides.apply(&mut raw)?;
+    Ok(raw)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { file, overrides } => {
+            match load(Some(&file), &overrides).and_then(|r| r.validate().map(|_| r)) {
+                Ok(raw) => {
+                    println!("# {}: valid. Effective configuration:\n", file.display());
+                    print!("{}", raw.to_toml());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tasklift: invalid configuration: {e}");
+                    ExitCode::from(EXIT_CONFIG)
+                }
+            }
+        }
+        Command::Serve(args) => {
+            let cfg = match load(args.config.as_deref(), &args.overrides).and_then(|r| r.validate())
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("tasklift: invalid configuration: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            init_tracing(cli.log_format, "info");
+            report(runtime().block_on(serve(cfg)))
+        }
+        Command::Demo { keep_data } => {
+            init_tracing(cli.log_format, "warn");
+            report(runtime().block_on(tasklift::demo::run(keep_data)))
+        }
+        Command::DemoServer { listen } => {
+            init_tracing(cli.log_format, "info");
+            report(runtime().block_on(demo_server(listen)))
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tasklift: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(cfg: tasklift::config::Config) -> anyhow::Result<()> {
+    let running = tasklift::app::start(cfg).await.context("cannot start")?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn demo_server(listen: String) -> anyhow::Result<()> {
+    let addr = listen
+        .parse()
+        .with_context(|| format!("{listen:?} is not an address"))?;
+    let server = tasklift::fixture::FixtureServer::demo()
+        .start(addr)
+        .await
+        .context("cannot start the demo server")?;
+    eprintln!(
+        "demo MCP server (legacy 2025-11-25 Streamable HTTP) at {}",
+        server.url()
+    );
+    shutdown_signal().await;
+    server.stop().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

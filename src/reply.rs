@@ -1,0 +1,26 @@
+//! What a handled request turns into on the wire, independent of hyper: a single
+//! JSON message, an SSE stream of messages and keep-alives, or `202 Accepted`.
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// One item on an SSE response stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    /// A JSON-RPC message (notifications, then the final response).
+    Message(Value),
+    /// A keep-alive comment.
+    KeepAlive,
+}
+
+/// The answer to one POST.
+#[derive(Debug)]
+pub enum Reply {
+    /// A single JSON-RPC response.
+    Json(Value),
+    /// An SSE stream; the final response is the last message. Dropping the receiver
+    /// (the client went away) cancels the work behind it.
+    Stream(mpsc::Receiver<StreamItem>),
+    /// A notification was accepted.
+    Accepted,
+}

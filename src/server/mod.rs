@@ -1,0 +1,277 @@
+//! The front door: a hyper HTTP/1.1 server speaking 2026-07-28 Streamable HTTP.
+//!
+//! Per request, in order: route by path (each upstream at its own path, plus
+//! `/healthz` and `/readyz`), POST only, Origin, Content-Type, body limit, JSON,
+//! JSON-RPC shape, headers against the body, principal; then dispatch. The mapping
+//! from JSON-RPC errors to HTTP statuses lives in `status_for`.
+
+pub mod body;
+pub mod validate;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use self::body::RespBody;
+use crate::auth::Authenticator;
+use crate::config::ServerConfig;
+use crate::dispatch::{dispatch, Mount};
+use crate::jsonrpc::{self, Request, RpcError, INVALID_REQUEST, PARSE_ERROR, REQUEST_TOO_LARGE};
+use crate::reply::Reply;
+use crate::tasks::Engine;
+use crate::upstream::CallContext;
+
+/// Everything a request handler needs.
+pub struct State {
+    /// Upstreams by mount path.
+    pub mounts: HashMap<String, Mount>,
+    /// The task engine.
+    pub engine: Arc<Engine>,
+    /// Principal extraction.
+    pub auth: Authenticator,
+    /// Front-door settings.
+    pub cfg: ServerConfig,
+}
+
+/// Accept connections until `shutdown` turns true, then stop accepting and let open
+/// connections finish their in-flight requests.
+pub async fn serve(listener: TcpListener, state: Arc<State>, mut shutdown: watch::Receiver<bool>) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let svc = service_fn(move |req| {
+            let state = state.clone();
+            async move { Ok::<_, Infallible>(handle(state, req, peer).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30))
+            .serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, client.addr = %peer, "connection ended with an error");
+            }
+        });
+    }
+    tracing::info!("front door closed; waiting for open connections");
+    graceful.shutdown().await;
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response<RespBody> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body::full(v.to_string()))
+        .expect("valid response")
+}
+
+fn error_response(status: StatusCode, id: Option<&Value>, e: RpcError) -> Response<RespBody> {
+    json_response(status, &jsonrpc::response(id, &Err(e)))
+}
+
+/// The HTTP status for a JSON-RPC answer: protocol-level rejections are 4xx, as the
+/// 2026-07-28 transport requires; everything else (tool errors, unknown tasks) is 200.
+fn status_for(msg: &Value) -> StatusCode {
+    match msg
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_i64)
+    {
+        Some(jsonrpc::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(jsonrpc::HEADER_MISMATCH)
+        | Some(jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY)
+        | Some(jsonrpc::UNSUPPORTED_PROTOCOL_VERSION) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+async fn handle(
+    state: Arc<State>,
+    req: http::Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<RespBody> {
+    let path = req.uri().path().to_string();
+    match path.as_str() {
+        "/healthz" => return json_response(StatusCode::OK, &json!({"status": "ok"})),
+        "/readyz" => return readyz(&state).await,
+        _ => {}
+    }
+    let Some(mount) = state.mounts.get(&path) else {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            RpcError::new(INVALID_REQUEST, format!("no MCP endpoint at {path}")),
+        );
+    };
+    if req.method() != Method::POST {
+        let mut r = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            None,
+            RpcError::new(
+                INVALID_REQUEST,
+                format!("{} is not supported: this endpoint speaks MCP 2026-07-28 Streamable HTTP, which uses POST only", req.method()),
+            ),
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return r;
+    }
+    if !validate::origin_allowed(req.headers(), &state.cfg.allowed_origins) {
+        tracing::warn!(client.addr = %peer, origin = ?req.headers().get(header::ORIGIN), "rejected a request from a disallowed Origin");
+        return error_response(
+            StatusCode::FORBIDDEN,
+            None,
+            RpcError::new(
+                INVALID_REQUEST,
+                "Forbidden: this Origin is not allowed (see server.allowed_origins)",
+            ),
+        );
+    }
+    let ct_ok = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"));
+    if !ct_ok {
+        return error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            RpcError::new(INVALID_REQUEST, "Content-Type must be application/json"),
+        );
+    }
+    let (parts, body) = req.into_parts();
+    let limit = state.cfg.max_body_bytes;
+    let bytes: Bytes = match Limited::new(body, limit).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                None,
+                RpcError::new(
+                    REQUEST_TOO_LARGE,
+                    format!("Request body too large: the limit is {limit} bytes (server.max_body_bytes)"),
+                ),
+            )
+        }
+        Err(e) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                None,
+                RpcError::new(INVALID_REQUEST, format!("could not read the request body: {e}")),
+            )
+        }
+    };
+    let value: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                None,
+                RpcError::new(PARSE_ERROR, format!("Parse error: {e}")),
+            )
+        }
+    };
+    let raw_id = value.get("id").cloned();
+    let msg = match Request::from_value(value) {
+        Ok(m) => m,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, raw_id.as_ref(), e),
+    };
+    let span = tracing::debug_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name);
+    async {
+        if msg.id.is_some() {
+            if let Err(r) = validate::check_request(&parts.headers, &msg) {
+                tracing::debug!(error = %r.error, "rejected at the front door");
+                return error_response(r.status, msg.id.as_ref(), r.error);
+            }
+        }
+        let principal = match state.auth.principal(&parts.headers) {
+            Ok(p) => p,
+            Err(e) => {
+                let mut r = error_response(
+                    StatusCode::UNAUTHORIZED,
+                    msg.id.as_ref(),
+                    RpcError::new(INVALID_REQUEST, format!("Unauthorized: {e}")),
+                );
+                r.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return r;
+            }
+        };
+        let ctx = CallContext {
+            principal,
+            authorization: mount
+                .cfg
+                .forward_authorization
+                .then(|| parts.headers.get(header::AUTHORIZATION).cloned())
+                .flatten(),
+            forward_headers: forwarded_headers(&parts.headers),
+        };
+        match dispatch(&state.engine, mount, msg, ctx).await {
+            Reply::Json(v) => json_response(status_for(&v), &v),
+            Reply::Accepted => Response::builder()
+                .status(StatusCode::ACCEPTED)
+                .body(body::full(Bytes::new()))
+                .expect("valid response"),
+            Reply::Stream(rx) => Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .header(header::CACHE_CONTROL, "no-cache")
+                .header("x-accel-buffering", "no")
+                .body(body::sse(rx))
+                .expect("valid response"),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Client headers passed upstream as they are: `Mcp-Param-*` and trace context.
+fn forwarded_headers(h: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+    h.iter()
+        .filter(|(k, _)| {
+            let k = k.as_str();
+            k.starts_with("mcp-param-") || k == "traceparent" || k == "tracestate" || k == "baggage"
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+async fn readyz(state: &State) -> Response<RespBody> {
+    match state.engine.store().stats().await {
+        Ok(s) => json_response(
+            StatusCode::OK,
+            &json!({"status": "ready", "tasks": s.tasks, "running": state.engine.running_count()}),
+        ),
+        Err(e) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"status": "unready", "store": e.to_string()}),
+        ),
+    }
+}

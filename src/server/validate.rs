@@ -1,0 +1,255 @@
+//! Front-door validation of a 2026-07-28 POST: the mirrored headers against the
+//! body, the required `_meta` fields, the protocol version, and Origin.
+
+use http::{HeaderMap, StatusCode};
+use serde_json::{json, Value};
+
+use crate::jsonrpc::{
+    Request, RpcError, HEADER_MISMATCH, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION,
+};
+use crate::mcp::{self, SUPPORTED_VERSIONS};
+
+/// A rejected request: the HTTP status and the JSON-RPC error to send.
+#[derive(Debug)]
+pub struct Rejection {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// The error.
+    pub error: RpcError,
+}
+
+fn mismatch(msg: String) -> Rejection {
+    Rejection {
+        status: StatusCode::BAD_REQUEST,
+        error: RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {msg}")),
+    }
+}
+
+/// A header as text, or a mismatch error for a value with invalid characters.
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejection> {
+    match h.get(name) {
+        None => Ok(None),
+        // Optional whitespace around a field value is not part of it (RFC 9110 §5.5).
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.trim_matches([' ', '\t'])))
+            .map_err(|_| mismatch(format!("{name} header contains invalid characters"))),
+    }
+}
+
+/// Validate a request's headers and protocol fields.
+pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejection> {
+    let version_h = header(h, "mcp-protocol-version")?;
+    let meta = req.meta();
+    let version_b = meta.and_then(|m| m.get(mcp::META_PROTOCOL_VERSION));
+    // Required `_meta` fields (-32602).
+    let Some(version_b) = version_b else {
+        return Err(Rejection {
+            status: StatusCode::BAD_REQUEST,
+            error: RpcError::new(
+                INVALID_PARAMS,
+                format!(
+                    "Invalid params: _meta[\"{}\"] is required",
+                    mcp::META_PROTOCOL_VERSION
+                ),
+            ),
+        });
+    };
+    let Some(version_b) = version_b.as_str() else {
+        return Err(Rejection {
+            status: StatusCode::BAD_REQUEST,
+            error: RpcError::new(
+                INVALID_PARAMS,
+                format!(
+                    "Invalid params: _meta[\"{}\"] must be a string",
+                    mcp::META_PROTOCOL_VERSION
+                ),
+            ),
+        });
+    };
+    let Some(version_h) = version_h else {
+        return Err(mismatch(
+            "the MCP-Protocol-Version header is required".into(),
+        ));
+    };
+    if version_h != version_b {
+        return Err(mismatch(format!(
+            "MCP-Protocol-Version header value '{version_h}' does not match body value '{version_b}'"
+        )));
+    }
+    if !SUPPORTED_VERSIONS.contains(&version_b) {
+        return Err(Rejection {
+            status: StatusCode::BAD_REQUEST,
+            error: RpcError::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
+                .with_data(json!({"supported": SUPPORTED_VERSIONS, "requested": version_b})),
+        });
+    }
+    match meta.and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES)) {
+        Some(Value::Object(_)) => {}
+        _ => {
+            return Err(Rejection {
+                status: StatusCode::BAD_REQUEST,
+                error: RpcError::new(
+                    INVALID_PARAMS,
+                    format!(
+                        "Invalid params: _meta[\"{}\"] is required and must be an object",
+                        mcp::META_CLIENT_CAPABILITIES
+                    ),
+                ),
+            })
+        }
+    }
+    match header(h, "mcp-method")? {
+        None => return Err(mismatch("the Mcp-Method header is required".into())),
+        Some(m) if m != req.method => {
+            return Err(mismatch(format!(
+                "Mcp-Method header value '{m}' does not match body value '{}'",
+                req.method
+            )))
+        }
+        Some(_) => {}
+    }
+    if let Some(param) = mcp::name_param(&req.method) {
+        let body = req.params.get(param).and_then(Value::as_str);
+        match (header(h, "mcp-name")?, body) {
+            (None, _) => {
+                return Err(mismatch(
+                    "the Mcp-Name header is required for this method".into(),
+                ))
+            }
+            (Some(raw), body) => {
+                let Some(decoded) = mcp::decode_header_value(raw) else {
+                    return Err(mismatch(format!(
+                        "Mcp-Name header value '{raw}' is not valid base64 UTF-8"
+                    )));
+                };
+                if Some(decoded.as_str()) != body {
+                    return Err(mismatch(format!(
+                        "Mcp-Name header value '{decoded}' does not match body value '{}'",
+                        body.unwrap_or("")
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether an `Origin` header is acceptable: absent, a loopback origin, or listed.
+pub fn origin_allowed(h: &HeaderMap, allowed: &[String]) -> bool {
+    let Some(origin) = h.get(http::header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    if allowed
+        .iter()
+        .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
+    {
+        return true;
+    }
+    let host = origin
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .unwrap_or("")
+        .trim_end_matches('/');
+    let host = if let Some(h6) = host.strip_prefix('[') {
+        h6.split(']')
+            .next()
+            .map(|h| format!("[{h}]"))
+            .unwrap_or_default()
+    } else {
+        host.split(':').next().unwrap_or("").to_string()
+    };
+    matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(v: Value) -> Request {
+        Request::from_value(v).unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    fn call(name: &str) -> Request {
+        req(
+            json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":name,"_meta":{
+            "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities":{}}}}),
+        )
+    }
+
+    #[test]
+    fn base64_names_are_decoded_before_comparison() {
+        let r = call("Hello, 世界");
+        let h = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+        ]);
+        assert!(check_request(&h, &r).is_ok());
+        let h = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "other"),
+        ]);
+        assert_eq!(
+            check_request(&h, &r).unwrap_err().error.code,
+            HEADER_MISMATCH
+        );
+    }
+
+    #[test]
+    fn unsupported_versions_list_what_is_supported() {
+        let r = req(
+            json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
+            "io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}),
+        );
+        let h = headers(&[
+            ("mcp-protocol-version", "1900-01-01"),
+            ("mcp-method", "tools/list"),
+        ]);
+        let e = check_request(&h, &r).unwrap_err().error;
+        assert_eq!(e.code, UNSUPPORTED_PROTOCOL_VERSION);
+        assert_eq!(e.data.unwrap()["supported"], json!(["2026-07-28"]));
+    }
+
+    #[test]
+    fn origins() {
+        let allowed = vec!["https://app.example.com".to_string()];
+        assert!(origin_allowed(&HeaderMap::new(), &allowed));
+        assert!(origin_allowed(
+            &headers(&[("origin", "http://localhost:3000")]),
+            &allowed
+        ));
+        assert!(origin_allowed(
+            &headers(&[("origin", "http://[::1]:3000")]),
+            &allowed
+        ));
+        assert!(origin_allowed(
+            &headers(&[("origin", "https://app.example.com")]),
+            &allowed
+        ));
+        assert!(!origin_allowed(
+            &headers(&[("origin", "https://evil.example")]),
+            &allowed
+        ));
+        assert!(!origin_allowed(
+            &headers(&[("origin", "http://localhost.evil.example")]),
+            &allowed
+        ));
+    }
+}

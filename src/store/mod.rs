@@ -1,0 +1,149 @@
+//! Task storage: the `TaskStore` trait and the record it keeps. The sled
+//! implementation lives in `sled.rs` and is the only place sled appears; a shared
+//! PostgreSQL store can implement the same trait.
+
+mod sled_store;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use sled_store::SledStore;
+
+/// A boxed future returned by store methods (keeps the trait object-safe).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Store failures. They surface to clients as `-32603` and are logged.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The embedded database failed.
+    #[error("task store: {0}")]
+    Db(String),
+    /// Reading or writing a result file failed (e.g. the disk is full).
+    #[error("task store file {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A record could not be decoded.
+    #[error("task store: corrupt record {id}: {message}")]
+    Corrupt {
+        /// Task id.
+        id: String,
+        /// Decoder message.
+        message: String,
+    },
+}
+
+/// A task's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// The upstream call is running.
+    Working,
+    /// The upstream call waits for client input.
+    InputRequired,
+    /// The call returned a result (possibly `isError: true`).
+    Completed,
+    /// The call ended in a JSON-RPC error.
+    Failed,
+    /// The call was cancelled.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Whether the status is final.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "working",
+            Self::InputRequired => "input_required",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskOutcome {
+    /// The tool result (status `completed`).
+    Result(Value),
+    /// The JSON-RPC error object (status `failed`).
+    Error(Value),
+}
+
+/// One task, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// Unguessable id (UUID v4, 122 random bits).
+    pub id: String,
+    /// Keyed hash of the owning principal; never a raw credential.
+    pub owner: String,
+    /// Upstream the call went to.
+    pub upstream: String,
+    /// Tool name.
+    pub tool: String,
+    /// Current status.
+    pub status: TaskStatus,
+    /// Human-readable state (progress, failure reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    /// Creation time, unix milliseconds.
+    pub created_at_ms: u64,
+    /// Last change, unix milliseconds.
+    pub updated_at_ms: u64,
+    /// TTL from creation.
+    pub ttl_ms: u64,
+    /// Suggested polling interval.
+    pub poll_interval_ms: u64,
+    /// When the sweeper deletes it (creation + TTL, later if failed at its TTL).
+    pub expires_at_ms: u64,
+    /// Outstanding input requests, keyed uniquely for the task's lifetime.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub input_requests: Map<String, Value>,
+    /// The final result or error, once terminal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<TaskOutcome>,
+}
+
+/// Figures for operators and tests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreStats {
+    /// Records in the store.
+    pub tasks: u64,
+    /// Bytes used on disk by the database and result files.
+    pub disk_bytes: u64,
+}
+
+/// Where tasks live. Implementations must make `create` durable before returning.
+pub trait TaskStore: Send + Sync + 'static {
+    /// Insert a new record and make it durable: after this returns, `get` finds it,
+    /// also after a crash.
+    fn create<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()>;
+    /// Read a record with its outcome.
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
+    /// Replace a record (status change, progress, outcome). Terminal states are
+    /// made durable before returning.
+    fn put<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()>;
+    /// Delete a record and its result.
+    fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+    /// Ids of records whose `expires_at_ms` is at or before `now_ms`, oldest first.
+    fn expired(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<String>>;
+    /// Every record still `working` or `input_required` (used once at start).
+    fn unfinished(&self) -> StoreFuture<'_, Vec<TaskRecord>>;
+    /// Size figures.
+    fn stats(&self) -> StoreFuture<'_, StoreStats>;
+    /// Flush everything to disk (at shutdown).
+    fn flush(&self) -> StoreFuture<'_, ()>;
+}

@@ -1,0 +1,831 @@
+//! Streamable HTTP upstreams, both eras.
+//!
+//! - Era: detected once per upstream by a modern `server/discover` probe, as the
+//!   spec's backward-compatibility section says (a result or a recognised modern
+//!   error means modern; any other 4xx means legacy), then cached.
+//! - Modern: every request is one POST with its `_meta` and the mirrored headers.
+//! - Legacy: tasklift performs `initialize` itself, keeps the `Mcp-Session-Id`,
+//!   re-initialises when the session expires (404), and reads JSON or SSE bodies.
+//!   One session per (upstream, principal, forwarded credentials): a legacy server
+//!   may bind a session to whoever opened it. Idle sessions are closed with DELETE.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::sse::SseParser;
+use super::{
+    broken, CallContext, CallEvent, Canceller, Era, Upstream, UpstreamCall, UpstreamError,
+    UpstreamFuture,
+};
+use crate::config::{EraSetting, UpstreamConfig};
+use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError, METHOD_NOT_FOUND};
+use crate::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
+
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// Largest non-streamed upstream body tasklift reads (error bodies, JSON answers).
+const MAX_JSON_BODY: usize = 256 * 1024 * 1024;
+
+/// `Mcp-Session-Id`.
+static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+/// `MCP-Protocol-Version`.
+static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+/// `Mcp-Method`.
+static METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
+/// `Mcp-Name`.
+static NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
+
+/// A Streamable HTTP upstream.
+#[derive(Clone)]
+pub struct HttpUpstream {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    /// Configuration (URL, headers, era setting).
+    cfg: UpstreamConfig,
+    /// Pooled HTTP/1 client (http and https).
+    client: HttpClient,
+    /// Cached era, once known.
+    era: RwLock<Option<Era>>,
+    /// Serialises era detection so one probe runs at a time.
+    detecting: tokio::sync::Mutex<()>,
+    /// Legacy sessions by (principal, credentials).
+    sessions: DashMap<String, Arc<SessionSlot>>,
+    /// Upstream-side request ids.
+    next_id: AtomicU64,
+    /// Reference point for idle times.
+    epoch: Instant,
+}
+
+/// Holds the current session for one key; the mutex is held while (re)opening it.
+#[derive(Default)]
+struct SessionSlot {
+    current: tokio::sync::Mutex<Option<Arc<Session>>>,
+}
+
+/// One legacy session.
+struct Session {
+    /// `Mcp-Session-Id`, if the server assigned one.
+    id: Option<HeaderValue>,
+    /// The negotiated protocol version.
+    version: HeaderValue,
+    /// The `initialize` result (capabilities, serverInfo, instructions).
+    init: Value,
+    /// Milliseconds since `epoch` of the last use.
+    last_used: AtomicU64,
+    /// Requests currently using the session (an in-use session is never closed).
+    in_flight: AtomicUsize,
+}
+
+impl HttpUpstream {
+    /// Build the client for an upstream. Fails if a configured CA file is unreadable.
+    pub fn new(cfg: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let client = build_client(&cfg)?;
+        let era = match cfg.era {
+            EraSetting::Auto => None,
+            EraSetting::Modern => Some(Era::Modern),
+            EraSetting::Legacy => Some(Era::Legacy),
+        };
+        Ok(Self {
+            inner: Arc::new(Shared {
+                cfg,
+                client,
+                era: RwLock::new(era),
+                detecting: tokio::sync::Mutex::new(()),
+                sessions: DashMap::new(),
+                next_id: AtomicU64::new(1),
+                epoch: Instant::now(),
+            }),
+        })
+    }
+}
+
+fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if let Some(path) = &cfg.ca_file {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let err = |m: String| UpstreamError::Unreachable {
+            name: cfg.name.clone(),
+            message: format!("ca_file {}: {m}", path.display()),
+        };
+        let certs = CertificateDer::pem_file_iter(path).map_err(|e| err(e.to_string()))?;
+        for c in certs {
+            roots
+                .add(c.map_err(|e| err(e.to_string()))?)
+                .map_err(|e| err(e.to_string()))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| UpstreamError::Unreachable {
+        name: cfg.name.clone(),
+        message: format!("TLS setup: {e}"),
+    })?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(cfg.connect_timeout));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(https))
+}
+
+/// A response as read: status, headers and the body still streaming.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Incoming,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn unreachable(&self, e: impl std::fmt::Display) -> UpstreamError {
+        UpstreamError::Unreachable {
+            name: self.cfg.name.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn upstream_id(&self) -> Value {
+        json!(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// POST a JSON-RPC message with the configured and per-call headers.
+    async fn post(
+        &self,
+        body: Vec<u8>,
+        headers: HeaderMap,
+        ctx: &CallContext,
+    ) -> Result<Answer, UpstreamError> {
+        self.send(Method::POST, Some(body), headers, ctx).await
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        body: Option<Vec<u8>>,
+        extra: HeaderMap,
+        ctx: &CallContext,
+    ) -> Result<Answer, UpstreamError> {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(self.cfg.url.clone());
+        let h = req.headers_mut().expect("builder is valid");
+        if body.is_some() {
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            h.insert(
+                header::ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            );
+        }
+        for (k, v) in &self.cfg.headers {
+            h.insert(k.clone(), v.clone());
+        }
+        if let Some(a) = &ctx.authorization {
+            h.insert(header::AUTHORIZATION, a.clone());
+        }
+        for (k, v) in &ctx.forward_headers {
+            h.append(k.clone(), v.clone());
+        }
+        for (k, v) in extra.iter() {
+            h.insert(k.clone(), v.clone());
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| self.unreachable(e))?;
+        let resp = self.client.request(req).await.map_err(|e| {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(": ");
+                msg.push_str(&s.to_string());
+                src = s.source();
+            }
+            self.unreachable(msg)
+        })?;
+        let (parts, body) = resp.into_parts();
+        Ok(Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
+    /// Read a whole (non-streamed) body, bounded.
+    async fn read_all(&self, body: Incoming) -> Result<Bytes, UpstreamError> {
+        let limited = http_body_util::Limited::new(body, MAX_JSON_BODY);
+        limited
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .map_err(|e| self.unreachable(format!("reading the response: {e}")))
+    }
+
+    /// Read the single response to `id` from a JSON or SSE answer, ignoring notifications.
+    async fn read_response(&self, ans: Answer, id: &Value) -> Result<Outcome, UpstreamError> {
+        let (tx, mut rx) = mpsc::channel(16);
+        self.pump(ans, id.clone(), tx, None).await;
+        while let Some(ev) = rx.recv().await {
+            if let CallEvent::Done(o) = ev {
+                return Ok(o);
+            }
+        }
+        Err(UpstreamError::BadResponse {
+            name: self.cfg.name.clone(),
+            status: 200,
+            message: "no JSON-RPC response in the body".into(),
+        })
+    }
+
+    /// Turn an answer into events on `tx`: notifications, then `Done`. Server-initiated
+    /// requests on a legacy stream are answered so the upstream is not left waiting.
+    async fn pump(
+        &self,
+        ans: Answer,
+        id: Value,
+        tx: mpsc::Sender<CallEvent>,
+        session: Option<&Session>,
+    ) {
+        let name = &self.cfg.name;
+        let is_sse = ans
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        if !ans.status.is_success() {
+            let status = ans.status;
+            let body = self.read_all(ans.body).await.unwrap_or_default();
+            let outcome = match serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(Msg::classify)
+            {
+                Some(Msg::Response {
+                    outcome: Err(e), ..
+                }) => Err(e),
+                _ => Err(RpcError::new(
+                    jsonrpc::UPSTREAM_ERROR,
+                    format!(
+                        "upstream {name} answered HTTP {status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+                    ),
+                )),
+            };
+            let _ = tx.send(CallEvent::Done(outcome)).await;
+            return;
+        }
+        if !is_sse {
+            let body = match self.read_all(ans.body).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
+                    return;
+                }
+            };
+            let outcome = match serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(Msg::classify)
+            {
+                Some(Msg::Response { outcome, .. }) => outcome,
+                _ => Err(RpcError::new(
+                    jsonrpc::UPSTREAM_ERROR,
+                    format!("upstream {name} answered with a body that is not a JSON-RPC response"),
+                )),
+            };
+            let _ = tx.send(CallEvent::Done(outcome)).await;
+            return;
+        }
+        let mut parser = SseParser::default();
+        let mut body = ans.body;
+        loop {
+            let (events, ended) = match body.frame().await {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => (parser.feed(&data), false),
+                    Err(_) => continue,
+                },
+                Some(Err(e)) => {
+                    tracing::warn!(upstream = %name, error = %e, "upstream stream broke");
+                    (Vec::new(), true)
+                }
+                None => (parser.finish().into_iter().collect(), true),
+            };
+            for data in events {
+                let Some(msg) = serde_json::from_str::<Value>(&data)
+                    .ok()
+                    .and_then(Msg::classify)
+                else {
+                    tracing::warn!(upstream = %name, "skipping an SSE event that is not JSON-RPC");
+                    continue;
+                };
+                match msg {
+                    Msg::Response { id: rid, outcome } if rid == id => {
+                        let _ = tx.send(CallEvent::Done(outcome)).await;
+                        return;
+                    }
+                    Msg::Response { .. } => {
+                        tracing::warn!(upstream = %name, "response for another request on this stream; ignored")
+                    }
+                    Msg::Notification { method, params } => {
+                        let _ = tx
+                            .send(CallEvent::Notification(jsonrpc::notification(
+                                &method, params,
+                            )))
+                            .await;
+                    }
+                    Msg::Request {
+                        id: sid, method, ..
+                    } => {
+                        self.refuse_server_request(session, sid, &method).await;
+                    }
+                }
+            }
+            if ended {
+                break;
+            }
+        }
+        let _ = tx.send(CallEvent::Done(Err(broken(name)))).await;
+    }
+
+    /// A legacy upstream asked the client something mid-call. Until input bridging
+    /// exists, answer it with an error so the upstream does not wait forever.
+    async fn refuse_server_request(&self, session: Option<&Session>, id: Value, method: &str) {
+        tracing::warn!(upstream = %self.cfg.name, %method, "upstream sent a server-to-client request; answering with an error");
+        let Some(s) = session else { return };
+        let err = RpcError::new(
+            METHOD_NOT_FOUND,
+            format!("tasklift does not relay {method} to its clients for this call"),
+        );
+        let body =
+            serde_json::to_vec(&jsonrpc::response(Some(&id), &Err(err))).expect("serializes");
+        if let Ok(ans) = self.post(body, s.headers(), &CallContext::default()).await {
+            let _ = self.read_all(ans.body).await;
+        }
+    }
+
+    /// Detect and cache the era.
+    async fn era(&self, ctx: &CallContext) -> Result<Era, UpstreamError> {
+        if let Some(e) = self.era.read().expect("era lock").clone() {
+            return Ok(e);
+        }
+        let _guard = self.detecting.lock().await;
+        if let Some(e) = self.era.read().expect("era lock").clone() {
+            return Ok(e);
+        }
+        let era = self.probe(ctx).await?;
+        tracing::info!(upstream = %self.cfg.name, era = ?era, "detected upstream era");
+        *self.era.write().expect("era lock") = Some(era.clone());
+        Ok(era)
+    }
+
+    async fn probe(&self, ctx: &CallContext) -> Result<Era, UpstreamError> {
+        let id = self.upstream_id();
+        let msg = json!({
+            "jsonrpc": "2.0", "id": id, "method": mcp::method::DISCOVER,
+            "params": {"_meta": modern_meta()},
+        });
+        let mut h = HeaderMap::new();
+        h.insert(
+            VERSION_HEADER.clone(),
+            HeaderValue::from_static(MODERN_VERSION),
+        );
+        h.insert(
+            METHOD_HEADER.clone(),
+            HeaderValue::from_static(mcp::method::DISCOVER),
+        );
+        let ans = self
+            .post(serde_json::to_vec(&msg).expect("serializes"), h, ctx)
+            .await?;
+        let status = ans.status;
+        if status.is_server_error() {
+            return Err(UpstreamError::BadResponse {
+                name: self.cfg.name.clone(),
+                status: status.as_u16(),
+                message: "while detecting the protocol era".into(),
+            });
+        }
+        if status.is_client_error() {
+            let body = self.read_all(ans.body).await.unwrap_or_default();
+            return Ok(
+                match serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(Msg::classify)
+                {
+                    Some(Msg::Response {
+                        outcome: Err(e), ..
+                    }) if mcp::is_modern_error_code(e.code) => Era::Modern,
+                    _ => Era::Legacy,
+                },
+            );
+        }
+        Ok(match self.read_response(ans, &id).await {
+            Ok(Ok(r)) if r.get("supportedVersions").is_some() => Era::Modern,
+            Ok(Err(e)) if mcp::is_modern_error_code(e.code) => Era::Modern,
+            _ => Era::Legacy,
+        })
+    }
+
+    fn session_key(&self, ctx: &CallContext) -> String {
+        let mut h = Sha256::new();
+        h.update(ctx.principal.as_bytes());
+        h.update([0]);
+        if let Some(a) = &ctx.authorization {
+            h.update(a.as_bytes());
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The caller's session, opened if needed; `stale` is a session that just failed
+    /// with 404 and must be replaced.
+    async fn session(
+        &self,
+        ctx: &CallContext,
+        stale: Option<&Arc<Session>>,
+    ) -> Result<Arc<Session>, UpstreamError> {
+        let slot = self
+            .sessions
+            .entry(self.session_key(ctx))
+            .or_insert_with(|| Arc::new(SessionSlot::default()))
+            .clone();
+        let mut cur = slot.current.lock().await;
+        if let Some(s) = cur.as_ref() {
+            if stale.is_none_or(|st| !Arc::ptr_eq(st, s)) {
+                s.last_used.store(self.now_ms(), Ordering::Relaxed);
+                return Ok(s.clone());
+            }
+            tracing::info!(upstream = %self.cfg.name, "legacy session expired; initializing a new one");
+        }
+        let s = Arc::new(self.initialize(ctx).await?);
+        *cur = Some(s.clone());
+        Ok(s)
+    }
+
+    async fn initialize(&self, ctx: &CallContext) -> Result<Session, UpstreamError> {
+        let fail = |m: String| UpstreamError::Handshake {
+            name: self.cfg.name.clone(),
+            message: m,
+        };
+        let id = self.upstream_id();
+        let msg = json!({
+            "jsonrpc": "2.0", "id": id, "method": mcp::method::INITIALIZE,
+            "params": {
+                "protocolVersion": LEGACY_VERSIONS[0],
+                "capabilities": {},
+                "clientInfo": {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
+            },
+        });
+        let ans = self
+            .post(
+                serde_json::to_vec(&msg).expect("serializes"),
+                HeaderMap::new(),
+                ctx,
+            )
+            .await?;
+        let sid = ans.headers.get(&SESSION_HEADER).cloned();
+        let init = match self.read_response(ans, &id).await? {
+            Ok(r) => r,
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let version = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if !LEGACY_VERSIONS.contains(&version.as_str()) {
+            return Err(fail(format!(
+                "the server chose protocol version {version:?}; tasklift speaks {} to legacy servers",
+                LEGACY_VERSIONS.join(", ")
+            )));
+        }
+        let session = Session {
+            id: sid,
+            version: HeaderValue::from_str(&version).expect("known versions are header-safe"),
+            init,
+            last_used: AtomicU64::new(self.now_ms()),
+            in_flight: AtomicUsize::new(0),
+        };
+        let note = json!({"jsonrpc": "2.0", "method": mcp::method::INITIALIZED});
+        let ans = self
+            .post(
+                serde_json::to_vec(&note).expect("serializes"),
+                session.headers(),
+                ctx,
+            )
+            .await?;
+        let _ = self.read_all(ans.body).await;
+        tracing::info!(upstream = %self.cfg.name, version = %version, "opened legacy session");
+        Ok(session)
+    }
+
+    /// Run one request against the upstream, sending its events to `tx`.
+    async fn run(
+        self: Arc<Self>,
+        req: Request,
+        ctx: CallContext,
+        tx: mpsc::Sender<CallEvent>,
+        cancel_info: Arc<Mutex<Option<CancelInfo>>>,
+    ) {
+        let era = match self.era(&ctx).await {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
+                return;
+            }
+        };
+        let id = self.upstream_id();
+        match era {
+            Era::Modern => {
+                let body =
+                    serde_json::to_vec(&req.to_value_with_id(Some(&id))).expect("serializes");
+                match self.post(body, modern_headers(&req), &ctx).await {
+                    Ok(ans) => self.pump(ans, id, tx, None).await,
+                    Err(e) => {
+                        let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
+                    }
+                }
+            }
+            Era::Legacy => {
+                let body = serde_json::to_vec(&legacy_request(&req).to_value_with_id(Some(&id)))
+                    .expect("serializes");
+                let mut stale = None;
+                for attempt in 0..2 {
+                    let session = match self.session(&ctx, stale.as_ref()).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
+                            return;
+                        }
+                    };
+                    *cancel_info.lock().expect("cancel lock") = Some(CancelInfo {
+                        headers: session.headers(),
+                        id: id.clone(),
+                        ctx: ctx.clone(),
+                    });
+                    session.in_flight.fetch_add(1, Ordering::Relaxed);
+                    let _busy = InFlight(&session);
+                    let ans = match self.post(body.clone(), session.headers(), &ctx).await {
+                        Ok(a) => a,
+                        Err(e) => {
+                            let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
+                            return;
+                        }
+                    };
+                    if ans.status == StatusCode::NOT_FOUND && session.id.is_some() && attempt == 0 {
+                        stale = Some(session.clone());
+                        continue;
+                    }
+                    self.pump(ans, id, tx, Some(&session)).await;
+                    session.last_used.store(self.now_ms(), Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Decrements a session's in-flight count when a request using it ends.
+struct InFlight<'a>(&'a Session);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What a legacy cancellation needs: the session headers and the upstream request id.
+struct CancelInfo {
+    headers: HeaderMap,
+    id: Value,
+    ctx: CallContext,
+}
+
+impl Session {
+    fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(id) = &self.id {
+            h.insert(SESSION_HEADER.clone(), id.clone());
+        }
+        h.insert(VERSION_HEADER.clone(), self.version.clone());
+        h
+    }
+}
+
+/// The `_meta` tasklift puts on requests it makes itself.
+fn modern_meta() -> Value {
+    json!({
+        mcp::META_PROTOCOL_VERSION: MODERN_VERSION,
+        mcp::META_CLIENT_INFO: {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
+        mcp::META_CLIENT_CAPABILITIES: {},
+    })
+}
+
+/// Headers mirrored from a modern request's body.
+fn modern_headers(req: &Request) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let version = req
+        .meta()
+        .and_then(|m| m.get(mcp::META_PROTOCOL_VERSION))
+        .and_then(Value::as_str)
+        .unwrap_or(MODERN_VERSION);
+    if let Ok(v) = HeaderValue::from_str(version) {
+        h.insert(VERSION_HEADER.clone(), v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&req.method) {
+        h.insert(METHOD_HEADER.clone(), v);
+    }
+    if let Some(name) = mcp::name_param(&req.method).and_then(|p| req.str_param(p)) {
+        if let Ok(v) = HeaderValue::from_str(&mcp::encode_header_value(name)) {
+            h.insert(NAME_HEADER.clone(), v);
+        }
+    }
+    h
+}
+
+/// A modern request reshaped for a legacy session: the per-request protocol fields
+/// live in the session there, so they are dropped; every other `_meta` key stays.
+fn legacy_request(req: &Request) -> Request {
+    let mut r = req.clone();
+    if let Some(Value::Object(meta)) = r.params.get_mut("_meta") {
+        meta.remove(mcp::META_PROTOCOL_VERSION);
+        meta.remove(mcp::META_CLIENT_INFO);
+        meta.remove(mcp::META_CLIENT_CAPABILITIES);
+        if meta.is_empty() {
+            r.params.remove("_meta");
+        }
+    }
+    r
+}
+
+impl Upstream for HttpUpstream {
+    fn name(&self) -> &str {
+        &self.inner.cfg.name
+    }
+
+    fn era<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
+        Box::pin(self.inner.era(ctx))
+    }
+
+    fn call<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, UpstreamCall> {
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(64);
+            let info: Arc<Mutex<Option<CancelInfo>>> = Arc::default();
+            let task = tokio::spawn(self.inner.clone().run(
+                req.clone(),
+                ctx.clone(),
+                tx,
+                info.clone(),
+            ));
+            let shared = self.inner.clone();
+            let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
+                let Some(ci) = info.lock().expect("cancel lock").take() else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let note = json!({
+                        "jsonrpc": "2.0", "method": mcp::method::CANCELLED,
+                        "params": {"requestId": ci.id, "reason": "cancelled by the client"},
+                    });
+                    let body = serde_json::to_vec(&note).expect("serializes");
+                    match shared.post(body, ci.headers, &ci.ctx).await {
+                        Ok(ans) => {
+                            let _ = shared.read_all(ans.body).await;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not send notifications/cancelled upstream")
+                        }
+                    }
+                });
+            });
+            Ok(UpstreamCall {
+                events: rx,
+                canceller: Canceller::new(task.abort_handle(), Some(on_cancel)),
+            })
+        })
+    }
+
+    fn notify<'a>(&'a self, req: &'a Request, ctx: &'a CallContext) -> UpstreamFuture<'a, ()> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let (body, headers) = match inner.era(ctx).await? {
+                Era::Modern => (req.to_value_with_id(None), modern_headers(req)),
+                Era::Legacy => {
+                    let s = inner.session(ctx, None).await?;
+                    (legacy_request(req).to_value_with_id(None), s.headers())
+                }
+            };
+            let ans = inner
+                .post(serde_json::to_vec(&body).expect("serializes"), headers, ctx)
+                .await?;
+            let _ = inner.read_all(ans.body).await;
+            Ok(())
+        })
+    }
+
+    fn discover<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, Outcome> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            match inner.era(ctx).await? {
+                Era::Modern => Ok(self.call(req, ctx).await?.outcome(&inner.cfg.name).await),
+                Era::Legacy => {
+                    let s = inner.session(ctx, None).await?;
+                    Ok(Ok(discover_from_initialize(&s.init)))
+                }
+            }
+        })
+    }
+
+    fn close_idle<'a>(
+        &'a self,
+        all: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let idle_ms = inner.cfg.session_idle.as_millis() as u64;
+            let now = inner.now_ms();
+            let slots: Vec<(String, Arc<SessionSlot>)> = inner
+                .sessions
+                .iter()
+                .map(|e| (e.key().clone(), e.value().clone()))
+                .collect();
+            for (key, slot) in slots {
+                let Ok(mut cur) = slot.current.try_lock() else {
+                    continue;
+                };
+                let Some(s) = cur.as_ref() else { continue };
+                let idle = now.saturating_sub(s.last_used.load(Ordering::Relaxed)) >= idle_ms;
+                if s.in_flight.load(Ordering::Relaxed) > 0 || !(all || idle) {
+                    continue;
+                }
+                let s = cur.take().expect("checked");
+                drop(cur);
+                inner.sessions.remove(&key);
+                if s.id.is_some() {
+                    let sent = inner
+                        .send(Method::DELETE, None, s.headers(), &CallContext::default())
+                        .await;
+                    if let Ok(ans) = sent {
+                        let _ = inner.read_all(ans.body).await;
+                    }
+                    tracing::debug!(upstream = %inner.cfg.name, "closed idle legacy session");
+                }
+            }
+        })
+    }
+}
+
+/// A `server/discover` result built from a legacy `initialize` result.
+pub fn discover_from_initialize(init: &Value) -> Value {
+    let mut r = Map::new();
+    r.insert("resultType".into(), json!("complete"));
+    r.insert("supportedVersions".into(), json!(mcp::SUPPORTED_VERSIONS));
+    r.insert(
+        "capabilities".into(),
+        init.get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+    );
+    if let Some(info) = init.get("serverInfo") {
+        r.insert("_meta".into(), json!({ mcp::META_SERVER_INFO: info }));
+    }
+    if let Some(i) = init.get("instructions") {
+        r.insert("instructions".into(), i.clone());
+    }
+    Value::Object(r)
+}

@@ -1,0 +1,195 @@
+//! Upstreams: the servers tasklift fronts, behind one small trait: "send this
+//! request, give me its events (notifications, then the final response), let me
+//! cancel it". `http.rs` implements it for Streamable HTTP servers of both eras.
+
+pub mod http;
+pub mod sse;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::jsonrpc::{Outcome, Request, RpcError, UPSTREAM_ERROR};
+
+/// Which protocol era an upstream speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Era {
+    /// Per-request `_meta`, no sessions (2026-07-28 and later).
+    Modern,
+    /// `initialize` handshake and sessions; the negotiated version is per session.
+    Legacy,
+}
+
+/// Who is calling, as far as an upstream needs to know.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    /// The caller's principal (keyed hash); legacy sessions are never shared across principals.
+    pub principal: String,
+    /// The caller's `Authorization` header, when the upstream is configured to receive it.
+    pub authorization: Option<::http::HeaderValue>,
+    /// Headers from the client that are forwarded as they are (`Mcp-Param-*`, trace context).
+    pub forward_headers: Vec<(::http::HeaderName, ::http::HeaderValue)>,
+}
+
+/// Something an upstream sent about an in-flight request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEvent {
+    /// A notification related to the request (progress, log message), as a full message.
+    Notification(Value),
+    /// The final response.
+    Done(Outcome),
+}
+
+/// Failures reaching an upstream. They become JSON-RPC errors naming the upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Connecting or sending failed.
+    #[error("upstream {name} is unreachable: {message}")]
+    Unreachable {
+        /// Upstream name.
+        name: String,
+        /// Cause.
+        message: String,
+    },
+    /// The upstream answered with something that is not MCP.
+    #[error("upstream {name} answered HTTP {status}: {message}")]
+    BadResponse {
+        /// Upstream name.
+        name: String,
+        /// HTTP status.
+        status: u16,
+        /// What was wrong.
+        message: String,
+    },
+    /// The legacy handshake failed.
+    #[error("upstream {name}: initialize failed: {message}")]
+    Handshake {
+        /// Upstream name.
+        name: String,
+        /// Cause.
+        message: String,
+    },
+}
+
+impl UpstreamError {
+    /// The JSON-RPC error a client sees.
+    pub fn to_rpc(&self) -> RpcError {
+        RpcError::new(UPSTREAM_ERROR, self.to_string())
+    }
+}
+
+/// An in-flight upstream request. Dropping it cancels the request upstream.
+pub struct UpstreamCall {
+    /// Events in order; the last is `Done`. A channel that closes without `Done`
+    /// means the upstream broke mid-call.
+    pub events: mpsc::Receiver<CallEvent>,
+    /// Cancels the request when dropped (or when `cancel` is called).
+    pub canceller: Canceller,
+}
+
+/// Cancels an upstream request: aborts the reader (closing the HTTP stream, which
+/// is cancellation on modern HTTP) and runs the transport's extra step (a
+/// `notifications/cancelled` for legacy sessions).
+pub struct Canceller {
+    /// The task reading the response.
+    reader: Option<tokio::task::AbortHandle>,
+    /// Extra cancellation step, run at most once.
+    on_cancel: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Canceller {
+    /// A canceller for a reader task and an optional extra step.
+    pub fn new(
+        reader: tokio::task::AbortHandle,
+        on_cancel: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Self {
+        Self {
+            reader: Some(reader),
+            on_cancel,
+        }
+    }
+
+    /// A canceller with nothing to cancel.
+    pub fn none() -> Self {
+        Self {
+            reader: None,
+            on_cancel: None,
+        }
+    }
+
+    /// The request finished: nothing to cancel any more.
+    pub fn disarm(&mut self) {
+        self.reader = None;
+        self.on_cancel = None;
+    }
+
+    /// Cancel now.
+    pub fn cancel(&mut self) {
+        if let Some(r) = self.reader.take() {
+            r.abort();
+        }
+        if let Some(f) = self.on_cancel.take() {
+            f();
+        }
+    }
+}
+
+impl Drop for Canceller {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// A boxed future for upstream methods.
+pub type UpstreamFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, UpstreamError>> + Send + 'a>>;
+
+/// A server tasklift forwards to.
+pub trait Upstream: Send + Sync + 'static {
+    /// The configured name.
+    fn name(&self) -> &str;
+    /// The era, detecting it on first use.
+    fn era<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Era>;
+    /// Start a request. `req.id` is replaced by an upstream-side id.
+    fn call<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, UpstreamCall>;
+    /// Send a notification (no response expected).
+    fn notify<'a>(&'a self, req: &'a Request, ctx: &'a CallContext) -> UpstreamFuture<'a, ()>;
+    /// What `server/discover` should say about this upstream (before tasklift adds its
+    /// extension): a modern upstream's discover result, or one built from a legacy
+    /// upstream's `initialize` result.
+    fn discover<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, Outcome>;
+    /// Close idle sessions (legacy); called periodically and at shutdown (`all`).
+    fn close_idle<'a>(&'a self, all: bool) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+}
+
+impl UpstreamCall {
+    /// Wait for the final outcome, ignoring notifications.
+    pub async fn outcome(mut self, upstream: &str) -> Outcome {
+        while let Some(ev) = self.events.recv().await {
+            if let CallEvent::Done(o) = ev {
+                self.canceller.disarm();
+                return o;
+            }
+        }
+        self.canceller.disarm();
+        Err(broken(upstream))
+    }
+}
+
+/// The error for a call whose upstream stream ended without a response.
+pub fn broken(upstream: &str) -> RpcError {
+    RpcError::new(
+        UPSTREAM_ERROR,
+        format!("upstream {upstream} closed the connection before answering"),
+    )
+}

@@ -1,0 +1,107 @@
+//! Server-Sent Events: an incremental parser for upstream streams and the encoder
+//! for tasklift's own streams. No I/O.
+
+/// Incremental SSE parser: feed bytes, take complete `data` payloads.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    /// Bytes not yet forming a complete line.
+    buf: Vec<u8>,
+    /// `data:` lines of the event being read.
+    data: Vec<String>,
+    /// Whether the current event had any data line.
+    has_data: bool,
+}
+
+impl SseParser {
+    /// Feed a chunk; returns the data of every event completed by it.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
+        self.buf.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+            let mut line: Vec<u8> = self.buf.drain(..=pos).collect();
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let line = String::from_utf8_lossy(&line);
+            if line.is_empty() {
+                if self.has_data {
+                    events.push(self.data.join("\n"));
+                }
+                self.data.clear();
+                self.has_data = false;
+            } else if let Some(rest) = line.strip_prefix("data:") {
+                self.data
+                    .push(rest.strip_prefix(' ').unwrap_or(rest).to_string());
+                self.has_data = true;
+            }
+            // comments (":"), event:, id:, retry: carry nothing tasklift needs.
+        }
+        events
+    }
+
+    /// At end of stream: the last event if it was not terminated by a blank line.
+    pub fn finish(&mut self) -> Option<String> {
+        if !self.buf.is_empty() {
+            let rest = std::mem::take(&mut self.buf);
+            let mut ev = self.feed(&[]);
+            let line = String::from_utf8_lossy(&rest)
+                .trim_end_matches('\r')
+                .to_string();
+            if let Some(d) = line.strip_prefix("data:") {
+                self.data.push(d.strip_prefix(' ').unwrap_or(d).to_string());
+                self.has_data = true;
+            }
+            if let Some(e) = ev.pop() {
+                return Some(e);
+            }
+        }
+        self.has_data
+            .then(|| std::mem::take(&mut self.data).join("\n"))
+    }
+}
+
+/// Encode one SSE event carrying a JSON message.
+pub fn encode_event(json: &str) -> String {
+    let mut s = String::with_capacity(json.len() + 16);
+    s.push_str("event: message\n");
+    for line in json.split('\n') {
+        s.push_str("data: ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push('\n');
+    s
+}
+
+/// An SSE comment used as a keep-alive.
+pub const KEEPALIVE: &str = ": keep-alive\n\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_split_chunks_and_crlf() {
+        let mut p = SseParser::default();
+        assert!(p.feed(b"event: message\r\nda").is_empty());
+        let ev = p.feed(b"ta: {\"a\":1}\r\n\r\n: comment\n\ndata: x\ndata: y\n\n");
+        assert_eq!(ev, vec!["{\"a\":1}".to_string(), "x\ny".to_string()]);
+    }
+
+    #[test]
+    fn finish_returns_unterminated_event() {
+        let mut p = SseParser::default();
+        assert!(p.feed(b"data: last").is_empty());
+        assert_eq!(p.finish().as_deref(), Some("last"));
+    }
+
+    #[test]
+    fn encodes_round_trip() {
+        let mut p = SseParser::default();
+        assert_eq!(
+            p.feed(encode_event("{\"x\":\"a\nb\"}").as_bytes()),
+            vec!["{\"x\":\"a\nb\"}"]
+        );
+    }
+}
