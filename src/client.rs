@@ -68,7 +68,7 @@ impl Client {
         };
         let meta = params
             .as_object_mut()
-            .map(|p| mcp::meta_mut(p))
+            .map(mcp::meta_mut)
             .ok_or_else(|| ClientError::Http("params must be an object".into()))?;
         meta.insert(mcp::META_PROTOCOL_VERSION.into(), json!(MODERN_VERSION));
         meta.insert(

@@ -142,7 +142,7 @@ pub fn encode_header_value(v: &str) -> String {
         && v.bytes().all(|b| (0x20..=0x7e).contains(&b))
         && !v.starts_with(' ')
         && !v.ends_with(' ')
-        && !(v.starts_with("=?base64?") && v.ends_with("?="));
+        && (!v.starts_with("=?base64?") || !v.ends_with("?="));
     if safe {
         v.to_string()
     } else {

@@ -1,0 +1,91 @@
+//! The core path: fast calls stay synchronous, slow calls become tasks that complete,
+//! fail or are cancelled.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tasklift::fixture::{FixtureServer, Tool};
+use tokio::sync::Notify;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn fast_call_is_answered_directly_and_nothing_is_stored() {
+    let h = Harness::start(FixtureServer::new().tool(Tool::new("quick")), |_| {}).await;
+    let a = h.client().call_tool("quick", json!({})).await.unwrap();
+    assert_eq!(a.result["resultType"], "complete");
+    assert_eq!(a.result["content"][0]["text"], "quick done");
+    let stats = h
+        .proxy
+        .as_ref()
+        .unwrap()
+        .engine
+        .store()
+        .stats()
+        .await
+        .unwrap();
+    assert_eq!(stats.tasks, 0, "a fast call must not create a task record");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn slow_call_becomes_a_task_that_completes() {
+    let gate = Arc::new(Notify::new());
+    let up = FixtureServer::new().tool(
+        Tool::new("slow")
+            .gate(gate.clone())
+            .reply(|_| "the report".into()),
+    );
+    let h = Harness::start(up, |_| {}).await;
+    let c = h.client();
+    let a = c.call_tool("slow", json!({})).await.unwrap();
+    assert_eq!(a.result["resultType"], "task");
+    assert_eq!(a.result["status"], "working");
+    let id = a.result["taskId"].as_str().unwrap().to_string();
+    for k in ["createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"] {
+        assert!(
+            a.result.get(k).is_some(),
+            "CreateTaskResult lacks {k}: {}",
+            a.result
+        );
+    }
+    let t = c.get_task(&id).await.unwrap();
+    assert_eq!(t["status"], "working");
+    assert_eq!(t["resultType"], "complete");
+    gate.notify_one();
+    let t = wait_terminal(&c, &id, Duration::from_secs(10)).await;
+    assert_eq!(t["status"], "completed");
+    assert_eq!(t["result"]["content"][0]["text"], "the report");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_task_cancels_the_upstream_call() {
+    let up = FixtureServer::new().tool(Tool::new("forever").sleep(Duration::from_secs(3600)));
+    let stats = up.stats();
+    let h = Harness::start(up, |_| {}).await;
+    let c = h.client();
+    let a = c.call_tool("forever", json!({})).await.unwrap();
+    let id = a.result["taskId"].as_str().unwrap().to_string();
+    let ack = c.cancel_task(&id).await.unwrap();
+    assert_eq!(ack, json!({"resultType": "complete"}));
+    let t = wait_terminal(&c, &id, Duration::from_secs(10)).await;
+    assert_eq!(t["status"], "cancelled");
+    eventually(
+        "the upstream tool was cancelled",
+        Duration::from_secs(5),
+        || {
+            stats.cancelled.load(Ordering::Relaxed) == 1
+                && stats.running.load(Ordering::Relaxed) == 0
+        },
+    )
+    .await;
+    // Cancelling a terminal task is acknowledged the same way.
+    assert_eq!(
+        c.cancel_task(&id).await.unwrap(),
+        json!({"resultType": "complete"})
+    );
+    h.stop().await;
+}

@@ -1,0 +1,15 @@
+//! tasklift's integration tests: one binary, a shared harness (`common`), and one
+//! module per area. Each test starts the real proxy in-process on 127.0.0.1:0 in
+//! front of a fixture upstream built for the case.
+
+mod common;
+
+mod auth_ownership;
+mod basics;
+mod cli;
+mod disk;
+mod front_door;
+mod lifecycle;
+mod rmcp_peer;
+mod rules;
+mod upstreams;
