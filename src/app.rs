@@ -26,7 +26,7 @@ use crate::upstream::{Upstream, UpstreamError};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The store could not be opened or recovered.
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
     /// The principal key could not be read or written.
     #[error("cannot read or create the principal key in {dir}: {source}")]
@@ -37,7 +37,7 @@ pub enum StartError {
         source: std::io::Error,
     },
     /// An upstream could not be set up.
-    #[error("{0}")]
+    #[error(transparent)]
     Upstream(#[from] UpstreamError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]

@@ -34,6 +34,9 @@ use crate::reply::Reply;
 use crate::tasks::Engine;
 use crate::upstream::CallContext;
 
+/// How long open connections may take to finish at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Everything a request handler needs.
 pub struct State {
     /// Upstreams by mount path.
@@ -81,7 +84,9 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, mut shutdown: watch
         });
     }
     tracing::info!("front door closed; waiting for open connections");
-    graceful.shutdown().await;
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
+    }
 }
 
 fn json_response(status: StatusCode, v: &Value) -> Response<RespBody> {
