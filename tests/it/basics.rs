@@ -89,3 +89,39 @@ async fn cancelling_a_task_cancels_the_upstream_call() {
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn several_upstreams_each_at_its_own_path() {
+    let second = FixtureServer::new()
+        .modern()
+        .tool(Tool::new("whoami").reply(|_| "second".into()))
+        .tool(Tool::new("slow").sleep(Duration::from_secs(3600)))
+        .start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let first = FixtureServer::new().tool(Tool::new("whoami").reply(|_| "first".into()));
+    let second_url = second.url();
+    let h = Harness::start(first, move |raw| {
+        raw.upstreams.push(tasklift::config::RawUpstream {
+            name: "second".into(),
+            path: "/second/mcp".into(),
+            url: second_url,
+            ..Default::default()
+        });
+    })
+    .await;
+    let a = h.client().call_tool("whoami", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "first");
+    let other = tasklift::client::Client::new(&h.url.replace("/mcp", "/second/mcp")).unwrap();
+    let b = other.call_tool("whoami", json!({})).await.unwrap();
+    assert_eq!(b.result["content"][0]["text"], "second");
+    // A task belongs to the upstream it was created on: the other mount does not know it.
+    let t = other.call_tool("slow", json!({})).await.unwrap();
+    let id = t.result["taskId"].as_str().unwrap();
+    assert_eq!(other.get_task(id).await.unwrap()["status"], "working");
+    let err = h.client().get_task(id).await.unwrap_err().to_string();
+    assert!(err.contains("-32602"), "{err}");
+    other.cancel_task(id).await.unwrap();
+    second.stop().await;
+    h.stop().await;
+}
