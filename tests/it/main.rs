@@ -8,6 +8,7 @@ mod auth_ownership;
 mod basics;
 mod cli;
 mod disk;
+mod engine_time;
 mod front_door;
 mod lifecycle;
 mod rmcp_peer;

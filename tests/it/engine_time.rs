@@ -1,0 +1,248 @@
+//! The task engine under paused tokio time, with an in-memory upstream: the
+//! threshold race, keep-alives and TTL expiry, without waiting in real time.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tasklift::config::{ToolMode, ToolPolicy};
+use tasklift::jsonrpc::Request;
+use tasklift::reply::{Reply, StreamItem};
+use tasklift::store::{SledStore, TaskStore};
+use tasklift::tasks::{Clock, Engine};
+use tasklift::upstream::{
+    CallContext, CallEvent, Canceller, Era, Upstream, UpstreamCall, UpstreamFuture,
+};
+use tokio::sync::mpsc;
+
+/// An upstream whose tool answers after a fixed (virtual) time.
+struct Timed {
+    delay: Duration,
+    cancelled: Arc<AtomicUsize>,
+}
+
+impl Upstream for Timed {
+    fn name(&self) -> &str {
+        "timed"
+    }
+    fn era<'a>(&'a self, _: &'a CallContext) -> UpstreamFuture<'a, Era> {
+        Box::pin(async { Ok(Era::Modern) })
+    }
+    fn call<'a>(&'a self, _: &'a Request, _: &'a CallContext) -> UpstreamFuture<'a, UpstreamCall> {
+        let delay = self.delay;
+        let cancelled = self.cancelled.clone();
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(4);
+            let task = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = tx
+                    .send(CallEvent::Done(Ok(
+                        json!({"content": [{"type": "text", "text": "done"}]}),
+                    )))
+                    .await;
+            });
+            let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
+                cancelled.fetch_add(1, Ordering::Relaxed);
+            });
+            Ok(UpstreamCall {
+                events: rx,
+                canceller: Canceller::new(task.abort_handle(), Some(on_cancel)),
+            })
+        })
+    }
+    fn notify<'a>(&'a self, _: &'a Request, _: &'a CallContext) -> UpstreamFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn discover<'a>(
+        &'a self,
+        _: &'a Request,
+        _: &'a CallContext,
+    ) -> UpstreamFuture<'a, tasklift::jsonrpc::Outcome> {
+        Box::pin(async { Ok(Ok(json!({}))) })
+    }
+    fn close_idle<'a>(
+        &'a self,
+        _: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async {})
+    }
+}
+
+fn policy(threshold: u64, ttl: u64) -> ToolPolicy {
+    ToolPolicy {
+        mode: ToolMode::Auto,
+        threshold: Duration::from_secs(threshold),
+        ttl: Duration::from_secs(ttl),
+        poll_interval: Duration::from_secs(1),
+    }
+}
+
+fn call(tasks: bool) -> Request {
+    let caps = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    Request::from_value(
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "t", "_meta": {"io.modelcontextprotocol/clientCapabilities": caps}}}),
+    )
+    .unwrap()
+}
+
+fn get(id: &str) -> Request {
+    Request::from_value(
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tasks/get", "params": {"taskId": id}}),
+    )
+    .unwrap()
+}
+
+fn setup(
+    delay_secs: u64,
+) -> (
+    Arc<Engine>,
+    Arc<dyn Upstream>,
+    Arc<AtomicUsize>,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn TaskStore> = Arc::new(SledStore::open(dir.path(), 64 * 1024).unwrap());
+    let engine = Engine::new(
+        store,
+        Clock::new(),
+        Duration::from_secs(60),
+        Duration::from_secs(15),
+    );
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let up: Arc<dyn Upstream> = Arc::new(Timed {
+        delay: Duration::from_secs(delay_secs),
+        cancelled: cancelled.clone(),
+    });
+    (engine, up, cancelled, dir)
+}
+
+fn ctx() -> CallContext {
+    CallContext {
+        principal: "p".into(),
+        ..Default::default()
+    }
+}
+
+fn json_reply(r: Reply) -> Value {
+    match r {
+        Reply::Json(v) => v,
+        other => panic!("expected a JSON reply, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn upstream_first_is_a_plain_result_threshold_first_is_a_task() {
+    let (engine, up, _, _dir) = setup(5);
+    let r = json_reply(
+        engine
+            .call_tool(up.clone(), &policy(10, 60), call(true), ctx())
+            .await,
+    );
+    assert_eq!(
+        r["result"]["content"][0]["text"], "done",
+        "5 s call under a 10 s threshold: {r}"
+    );
+    let r = json_reply(
+        engine
+            .call_tool(up, &policy(2, 60), call(true), ctx())
+            .await,
+    );
+    assert_eq!(
+        r["result"]["resultType"], "task",
+        "5 s call over a 2 s threshold: {r}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_without_the_extension_gets_keepalives_then_the_result() {
+    let (engine, up, _, _dir) = setup(40);
+    let Reply::Stream(mut rx) = engine
+        .call_tool(up, &policy(2, 60), call(false), ctx())
+        .await
+    else {
+        panic!("expected a stream");
+    };
+    let mut keepalives = 0;
+    let last = loop {
+        match rx.recv().await.expect("stream ends with the result") {
+            StreamItem::KeepAlive => keepalives += 1,
+            StreamItem::Message(m) => break m,
+        }
+    };
+    assert_eq!(last["result"]["content"][0]["text"], "done");
+    assert_eq!(last["id"], 7);
+    assert!(
+        keepalives >= 2,
+        "a 40 s wait with 15 s keep-alives sends at least two: {keepalives}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_running_past_its_ttl_is_cancelled_upstream_and_failed() {
+    let (engine, up, cancelled, _dir) = setup(3600);
+    let r = json_reply(
+        engine
+            .call_tool(up, &policy(1, 10), call(true), ctx())
+            .await,
+    );
+    let id = r["result"]["taskId"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    engine.sweep().await.unwrap();
+    // The owner settles the task asynchronously.
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if engine.running_count() == 0 {
+            break;
+        }
+    }
+    let t = engine.task_method(&get(&id), "p", "timed").await.unwrap();
+    assert_eq!(t["status"], "failed", "{t}");
+    assert!(
+        t["error"]["message"].as_str().unwrap().contains("TTL"),
+        "{t}"
+    );
+    assert_eq!(
+        cancelled.load(Ordering::Relaxed),
+        1,
+        "the upstream call is cancelled"
+    );
+    // After the grace period the sweeper deletes it.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert_eq!(engine.sweep().await.unwrap(), 1);
+    assert!(engine.task_method(&get(&id), "p", "timed").await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_task_is_kept_for_its_ttl_then_deleted() {
+    let (engine, up, _, _dir) = setup(3);
+    let r = json_reply(
+        engine
+            .call_tool(up, &policy(1, 30), call(true), ctx())
+            .await,
+    );
+    let id = r["result"]["taskId"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        engine.task_method(&get(&id), "p", "timed").await.unwrap()["status"],
+        "completed"
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(engine.sweep().await.unwrap(), 0, "still within its TTL");
+    assert_eq!(
+        engine.task_method(&get(&id), "p", "timed").await.unwrap()["status"],
+        "completed"
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(engine.sweep().await.unwrap(), 1);
+    let e = engine
+        .task_method(&get(&id), "p", "timed")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, -32602);
+}
