@@ -2,7 +2,8 @@
 //! listener, and start the background loops. Shutdown order (`Running::shutdown`):
 //! 1. stop accepting and let open connections finish (the front door);
 //! 2. stop the sweeper and the session reaper;
-//! 3. close legacy upstream sessions (DELETE);
+//! 3. close legacy upstream sessions (DELETE) and stop stdio children (stdin closed,
+//!    then SIGTERM, then SIGKILL);
 //! 4. flush the store.
 
 use std::collections::HashMap;
@@ -14,12 +15,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::{load_or_create_key, Authenticator};
-use crate::config::Config;
+use crate::config::{Config, Transport};
 use crate::dispatch::Mount;
 use crate::server::{self, State};
 use crate::store::{SledStore, StoreError, TaskStore};
 use crate::tasks::{sweeper, Clock, Engine};
 use crate::upstream::http::HttpUpstream;
+use crate::upstream::stdio::StdioUpstream;
 use crate::upstream::{Upstream, UpstreamError};
 
 /// Why tasklift could not start.
@@ -83,9 +85,12 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let mut mounts = HashMap::new();
     let mut upstreams: Vec<Arc<dyn Upstream>> = Vec::new();
     for u in &cfg.upstreams {
-        let up: Arc<dyn Upstream> = Arc::new(HttpUpstream::new(u.clone())?);
+        let up: Arc<dyn Upstream> = match &u.transport {
+            Transport::Http { .. } => Arc::new(HttpUpstream::new(u.clone())?),
+            Transport::Stdio(_) => Arc::new(StdioUpstream::start(u.clone())?),
+        };
         upstreams.push(up.clone());
-        tracing::info!(upstream = %u.name, url = %u.url, path = %u.path, "mounted upstream");
+        tracing::info!(upstream = %u.name, at = %u.location(), path = %u.path, "mounted upstream");
         mounts.insert(
             u.path.clone(),
             Mount {
@@ -156,7 +161,7 @@ impl Running {
             let _ = b.await;
         }
         for u in &self.upstreams {
-            u.close_idle(true).await;
+            u.shutdown().await;
         }
         if let Err(e) = self.engine.store().flush().await {
             tracing::error!(error = %e, "final store flush failed");

@@ -46,11 +46,32 @@ pub enum Command {
         #[arg(long)]
         keep_data: bool,
     },
-    /// Run the bundled slow MCP server (a legacy 2025-11-25 Streamable HTTP server) for trying tasklift.
+    /// Run the bundled slow MCP server (legacy 2025-11-25 Streamable HTTP, or stdio) for trying tasklift.
     DemoServer {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: String,
+        /// Speak over stdin/stdout instead of HTTP.
+        #[arg(long)]
+        stdio: bool,
+        /// stdio: speak 2026-07-28 instead of 2025-11-25.
+        #[arg(long, requires = "stdio")]
+        modern: bool,
+        /// stdio: print lines that are not JSON-RPC on stdout (for testing).
+        #[arg(long, requires = "stdio", hide = true)]
+        garbage: bool,
+        /// stdio: ignore notifications/cancelled (for testing).
+        #[arg(long, requires = "stdio", hide = true)]
+        ignore_cancel: bool,
+        /// stdio: exit with status 3 at once (for testing).
+        #[arg(long, requires = "stdio", hide = true)]
+        exit_at_start: bool,
+        /// stdio: serve one call at a time.
+        #[arg(long, requires = "stdio")]
+        serial: bool,
+        /// stdio: append one line per event to this file (for testing).
+        #[arg(long, requires = "stdio", hide = true)]
+        log: Option<PathBuf>,
     },
 }
 
@@ -101,6 +122,9 @@ pub struct Overrides {
     /// Forward the caller's Authorization header to the upstream.
     #[arg(long)]
     pub forward_authorization: bool,
+    /// A stdio upstream: the command to run, after `--` (e.g. `-- npx -y some-mcp-server`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 impl Overrides {
@@ -130,11 +154,38 @@ impl Overrides {
         if let Some(v) = self.max_body_bytes {
             raw.server.max_body_bytes = v;
         }
-        if let Some(url) = &self.upstream {
+        if !self.command.is_empty() && self.upstream.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "--upstream".into(),
+                message: "give either --upstream URL or a command after --, not both".into(),
+            });
+        }
+        if !self.command.is_empty() {
+            let path = self.path.clone().unwrap_or_else(|| "/mcp".into());
+            match raw.upstreams.iter_mut().find(|u| u.path == path) {
+                Some(u) => {
+                    u.command = self.command.clone();
+                    u.url.clear();
+                }
+                None => raw.upstreams.push(RawUpstream {
+                    command: self.command.clone(),
+                    path,
+                    name: if raw.upstreams.is_empty() {
+                        "default".into()
+                    } else {
+                        format!("upstream{}", raw.upstreams.len())
+                    },
+                    ..RawUpstream::default()
+                }),
+            }
+        } else if let Some(url) = &self.upstream {
             // The upstream at --path (default /mcp) gets this URL; it is created if absent.
             let path = self.path.clone().unwrap_or_else(|| "/mcp".into());
             match raw.upstreams.iter_mut().find(|u| u.path == path) {
-                Some(u) => u.url = url.clone(),
+                Some(u) => {
+                    u.url = url.clone();
+                    u.command.clear();
+                }
                 None => raw.upstreams.push(RawUpstream {
                     url: url.clone(),
                     path,

@@ -161,8 +161,22 @@ pub struct RawUpstream {
     pub name: String,
     /// Path tasklift serves this upstream at.
     pub path: String,
-    /// The upstream's Streamable HTTP endpoint.
+    /// The upstream's Streamable HTTP endpoint (or use `command`).
     pub url: String,
+    /// A stdio upstream: the command and its arguments (instead of `url`).
+    pub command: Vec<String>,
+    /// stdio: extra environment variables for the child.
+    pub env: BTreeMap<String, String>,
+    /// stdio: working directory of the child (default: tasklift's).
+    pub cwd: String,
+    /// stdio: how many child processes to run; calls are spread across them.
+    pub processes: usize,
+    /// stdio: how long to wait for an answer to the `server/discover` probe before
+    /// treating the child as a legacy server.
+    pub probe_timeout: String,
+    /// stdio: at shutdown, how long a child gets after its stdin closes before SIGTERM
+    /// (and as long again before SIGKILL).
+    pub shutdown_grace: String,
     /// `auto` (detect), `modern` or `legacy`.
     pub era: String,
     /// Forward the caller's `Authorization` header upstream.
@@ -189,6 +203,12 @@ impl Default for RawUpstream {
             name: "default".into(),
             path: "/mcp".into(),
             url: String::new(),
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: String::new(),
+            processes: 1,
+            probe_timeout: "3s".into(),
+            shutdown_grace: "3s".into(),
             era: "auto".into(),
             forward_authorization: false,
             headers: BTreeMap::new(),
@@ -336,8 +356,8 @@ pub struct UpstreamConfig {
     pub name: String,
     /// Mount path.
     pub path: String,
-    /// Endpoint URL.
-    pub url: http::Uri,
+    /// How tasklift reaches it.
+    pub transport: Transport,
     /// Era setting.
     pub era: EraSetting,
     /// Forward `Authorization`.
@@ -360,7 +380,52 @@ pub struct UpstreamConfig {
     pub default_policy: ToolPolicy,
 }
 
+/// How an upstream is reached.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// Streamable HTTP at this URL.
+    Http {
+        /// Endpoint URL.
+        url: http::Uri,
+    },
+    /// Child processes spoken to over stdin/stdout.
+    Stdio(StdioConfig),
+}
+
+/// A stdio upstream's process settings.
+#[derive(Debug, Clone)]
+pub struct StdioConfig {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: Option<PathBuf>,
+    /// Pool size.
+    pub processes: usize,
+    /// `server/discover` probe timeout.
+    pub probe_timeout: Duration,
+    /// Grace period at shutdown (stdin closed → SIGTERM → SIGKILL).
+    pub shutdown_grace: Duration,
+}
+
 impl UpstreamConfig {
+    /// The HTTP URL, for HTTP upstreams.
+    pub fn url(&self) -> Option<&http::Uri> {
+        match &self.transport {
+            Transport::Http { url } => Some(url),
+            Transport::Stdio(_) => None,
+        }
+    }
+
+    /// Where the upstream is, for logs.
+    pub fn location(&self) -> String {
+        match &self.transport {
+            Transport::Http { url } => url.to_string(),
+            Transport::Stdio(s) => format!("stdio: {}", s.command.join(" ")),
+        }
+    }
+
     /// The rules for a tool.
     pub fn policy(&self, tool: &str) -> &ToolPolicy {
         self.tools.get(tool).unwrap_or(&self.default_policy)
@@ -504,19 +569,52 @@ fn validate_upstream(
     d: &TaskDefaults,
 ) -> Result<UpstreamConfig, ConfigError> {
     let key = |k: &str| format!("upstreams[{i}].{k}");
-    let url: http::Uri = u
-        .url
-        .parse()
-        .map_err(|e| invalid(key("url"), format!("{:?} is not a URL ({e})", u.url)))?;
-    match url.scheme_str() {
-        Some("http") | Some("https") if url.host().is_some() => {}
-        _ => {
+    let transport = match (u.url.is_empty(), u.command.is_empty()) {
+        (false, true) => {
+            let url: http::Uri = u
+                .url
+                .parse()
+                .map_err(|e| invalid(key("url"), format!("{:?} is not a URL ({e})", u.url)))?;
+            match url.scheme_str() {
+                Some("http") | Some("https") if url.host().is_some() => {}
+                _ => {
+                    return Err(invalid(
+                        key("url"),
+                        format!("{:?} must be an http:// or https:// URL", u.url),
+                    ))
+                }
+            }
+            Transport::Http { url }
+        }
+        (true, false) => {
+            if u.processes == 0 {
+                return Err(invalid(key("processes"), "must be at least 1"));
+            }
+            if u.command[0].is_empty() {
+                return Err(invalid(key("command"), "the program name is empty"));
+            }
+            Transport::Stdio(StdioConfig {
+                command: u.command.clone(),
+                env: u.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                cwd: (!u.cwd.is_empty()).then(|| PathBuf::from(&u.cwd)),
+                processes: u.processes,
+                probe_timeout: parse_duration(&key("probe_timeout"), &u.probe_timeout)?,
+                shutdown_grace: parse_duration(&key("shutdown_grace"), &u.shutdown_grace)?,
+            })
+        }
+        (true, true) => {
             return Err(invalid(
                 key("url"),
-                format!("{:?} must be an http:// or https:// URL", u.url),
+                "set either url (Streamable HTTP) or command (stdio)",
             ))
         }
-    }
+        (false, false) => {
+            return Err(invalid(
+                key("command"),
+                "an upstream has either a url or a command, not both",
+            ))
+        }
+    };
     if !u.path.starts_with('/') {
         return Err(invalid(key("path"), "must start with /"));
     }
@@ -594,7 +692,7 @@ fn validate_upstream(
     Ok(UpstreamConfig {
         name: u.name.clone(),
         path: u.path.clone(),
-        url,
+        transport,
         era,
         forward_authorization: u.forward_authorization,
         headers,

@@ -58,6 +58,16 @@ pub struct Tool {
 }
 
 impl Tool {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its `tools/list` entry.
+    pub fn listing(&self) -> Value {
+        json!({"name": self.name, "description": self.description, "inputSchema": self.schema})
+    }
+
     /// A tool that answers `"{name} done"` at once.
     pub fn new(name: &str) -> Self {
         let n = name.to_string();
@@ -140,7 +150,7 @@ impl Tool {
     }
 
     /// Run the tool; `progress(done, total, message)` is called along the way.
-    async fn run(
+    pub(crate) async fn run(
         &self,
         args: &Value,
         progress: impl Fn(u32, u32, String),
@@ -192,6 +202,8 @@ pub struct Stats {
     pub running: AtomicUsize,
     /// Headers of every POST, in order (lower-case names).
     pub headers: Mutex<Vec<HashMap<String, String>>>,
+    /// Every JSON message POSTed, in order, as received.
+    pub bodies: Mutex<Vec<Value>>,
 }
 
 /// The server's protocol era.
@@ -308,6 +320,16 @@ impl FixtureServer {
             )
     }
 
+    /// The tools, for serving them over another transport.
+    pub(crate) fn tool_list(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// The tool named `name`.
+    pub(crate) fn find_tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
     /// Counters and captured headers.
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
@@ -391,10 +413,11 @@ impl FixtureServer {
             .await
             .map(|c| c.to_bytes())
             .unwrap_or_default();
-        let Some(msg) = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(Msg::classify)
-        else {
+        let parsed = serde_json::from_slice::<Value>(&bytes).ok();
+        if let Some(v) = &parsed {
+            self.stats.bodies.lock().expect("bodies").push(v.clone());
+        }
+        let Some(msg) = parsed.and_then(Msg::classify) else {
             return rpc(
                 StatusCode::BAD_REQUEST,
                 &Value::Null,

@@ -24,6 +24,7 @@ pub mod config;
 pub mod demo;
 pub mod dispatch;
 pub mod fixture;
+pub mod fixture_stdio;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod reply;

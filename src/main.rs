@@ -15,8 +15,10 @@ const EXIT_CONFIG: u8 = 64;
 fn init_tracing(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal;
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Pretty => b.init(),
@@ -68,7 +70,34 @@ fn main() -> ExitCode {
             init_tracing(cli.log_format, "warn");
             report(runtime().block_on(tasklift::demo::run(keep_data)))
         }
-        Command::DemoServer { listen } => {
+        Command::DemoServer {
+            listen,
+            stdio,
+            modern,
+            garbage,
+            ignore_cancel,
+            exit_at_start,
+            serial,
+            log,
+        } => {
+            if stdio {
+                // stdout carries the protocol: logs go to stderr only.
+                init_tracing(cli.log_format, "warn");
+                let opts = tasklift::fixture_stdio::StdioOptions {
+                    modern,
+                    garbage,
+                    ignore_cancel,
+                    exit_at_start,
+                    serial,
+                    log,
+                };
+                let fixture = tasklift::fixture_stdio::stdio_fixture();
+                return report(runtime().block_on(async {
+                    tasklift::fixture_stdio::serve(fixture, opts)
+                        .await
+                        .map_err(anyhow::Error::from)
+                }));
+            }
             init_tracing(cli.log_format, "info");
             report(runtime().block_on(demo_server(listen)))
         }

@@ -21,14 +21,14 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::sse::SseParser;
 use super::{
-    broken, CallContext, CallEvent, Canceller, Era, Upstream, UpstreamCall, UpstreamError,
-    UpstreamFuture,
+    broken, discover_from_initialize, legacy_request, modern_meta, CallContext, CallEvent,
+    Canceller, Era, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
 use crate::config::{EraSetting, UpstreamConfig};
 use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError, METHOD_NOT_FOUND};
@@ -57,6 +57,8 @@ pub struct HttpUpstream {
 struct Shared {
     /// Configuration (URL, headers, era setting).
     cfg: UpstreamConfig,
+    /// The endpoint.
+    url: http::Uri,
     /// Pooled HTTP/1 client (http and https).
     client: HttpClient,
     /// Cached era, once known.
@@ -94,6 +96,13 @@ struct Session {
 impl HttpUpstream {
     /// Build the client for an upstream. Fails if a configured CA file is unreadable.
     pub fn new(cfg: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let url = cfg
+            .url()
+            .cloned()
+            .ok_or_else(|| UpstreamError::Unreachable {
+                name: cfg.name.clone(),
+                message: "not an HTTP upstream".into(),
+            })?;
         let client = build_client(&cfg)?;
         let era = match cfg.era {
             EraSetting::Auto => None,
@@ -103,6 +112,7 @@ impl HttpUpstream {
         Ok(Self {
             inner: Arc::new(Shared {
                 cfg,
+                url,
                 client,
                 era: RwLock::new(era),
                 detecting: tokio::sync::Mutex::new(()),
@@ -197,7 +207,7 @@ impl Shared {
     ) -> Result<Answer, UpstreamError> {
         let mut req = http::Request::builder()
             .method(method)
-            .uri(self.cfg.url.clone());
+            .uri(self.url.clone());
         let h = req.headers_mut().expect("builder is valid");
         if body.is_some() {
             h.insert(
@@ -639,15 +649,6 @@ impl Session {
     }
 }
 
-/// The `_meta` tasklift puts on requests it makes itself.
-fn modern_meta() -> Value {
-    json!({
-        mcp::META_PROTOCOL_VERSION: MODERN_VERSION,
-        mcp::META_CLIENT_INFO: {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
-        mcp::META_CLIENT_CAPABILITIES: {},
-    })
-}
-
 /// Headers mirrored from a modern request's body.
 fn modern_headers(req: &Request) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -668,21 +669,6 @@ fn modern_headers(req: &Request) -> HeaderMap {
         }
     }
     h
-}
-
-/// A modern request reshaped for a legacy session: the per-request protocol fields
-/// live in the session there, so they are dropped; every other `_meta` key stays.
-fn legacy_request(req: &Request) -> Request {
-    let mut r = req.clone();
-    if let Some(Value::Object(meta)) = r.params.get_mut("_meta") {
-        meta.remove(mcp::META_PROTOCOL_VERSION);
-        meta.remove(mcp::META_CLIENT_INFO);
-        meta.remove(mcp::META_CLIENT_CAPABILITIES);
-        if meta.is_empty() {
-            r.params.remove("_meta");
-        }
-    }
-    r
 }
 
 impl Upstream for HttpUpstream {
@@ -808,24 +794,4 @@ impl Upstream for HttpUpstream {
             }
         })
     }
-}
-
-/// A `server/discover` result built from a legacy `initialize` result.
-pub fn discover_from_initialize(init: &Value) -> Value {
-    let mut r = Map::new();
-    r.insert("resultType".into(), json!("complete"));
-    r.insert("supportedVersions".into(), json!(mcp::SUPPORTED_VERSIONS));
-    r.insert(
-        "capabilities".into(),
-        init.get("capabilities")
-            .cloned()
-            .unwrap_or_else(|| json!({})),
-    );
-    if let Some(info) = init.get("serverInfo") {
-        r.insert("_meta".into(), json!({ mcp::META_SERVER_INFO: info }));
-    }
-    if let Some(i) = init.get("instructions") {
-        r.insert("instructions".into(), i.clone());
-    }
-    Value::Object(r)
 }

@@ -4,14 +4,16 @@
 
 pub mod http;
 pub mod sse;
+pub mod stdio;
 
 use std::future::Future;
 use std::pin::Pin;
 
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use crate::jsonrpc::{Outcome, Request, RpcError, UPSTREAM_ERROR};
+use crate::mcp::{self, MODERN_VERSION};
 
 /// Which protocol era an upstream speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +113,14 @@ impl Canceller {
         }
     }
 
+    /// A canceller that runs `f` when the call is cancelled.
+    pub fn on_cancel(f: Box<dyn FnOnce() + Send>) -> Self {
+        Self {
+            reader: None,
+            on_cancel: Some(f),
+        }
+    }
+
     /// A canceller with nothing to cancel.
     pub fn none() -> Self {
         Self {
@@ -170,9 +180,27 @@ pub trait Upstream: Send + Sync + 'static {
     ) -> UpstreamFuture<'a, Outcome>;
     /// Close idle sessions (legacy); called periodically and at shutdown (`all`).
     fn close_idle<'a>(&'a self, all: bool) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+    /// Stop for good: close sessions (HTTP) or stop child processes (stdio).
+    fn shutdown<'a>(&'a self) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        self.close_idle(true)
+    }
+    /// `Err(reason)` when the upstream cannot take calls now (reported by `/readyz`).
+    fn health(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl UpstreamCall {
+    /// A call that failed before it started.
+    pub fn failed(e: RpcError) -> Self {
+        let (tx, rx) = mpsc::channel(1);
+        let _ = tx.try_send(CallEvent::Done(Err(e)));
+        Self {
+            events: rx,
+            canceller: Canceller::none(),
+        }
+    }
+
     /// Wait for the final outcome, ignoring notifications.
     pub async fn outcome(mut self, upstream: &str) -> Outcome {
         while let Some(ev) = self.events.recv().await {
@@ -192,4 +220,48 @@ pub fn broken(upstream: &str) -> RpcError {
         UPSTREAM_ERROR,
         format!("upstream {upstream} closed the connection before answering"),
     )
+}
+
+/// The `_meta` tasklift puts on requests it makes itself.
+pub fn modern_meta() -> Value {
+    json!({
+        mcp::META_PROTOCOL_VERSION: MODERN_VERSION,
+        mcp::META_CLIENT_INFO: {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
+        mcp::META_CLIENT_CAPABILITIES: {},
+    })
+}
+
+/// A modern request reshaped for a legacy session: the per-request protocol fields
+/// live in the session there, so they are dropped; every other `_meta` key stays.
+pub fn legacy_request(req: &Request) -> Request {
+    let mut r = req.clone();
+    if let Some(Value::Object(meta)) = r.params.get_mut("_meta") {
+        meta.remove(mcp::META_PROTOCOL_VERSION);
+        meta.remove(mcp::META_CLIENT_INFO);
+        meta.remove(mcp::META_CLIENT_CAPABILITIES);
+        if meta.is_empty() {
+            r.params.remove("_meta");
+        }
+    }
+    r
+}
+
+/// A `server/discover` result built from a legacy `initialize` result.
+pub fn discover_from_initialize(init: &Value) -> Value {
+    let mut r = Map::new();
+    r.insert("resultType".into(), json!("complete"));
+    r.insert("supportedVersions".into(), json!(mcp::SUPPORTED_VERSIONS));
+    r.insert(
+        "capabilities".into(),
+        init.get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+    );
+    if let Some(info) = init.get("serverInfo") {
+        r.insert("_meta".into(), json!({ mcp::META_SERVER_INFO: info }));
+    }
+    if let Some(i) = init.get("instructions") {
+        r.insert("instructions".into(), i.clone());
+    }
+    Value::Object(r)
 }

