@@ -2,7 +2,7 @@
 # Run the official MCP conformance suite (server mode) against tasklift fronting the
 # bundled legacy fixture server, over HTTP (default) or as a stdio child process.
 # Usage: tests/conformance/run.sh [--stdio] [scenario ...]
-# Needs Node 22 and @modelcontextprotocol/conformance: scripts/install-conformance puts
+# Needs Node 22 and @modelcontextprotocol/conformance: scripts/install-test-tools puts
 # them under target/tools (or set CONFORMANCE="node /path/to/conformance/dist/index.js").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
