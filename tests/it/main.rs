@@ -3,6 +3,7 @@
 //! front of a fixture upstream built for the case.
 
 mod common;
+mod mock;
 
 mod auth_ownership;
 mod basics;
