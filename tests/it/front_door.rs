@@ -1,1 +1,290 @@
-//! (tests to come)
+//! The front door: what tasklift accepts and how it rejects the rest, as a
+//! 2026-07-28 Streamable HTTP server must.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{json, Value};
+use tasklift::fixture::{FixtureServer, Tool};
+
+use crate::common::*;
+
+async fn harness() -> Harness {
+    Harness::start(
+        FixtureServer::new()
+            .tool(Tool::new("echo"))
+            .tool(Tool::new("Hello, 世界")),
+        |c| c.server.allowed_origins = vec!["https://app.example.com".into()],
+    )
+    .await
+}
+
+fn call(h: &Harness, name: &str) -> Post {
+    Post::new(
+        &h.url,
+        7,
+        "tools/call",
+        json!({"name": name, "arguments": {}}),
+        false,
+    )
+}
+
+/// A 400 with this JSON-RPC code, the request id echoed.
+fn assert_rejected(r: &Raw, code: i64, id: Value) {
+    assert_eq!(r.status, 400, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["error"]["code"], code, "{v}");
+    assert_eq!(v["id"], id, "{v}");
+}
+
+#[tokio::test]
+async fn get_and_delete_answer_405_with_allow_post() {
+    let h = harness().await;
+    for m in ["GET", "DELETE"] {
+        let r = raw(m, &h.url, &[("accept", "text/event-stream")], "").await;
+        assert_eq!(r.status, 405, "{m}: {r:?}");
+        assert_eq!(r.headers["allow"], "POST");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_path_is_404_and_wrong_content_type_is_415() {
+    let h = harness().await;
+    let other = h.url.replace("/mcp", "/elsewhere");
+    let r = call(&h, "echo").into_url(&other).send().await;
+    assert_eq!(r.status, 404, "{r:?}");
+    assert!(r.body.contains("/elsewhere"), "{}", r.body);
+    let r = call(&h, "echo")
+        .header("content-type", "text/plain")
+        .send()
+        .await;
+    assert_eq!(r.status, 415, "{r:?}");
+    assert!(r.body.contains("application/json"), "{}", r.body);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn protocol_version_header_must_be_present_and_match() {
+    let h = harness().await;
+    let r = call(&h, "echo")
+        .without("mcp-protocol-version")
+        .send()
+        .await;
+    assert_rejected(&r, -32020, json!(7));
+    let r = call(&h, "echo")
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await;
+    assert_rejected(&r, -32020, json!(7));
+    assert!(r.body.contains("2025-11-25"), "{}", r.body);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn mcp_method_header_must_be_present_and_match() {
+    let h = harness().await;
+    let r = call(&h, "echo").without("mcp-method").send().await;
+    assert_rejected(&r, -32020, json!(7));
+    let r = call(&h, "echo")
+        .header("mcp-method", "tools/list")
+        .send()
+        .await;
+    assert_rejected(&r, -32020, json!(7));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn mcp_name_header_is_checked_against_the_body_after_decoding() {
+    let h = harness().await;
+    let r = call(&h, "echo").without("mcp-name").send().await;
+    assert_rejected(&r, -32020, json!(7));
+    let r = call(&h, "echo").header("mcp-name", "other").send().await;
+    assert_rejected(&r, -32020, json!(7));
+    // The base64 form is accepted when it decodes to the body value...
+    let r = call(&h, "Hello, 世界")
+        .header("mcp-name", "=?base64?SGVsbG8sIOS4lueVjA==?=")
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.response()["result"]["content"][0]["text"],
+        "Hello, 世界 done"
+    );
+    // ...also for a plain ASCII name ("echo")...
+    let r = call(&h, "echo")
+        .header("mcp-name", "=?base64?ZWNobw==?=")
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    // ...and rejected when it decodes to something else, or does not decode.
+    let r = call(&h, "echo")
+        .header("mcp-name", "=?base64?b3RoZXI=?=")
+        .send()
+        .await;
+    assert_rejected(&r, -32020, json!(7));
+    let r = call(&h, "echo")
+        .header("mcp-name", "=?base64?!!!?=")
+        .send()
+        .await;
+    assert_rejected(&r, -32020, json!(7));
+    // For tasks/* the name header carries the task id.
+    let r = Post::new(&h.url, 8, "tasks/get", json!({"taskId": "abc"}), true)
+        .header("mcp-name", "xyz")
+        .send()
+        .await;
+    assert_rejected(&r, -32020, json!(8));
+    assert_eq!(h.upstream.stats().calls.load(Ordering::Relaxed), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn missing_meta_fields_are_invalid_params() {
+    let h = harness().await;
+    let r = call(&h, "echo")
+        .edit(|b| {
+            b["params"]["_meta"]
+                .as_object_mut()
+                .unwrap()
+                .remove("io.modelcontextprotocol/protocolVersion");
+        })
+        .send()
+        .await;
+    assert_rejected(&r, -32602, json!(7));
+    assert!(r.body.contains("protocolVersion"), "{}", r.body);
+    let r = call(&h, "echo")
+        .edit(|b| {
+            b["params"]["_meta"]
+                .as_object_mut()
+                .unwrap()
+                .remove("io.modelcontextprotocol/clientCapabilities");
+        })
+        .send()
+        .await;
+    assert_rejected(&r, -32602, json!(7));
+    assert!(r.body.contains("clientCapabilities"), "{}", r.body);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unsupported_version_lists_the_supported_ones() {
+    let h = harness().await;
+    let r = call(&h, "echo")
+        .header("mcp-protocol-version", "2030-01-01")
+        .edit(|b| {
+            b["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2030-01-01")
+        })
+        .send()
+        .await;
+    assert_rejected(&r, -32022, json!(7));
+    assert_eq!(
+        r.json()["error"]["data"]["supported"],
+        json!(["2026-07-28"])
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_parse_error() {
+    let h = harness().await;
+    let r = raw(
+        "POST",
+        &h.url,
+        &[
+            ("content-type", "application/json"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+        ],
+        "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ",
+    )
+    .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.json()["error"]["code"], -32700);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_body_is_413_naming_the_limit() {
+    let h = Harness::start(FixtureServer::new().tool(Tool::new("echo")), |c| {
+        c.server.max_body_bytes = 2048
+    })
+    .await;
+    let r = call(&h, "echo")
+        .edit(|b| b["params"]["arguments"]["blob"] = json!("x".repeat(4096)))
+        .send()
+        .await;
+    assert_eq!(r.status, 413, "{r:?}");
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("too large") && msg.contains("2048"), "{msg}");
+    // Just under the limit still goes through.
+    let r = call(&h, "echo")
+        .edit(|b| b["params"]["arguments"]["blob"] = json!("x".repeat(1024)))
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(h.upstream.stats().calls.load(Ordering::Relaxed), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn origins_are_checked_against_the_allow_list() {
+    let h = harness().await;
+    let r = call(&h, "echo")
+        .header("origin", "https://evil.example")
+        .send()
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    for ok in [
+        "http://localhost:5173",
+        "http://127.0.0.1:3000",
+        "https://app.example.com",
+    ] {
+        let r = call(&h, "echo").header("origin", ok).send().await;
+        assert_eq!(r.status, 200, "{ok}: {r:?}");
+        assert_eq!(r.response()["result"]["content"][0]["text"], "echo done");
+    }
+    assert_eq!(h.upstream.stats().calls.load(Ordering::Relaxed), 3);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_method_the_upstream_lacks_is_404_method_not_found() {
+    let h = harness().await;
+    let r = post(&h.url, 3, "prompts/list", json!({}), false).await;
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(r.json()["error"]["code"], -32601);
+    assert_eq!(r.json()["id"], 3);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn tasks_result_and_tasks_list_are_not_methods() {
+    let h = harness().await;
+    for m in ["tasks/result", "tasks/list"] {
+        let r = post(&h.url, 4, m, json!({"taskId": "abc"}), true).await;
+        assert_eq!(r.json()["error"]["code"], -32601, "{m}: {r:?}");
+        assert_eq!(r.status, 404);
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn notifications_are_accepted_with_202() {
+    let h = harness().await;
+    let r = call(&h, "echo")
+        .edit(|b| {
+            *b = json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed", "params": {}})
+        })
+        .header("mcp-method", "notifications/roots/list_changed")
+        .without("mcp-name")
+        .send()
+        .await;
+    assert_eq!(r.status, 202, "{r:?}");
+    assert!(r.body.is_empty());
+    let got = h.upstream.stats().bodies.lock().unwrap().clone();
+    assert!(
+        got.iter()
+            .any(|b| b["method"] == "notifications/roots/list_changed"),
+        "the notification reached the upstream: {got:?}"
+    );
+    h.stop().await;
+}
