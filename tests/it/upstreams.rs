@@ -1,1 +1,365 @@
-//! (tests to come)
+//! Upstreams of both eras: the legacy handshake and sessions tasklift runs on the
+//! caller's behalf, modern pass-through, discovery, headers, TLS, and what happens
+//! when the upstream is gone or hands out task handles of its own.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::json;
+use tasklift::client::ClientError;
+use tasklift::fixture::{FixtureServer, Tool};
+
+use crate::common::*;
+use crate::mock::{discover_result, tls_front, MockReply, MockUpstream};
+
+fn fixture() -> FixtureServer {
+    FixtureServer::new().tool(Tool::new("echo"))
+}
+
+fn rpc_err(r: Result<tasklift::client::Answer, ClientError>) -> tasklift::jsonrpc::RpcError {
+    match r {
+        Err(ClientError::Rpc(e)) => e,
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn legacy_upstream_is_initialized_by_tasklift_and_results_are_completed() {
+    let h = Harness::start(fixture(), |c| {
+        c.upstreams[0].list_ttl_ms = 60_000;
+        c.upstreams[0].list_cache_scope = "public".into();
+    })
+    .await;
+    let c = h.client();
+    let a = c.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["resultType"], "complete");
+    assert_eq!(a.result["content"][0]["text"], "echo done");
+    let init = h.received("initialize");
+    assert_eq!(init.len(), 1);
+    assert_eq!(init[0]["params"]["protocolVersion"], "2025-11-25");
+    assert_eq!(h.received("notifications/initialized").len(), 1);
+    // The per-request protocol fields live in the session for a legacy server.
+    let sent = &h.received("tools/call")[0]["params"];
+    assert!(sent["_meta"]
+        .get("io.modelcontextprotocol/protocolVersion")
+        .is_none());
+    // List results get what 2026-07-28 requires, as configured.
+    let list = c.request("tools/list", json!({})).await.unwrap().result;
+    assert_eq!(list["tools"][0]["name"], "echo");
+    assert_eq!(list["resultType"], "complete");
+    assert_eq!(list["ttlMs"], 60_000);
+    assert_eq!(list["cacheScope"], "public");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn modern_upstream_gets_each_request_with_its_meta_and_mirrored_headers() {
+    let h = Harness::start(fixture().modern(), |_| {}).await;
+    let c = h.client();
+    for _ in 0..3 {
+        let a = c.call_tool("echo", json!({})).await.unwrap();
+        assert_eq!(a.result["content"][0]["text"], "echo done");
+    }
+    c.request("tools/list", json!({})).await.unwrap();
+    assert!(
+        h.received("initialize").is_empty(),
+        "no handshake for a modern server"
+    );
+    assert_eq!(h.received("server/discover").len(), 1, "era probed once");
+    let call = &h.received("tools/call")[0];
+    let meta = &call["params"]["_meta"];
+    assert_eq!(
+        meta["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
+    );
+    assert!(
+        meta["io.modelcontextprotocol/clientCapabilities"]["extensions"]
+            .get("io.modelcontextprotocol/tasks")
+            .is_some()
+    );
+    let stats = h.upstream.stats();
+    let headers = stats.headers.lock().unwrap().clone();
+    let call_h = headers
+        .iter()
+        .find(|h| h.get("mcp-method").map(String::as_str) == Some("tools/call"))
+        .expect("a tools/call POST");
+    assert_eq!(call_h["mcp-name"], "echo");
+    assert_eq!(call_h["mcp-protocol-version"], "2026-07-28");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn legacy_era_is_detected_once_and_the_session_reused() {
+    let h = Harness::start(fixture(), |_| {}).await;
+    let c = h.client();
+    for _ in 0..3 {
+        c.call_tool("echo", json!({})).await.unwrap();
+    }
+    c.request("tools/list", json!({})).await.unwrap();
+    c.request("ping", json!({})).await.unwrap();
+    assert_eq!(h.received("server/discover").len(), 1);
+    assert_eq!(h.upstream.stats().initializes.load(Ordering::Relaxed), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_legacy_session_is_reopened_transparently() {
+    let h = Harness::start(fixture(), |_| {}).await;
+    let c = h.client();
+    c.call_tool("echo", json!({})).await.unwrap();
+    h.upstream.expire_sessions();
+    let a = c.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "echo done");
+    assert_eq!(h.upstream.stats().initializes.load(Ordering::Relaxed), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn legacy_sessions_are_never_shared_between_principals() {
+    let h = Harness::start(fixture(), |c| c.auth.mode = "bearer".into()).await;
+    let alice = h.client_with(true, &[("authorization", "Bearer alice")]);
+    let bob = h.client_with(true, &[("authorization", "Bearer bob")]);
+    alice.call_tool("echo", json!({})).await.unwrap();
+    alice.call_tool("echo", json!({})).await.unwrap();
+    let inits = || h.upstream.stats().initializes.load(Ordering::Relaxed);
+    assert_eq!(inits(), 1, "the same token reuses its session");
+    bob.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(inits(), 2, "another token gets its own session");
+    let stats = h.upstream.stats();
+    let sessions: std::collections::HashSet<String> = stats
+        .headers
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h.get("mcp-session-id").cloned())
+        .collect();
+    assert_eq!(sessions.len(), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn idle_legacy_sessions_are_closed_with_delete() {
+    let h = Harness::start(fixture(), |c| c.upstreams[0].session_idle = "1s".into()).await;
+    let c = h.client();
+    c.call_tool("echo", json!({})).await.unwrap();
+    let stats = h.upstream.stats();
+    eventually(
+        "the idle session is deleted",
+        Duration::from_secs(15),
+        || stats.deletes.load(Ordering::Relaxed) == 1,
+    )
+    .await;
+    // The next call opens a new session.
+    c.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(stats.initializes.load(Ordering::Relaxed), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn static_headers_and_forwarded_authorization_reach_the_upstream() {
+    for forward in [true, false] {
+        let h = Harness::start(fixture(), |c| {
+            c.upstreams[0].forward_authorization = forward;
+            c.upstreams[0]
+                .headers
+                .insert("x-api-key".into(), "static-secret".into());
+        })
+        .await;
+        let c = h.client_with(true, &[("authorization", "Bearer caller-token")]);
+        c.call_tool("echo", json!({})).await.unwrap();
+        let stats = h.upstream.stats();
+        let headers = stats.headers.lock().unwrap().clone();
+        assert!(headers.len() >= 3, "probe, initialize, initialized, call");
+        for hd in &headers {
+            assert_eq!(hd["x-api-key"], "static-secret");
+        }
+        let call = headers
+            .last()
+            .expect("the tools/call POST comes last")
+            .clone();
+        if forward {
+            assert_eq!(call["authorization"], "Bearer caller-token");
+        } else {
+            assert!(
+                headers.iter().all(|h| !h.contains_key("authorization")),
+                "{headers:?}"
+            );
+        }
+        drop(headers);
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn discover_on_a_legacy_upstream_comes_from_initialize_plus_the_extension() {
+    let h = Harness::start(fixture(), |_| {}).await;
+    let d = h
+        .client()
+        .request("server/discover", json!({}))
+        .await
+        .unwrap()
+        .result;
+    assert_eq!(d["resultType"], "complete");
+    assert_eq!(d["supportedVersions"], json!(["2026-07-28"]));
+    assert!(d["ttlMs"].is_u64() && d["cacheScope"].is_string(), "{d}");
+    assert!(d["capabilities"]["tools"].is_object(), "{d}");
+    assert!(d["capabilities"]["extensions"]
+        .get("io.modelcontextprotocol/tasks")
+        .is_some());
+    assert_eq!(
+        d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "tasklift-fixture"
+    );
+    assert!(d["instructions"].as_str().unwrap().contains("slow"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn discover_on_a_modern_upstream_keeps_its_answer_and_adds_the_extension() {
+    let h = Harness::start(fixture().modern(), |_| {}).await;
+    let d = h
+        .client()
+        .request("server/discover", json!({}))
+        .await
+        .unwrap()
+        .result;
+    assert_eq!(d["cacheScope"], "public", "the upstream's own value: {d}");
+    assert!(d["capabilities"]["tools"].is_object());
+    assert!(d["capabilities"]["extensions"]
+        .get("io.modelcontextprotocol/tasks")
+        .is_some());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_fields_and_meta_keys_pass_through_unchanged() {
+    for modern in [false, true] {
+        let up = if modern {
+            fixture().modern()
+        } else {
+            fixture()
+        };
+        let h = Harness::start(up, |_| {}).await;
+        let params = json!({
+            "name": "echo",
+            "arguments": {"nested": {"list": [1, 2.5, null], "s": "ü"}},
+            "x-routing": {"shard": 3},
+            "_meta": {"com.example/trace": "t-1", "progressToken": "mine"},
+        });
+        let r = post(&h.url, 1, "tools/call", params.clone(), true).await;
+        assert_eq!(r.response()["result"]["content"][0]["text"], "echo done");
+        let r = post(&h.url, 2, "ping", json!({"x-extra": [true]}), true).await;
+        assert!(r.response().get("result").is_some(), "{r:?}");
+        let got = &h.received("tools/call")[0]["params"];
+        assert_eq!(got["arguments"], params["arguments"]);
+        assert_eq!(got["x-routing"], params["x-routing"]);
+        assert_eq!(got["_meta"]["com.example/trace"], "t-1");
+        assert_eq!(got["_meta"]["progressToken"], "mine");
+        assert_eq!(h.received("ping")[0]["params"]["x-extra"], json!([true]));
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_dead_upstream_gives_a_clear_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &closed_port_url(), dir, |c| {
+        c.upstreams[0].name = "backend".into()
+    })
+    .await;
+    let c = h.client();
+    for (method, params) in [
+        ("tools/call", json!({"name": "echo"})),
+        ("tools/list", json!({})),
+    ] {
+        let r = tokio::time::timeout(Duration::from_secs(20), c.request(method, params))
+            .await
+            .expect("an answer, not a hang");
+        let e = rpc_err(r);
+        assert_eq!(e.code, -32010, "{e:?}");
+        assert!(
+            e.message.contains("upstream backend") && e.message.contains("unreachable"),
+            "{}",
+            e.message
+        );
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn upstream_task_handles_and_their_tasks_calls_pass_through_untouched() {
+    let handle = json!({
+        "resultType": "task", "taskId": "upstream-task-1", "status": "working",
+        "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z",
+        "ttlMs": 1234, "pollIntervalMs": 777, "x-vendor": {"queue": "gpu"},
+    });
+    let detailed = json!({
+        "resultType": "complete", "taskId": "upstream-task-1", "status": "completed",
+        "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:05Z",
+        "ttlMs": 1234, "pollIntervalMs": 777,
+        "result": {"content": [{"type": "text", "text": "from upstream"}]},
+        "x-vendor": {"cost": 5},
+    });
+    let (h1, d1) = (handle.clone(), detailed.clone());
+    let mock = MockUpstream::start(move |m| match m["method"].as_str().unwrap_or("") {
+        "server/discover" => MockReply::Result(discover_result(
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+        )),
+        "tools/call" => MockReply::Result(h1.clone()),
+        "tasks/get" => MockReply::Result(d1.clone()),
+        "tasks/cancel" => MockReply::Result(json!({"resultType": "complete"})),
+        other => MockReply::Error(404, -32601, format!("Method not found: {other}")),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &mock.url, dir, |_| {}).await;
+    let c = h.client();
+    let a = c.call_tool("gpu_job", json!({})).await.unwrap();
+    assert_eq!(a.result, handle);
+    assert_eq!(c.get_task("upstream-task-1").await.unwrap(), detailed);
+    assert_eq!(
+        c.cancel_task("upstream-task-1").await.unwrap(),
+        json!({"resultType": "complete"})
+    );
+    let gets = mock.received("tasks/get");
+    assert_eq!(gets.len(), 1);
+    assert_eq!(gets[0]["params"]["taskId"], "upstream-task-1");
+    assert_eq!(mock.received("tasks/cancel").len(), 1);
+    assert_eq!(stored_tasks(&h).await, 0, "tasklift keeps no record of it");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_https_upstream_is_trusted_through_ca_file() {
+    let up = fixture()
+        .start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let backend = up.url().trim_start_matches("http://").replace("/mcp", "");
+    let (url, pem) = tls_front(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, pem).unwrap();
+    // Without the CA the certificate is refused, and the error says so.
+    let h = Harness::front(
+        FixtureServer::new(),
+        &url,
+        tempfile::tempdir().unwrap(),
+        |_| {},
+    )
+    .await;
+    let e = rpc_err(h.client().call_tool("echo", json!({})).await);
+    assert!(e.message.contains("unreachable"), "{}", e.message);
+    assert!(
+        e.message.to_lowercase().contains("certificate"),
+        "{}",
+        e.message
+    );
+    h.stop().await;
+    let ca_file = ca.display().to_string();
+    let h = Harness::front(up, &url, dir, |c| c.upstreams[0].ca_file = ca_file).await;
+    let a = h.client().call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "echo done");
+    assert_eq!(h.upstream.stats().calls.load(Ordering::Relaxed), 1);
+    h.stop().await;
+}
