@@ -1,1 +1,168 @@
-//! (tests to come)
+//! The `tasklift` binary: `check-config` and configuration errors at `serve`
+//! (exit 64, naming the key, before anything is bound or opened).
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use tasklift::config::RawConfig;
+
+/// Run the binary with `args`, killing it if it runs longer than `limit`.
+fn run(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tasklift"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tasklift runs");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "tasklift {args:?} still running after {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn write(dir: &Path, name: &str, body: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p.display().to_string()
+}
+
+const VALID: &str = r#"
+[tasks]
+threshold = "750ms"
+
+[[upstreams]]
+url = "http://127.0.0.1:9000/mcp"
+
+[upstreams.tools.report]
+mode = "required"
+ttl = "2h"
+"#;
+
+#[test]
+fn check_config_prints_the_effective_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "t.toml", VALID);
+    let out = run(&["check-config", &file], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("valid"), "{stdout}");
+    // What the file says, and the defaults it left out.
+    for line in [
+        r#"threshold = "750ms""#,
+        r#"mode = "required""#,
+        r#"ttl = "2h""#,
+        r#"ttl = "1h""#,
+        r#"listen = "127.0.0.1:8080""#,
+        r#"path = "/mcp""#,
+        r#"mode = "none""#,
+    ] {
+        assert!(stdout.contains(line), "missing {line}:\n{stdout}");
+    }
+    // The printed configuration is itself a valid file.
+    let printed = RawConfig::from_toml(&stdout).expect("printed TOML parses");
+    printed.validate().expect("printed config is valid");
+    // Flags override the file.
+    let out = run(
+        &["check-config", &file, "--threshold", "5s"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains(r#"threshold = "5s""#));
+}
+
+#[test]
+fn check_config_rejects_bad_values_with_exit_64_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (body, key) in [
+        (
+            "[tasks]\nttl = \"forever\"\n[[upstreams]]\nurl = \"http://127.0.0.1:9000/mcp\"\n",
+            "tasks.ttl",
+        ),
+        (
+            "[[upstreams]]\nurl = \"http://127.0.0.1:9000/mcp\"\n[upstreams.tools.x]\nmode = \"sometimes\"\n",
+            "upstreams[0].tools.x.mode",
+        ),
+        ("[[upstreams]]\nurl = \"ftp://example/mcp\"\n", "upstreams[0].url"),
+        ("[server]\nlisten_on = \"x\"\n", "listen_on"),
+    ] {
+        let file = write(dir.path(), "bad.toml", body);
+        let out = run(&["check-config", &file], Duration::from_secs(30));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{body}: {stderr}");
+        assert!(stderr.contains(key), "{key} not named: {stderr}");
+        assert!(out.stdout.is_empty(), "nothing printed as effective");
+    }
+}
+
+#[test]
+fn config_example_passes_check_config() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    if !example.exists() {
+        eprintln!("SKIPPED: {} does not exist yet", example.display());
+        return;
+    }
+    let out = run(
+        &["check-config", example.to_str().unwrap()],
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "config.example.toml: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn serve_with_a_bad_flag_exits_64_before_binding_or_opening_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The port is taken: had tasklift tried to bind, it would fail differently.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let base = [
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:9/mcp",
+        "--listen",
+        &listen,
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    for (flag, value, key) in [
+        ("--threshold", "soon", "tasks.threshold"),
+        ("--auth", "password", "auth.mode"),
+        ("--ttl", "0", "tasks.ttl"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend([flag, value]);
+        let out = run(&args, Duration::from_secs(30));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(key), "{key} not named: {stderr}");
+        assert!(!data.exists(), "the store was opened before validation");
+    }
+    // A valid configuration gets as far as binding, and fails there instead.
+    let out = run(&base, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(64), "{stderr}");
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&listen), "{stderr}");
+    drop(taken);
+}
