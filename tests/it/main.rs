@@ -4,6 +4,7 @@
 
 mod common;
 mod mock;
+mod wire;
 
 mod auth_ownership;
 mod basics;
