@@ -203,6 +203,20 @@ async fn malformed_json_is_a_parse_error() {
 }
 
 #[tokio::test]
+async fn responses_and_batches_are_invalid_requests() {
+    let h = harness().await;
+    for body in [
+        json!({"jsonrpc": "2.0", "id": 5, "result": {}}),
+        json!([{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {}}]),
+    ] {
+        let r = call(&h, "echo").edit(|b| *b = body.clone()).send().await;
+        assert_eq!(r.status, 400, "{body}: {r:?}");
+        assert_eq!(r.json()["error"]["code"], -32600);
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn oversized_body_is_413_naming_the_limit() {
     let h = Harness::start(FixtureServer::new().tool(Tool::new("echo")), |c| {
         c.server.max_body_bytes = 2048

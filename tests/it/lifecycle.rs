@@ -306,3 +306,47 @@ async fn tasks_are_readable_at_once_and_have_distinct_uuid_ids() {
     }
     h.stop().await;
 }
+
+#[tokio::test]
+async fn cancelling_a_finished_task_is_acknowledged_and_changes_nothing() {
+    let gate = Arc::new(Notify::new());
+    let up = FixtureServer::new().tool(Tool::new("job").gate(gate.clone()));
+    let h = Harness::start(up, |_| {}).await;
+    let c = h.client();
+    let id = task_of(&h, "job").await;
+    gate.notify_one();
+    wait_terminal(&c, &id, Duration::from_secs(10)).await;
+    assert_eq!(
+        c.cancel_task(&id).await.unwrap(),
+        json!({"resultType": "complete"})
+    );
+    let t = c.get_task(&id).await.unwrap();
+    assert_eq!(t["status"], "completed");
+    assert_eq!(t["result"]["content"][0]["text"], "job done");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_task_on_a_modern_upstream_closes_its_stream() {
+    let up = FixtureServer::new()
+        .modern()
+        .tool(Tool::new("forever").sleep(Duration::from_secs(3600)));
+    let stats = up.stats();
+    let h = Harness::start(up, |_| {}).await;
+    let c = h.client();
+    let id = task_of(&h, "forever").await;
+    c.cancel_task(&id).await.unwrap();
+    assert_eq!(
+        wait_terminal(&c, &id, Duration::from_secs(10)).await["status"],
+        "cancelled"
+    );
+    eventually("the upstream call ends", Duration::from_secs(10), || {
+        stats.cancelled.load(Ordering::Relaxed) == 1 && stats.running.load(Ordering::Relaxed) == 0
+    })
+    .await;
+    assert!(
+        h.received("notifications/cancelled").is_empty(),
+        "closing the stream is the cancellation on modern HTTP"
+    );
+    h.stop().await;
+}

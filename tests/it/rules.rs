@@ -290,3 +290,42 @@ async fn progress_on_the_synchronous_path_is_relayed_before_the_result() {
     }
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_declaring_client_sees_progress_until_the_call_becomes_a_task() {
+    let gate = Arc::new(Notify::new());
+    let up = FixtureServer::new().tool(
+        Tool::new("crawl")
+            .sleep(Duration::from_millis(400))
+            .progress(4)
+            .gate(gate.clone()),
+    );
+    let h = Harness::start(up, |c| c.tasks.threshold = "250ms".into()).await;
+    let params = json!({"name": "crawl", "_meta": {"progressToken": "p"}});
+    let r = post(&h.url, 12, "tools/call", params, true).await;
+    let msgs = r.sse_messages();
+    let (last, notes) = msgs.split_last().expect("messages");
+    assert!(!notes.is_empty(), "progress came first: {msgs:?}");
+    assert!(notes
+        .iter()
+        .all(|n| n["method"] == "notifications/progress" && n["params"]["progressToken"] == "p"));
+    assert_eq!(last["id"], 12);
+    assert_eq!(last["result"]["resultType"], "task");
+    // Later progress under the client's token still reaches the task.
+    let c = h.client();
+    let id = last["result"]["taskId"].as_str().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while c.get_task(id).await.unwrap()["statusMessage"] != "4/4 – step 4 of 4 done" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "progress did not reach the task"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.notify_one();
+    assert_eq!(
+        wait_terminal(&c, id, Duration::from_secs(10)).await["status"],
+        "completed"
+    );
+    h.stop().await;
+}
