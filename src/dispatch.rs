@@ -64,6 +64,17 @@ pub async fn dispatch(
                 ),
             }
         }
+        "subscriptions/listen" => engine.listen(&req, &ctx.principal, &mount.cfg.name).await,
+        "initialize" | "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe" => {
+            json(Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!(
+                    "Method not found: {} is not part of MCP {} (per-request _meta and subscriptions/listen replace it)",
+                    req.method,
+                    mcp::MODERN_VERSION
+                ),
+            )))
+        }
         "tasks/result" | "tasks/list" => json(Err(RpcError::new(
             METHOD_NOT_FOUND,
             format!(

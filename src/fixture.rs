@@ -32,6 +32,23 @@ use crate::server::body::{self, RespBody};
 
 /// What a tool computes from its arguments.
 type ReplyFn = Arc<dyn Fn(&Value) -> String + Send + Sync>;
+/// Which requests a tool sends the client, from its arguments.
+type AsksFn = Arc<dyn Fn(&Value) -> Vec<(String, Value)> + Send + Sync>;
+/// The result text from the arguments and the client's answers (an error fails the call).
+type AnswersFn =
+    Arc<dyn Fn(&Value, &[Result<Value, RpcError>]) -> Result<String, RpcError> + Send + Sync>;
+/// Requests sent to clients, waiting for their answers, by request id.
+pub type Asked = Arc<Mutex<HashMap<String, tokio::sync::oneshot::Sender<Result<Value, RpcError>>>>>;
+/// Sends a request to the client and waits for its answer.
+pub type Asker = Arc<
+    dyn Fn(
+            String,
+            Value,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, RpcError>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// A fixture tool.
 #[derive(Clone)]
@@ -55,6 +72,12 @@ pub struct Tool {
     rpc_error: Option<(i64, String)>,
     /// Pad the result text to this many bytes.
     pad_to: usize,
+    /// Requests sent to the client (all at once) before running.
+    asks: Option<AsksFn>,
+    /// Result from the answers.
+    on_answers: Option<AnswersFn>,
+    /// Log messages (`notifications/message`, level info) sent while running.
+    logs: Vec<String>,
 }
 
 impl Tool {
@@ -83,7 +106,32 @@ impl Tool {
             is_error: false,
             rpc_error: None,
             pad_to: 0,
+            asks: None,
+            on_answers: None,
+            logs: Vec::new(),
         }
+    }
+
+    /// Send this log message (level info) while running.
+    pub fn log(mut self, message: &str) -> Self {
+        self.logs.push(message.into());
+        self
+    }
+
+    /// Before running, ask the client these requests (legacy style: server-to-client
+    /// requests on the call's stream), all at once, and build the result from the
+    /// answers.
+    pub fn ask(
+        mut self,
+        asks: impl Fn(&Value) -> Vec<(String, Value)> + Send + Sync + 'static,
+        on_answers: impl Fn(&Value, &[Result<Value, RpcError>]) -> Result<String, RpcError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.asks = Some(Arc::new(asks));
+        self.on_answers = Some(Arc::new(on_answers));
+        self
     }
     /// Describe it.
     pub fn description(mut self, d: &str) -> Self {
@@ -154,7 +202,35 @@ impl Tool {
         &self,
         args: &Value,
         progress: impl Fn(u32, u32, String),
+        asker: Option<Asker>,
+        log: impl Fn(Value),
     ) -> Result<Value, RpcError> {
+        for m in &self.logs {
+            log(jsonrpc::notification(
+                "notifications/message",
+                json!({"level": "info", "logger": self.name, "data": m}),
+            ));
+        }
+        let mut answered = None;
+        if let (Some(asks), Some(on_answers)) = (&self.asks, &self.on_answers) {
+            let mut pending = Vec::new();
+            for (method, params) in asks(args) {
+                pending.push(match &asker {
+                    Some(a) => tokio::spawn(a(method, params)),
+                    None => tokio::spawn(async {
+                        Err(RpcError::new(METHOD_NOT_FOUND, "no client to ask"))
+                    }),
+                });
+            }
+            let mut answers = Vec::new();
+            for p in pending {
+                answers.push(
+                    p.await
+                        .unwrap_or_else(|e| Err(RpcError::new(INTERNAL_ERROR, e.to_string()))),
+                );
+            }
+            answered = Some(on_answers(args, &answers)?);
+        }
         let total = self.running_time(args);
         if self.progress_steps > 0 {
             let step = total / self.progress_steps;
@@ -175,7 +251,7 @@ impl Tool {
         if let Some((code, msg)) = &self.rpc_error {
             return Err(RpcError::new(*code, msg.clone()));
         }
-        let mut text = (self.reply)(args);
+        let mut text = answered.unwrap_or_else(|| (self.reply)(args));
         if text.len() < self.pad_to {
             text.push_str(&"x".repeat(self.pad_to - text.len()));
         }
@@ -224,6 +300,8 @@ pub struct FixtureServer {
     sessions: Arc<Mutex<HashMap<String, Session>>>,
     addr: Option<SocketAddr>,
     stop: Option<watch::Sender<bool>>,
+    /// Requests sent to clients, waiting for their answers, by request id.
+    asked: Asked,
     name: String,
 }
 
@@ -249,6 +327,7 @@ impl FixtureServer {
             sessions: Arc::default(),
             addr: None,
             stop: None,
+            asked: Arc::default(),
             name: "tasklift-fixture".into(),
         }
     }
@@ -304,6 +383,88 @@ impl FixtureServer {
                         let p = a.get("pages").and_then(Value::as_u64).unwrap_or(5);
                         format!("Monthly report: {p} pages, revenue up 12% on last month.")
                     }),
+            )
+            .tool(
+                Tool::new("confirm_delete")
+                    .description("Asks the user to confirm (elicitation) before deleting `filename`.")
+                    .schema(json!({"type": "object", "properties": {"filename": {"type": "string"}}}))
+                    .ask(
+                        |a| {
+                            let f = a.get("filename").and_then(Value::as_str).unwrap_or("file");
+                            vec![("elicitation/create".into(), json!({
+                                "mode": "form",
+                                "message": format!("Delete {f}?"),
+                                "requestedSchema": {"type": "object",
+                                    "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]},
+                            }))]
+                        },
+                        |a, answers| {
+                            let f = a.get("filename").and_then(Value::as_str).unwrap_or("file");
+                            let ok = answers[0].as_ref().map_err(Clone::clone)?;
+                            let yes = ok["action"] == "accept" && ok["content"]["confirm"] == json!(true);
+                            Ok(if yes { format!("Deleted {f}.") } else { format!("Kept {f}.") })
+                        },
+                    ),
+            )
+            .tool(
+                Tool::new("multi_input")
+                    .description("Asks two questions at once (elicitation), then answers.")
+                    .ask(
+                        |_| {
+                            let form = |m: &str, field: &str, ty: &str| json!({"mode": "form", "message": m,
+                                "requestedSchema": {"type": "object", "properties": {field: {"type": ty}}, "required": [field]}});
+                            vec![
+                                ("elicitation/create".into(), form("Your name?", "name", "string")),
+                                ("elicitation/create".into(), form("Proceed?", "confirm", "boolean")),
+                            ]
+                        },
+                        |_, answers| {
+                            let name = answers[0].as_ref().map_err(Clone::clone)?["content"]["name"].clone();
+                            let confirm = answers[1].as_ref().map_err(Clone::clone)?["content"]["confirm"].clone();
+                            Ok(format!("name {name}, confirm {confirm}"))
+                        },
+                    ),
+            )
+            .tool(
+                Tool::new("test_tool_with_task")
+                    .description("Asks for a name (elicitation), then works for 3 s.")
+                    .sleep(Duration::from_secs(3))
+                    .ask(
+                        |_| vec![("elicitation/create".into(), json!({"mode": "form", "message": "What is your name?",
+                            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}))],
+                        |_, answers| {
+                            let a = answers[0].as_ref().map_err(Clone::clone)?;
+                            Ok(format!("Hello, {}!", a["content"]["name"].as_str().unwrap_or("stranger")))
+                        },
+                    ),
+            )
+            .tool(
+                Tool::new("test_streaming_elicitation")
+                    .description("Asks for confirmation mid-call (elicitation), then answers.")
+                    .ask(
+                        |_| vec![("elicitation/create".into(), json!({"mode": "form", "message": "Continue?",
+                            "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}))],
+                        |_, answers| Ok(format!("answered: {}", answers[0].as_ref().map_err(Clone::clone)?["action"])),
+                    ),
+            )
+            .tool(
+                Tool::new("test_logging_tool")
+                    .description("Logs two messages while it works.")
+                    .log("starting the work")
+                    .log("work done")
+                    .reply(|_| "logged".into()),
+            )
+            .tool(
+                Tool::new("test_missing_capability")
+                    .description("Needs an LLM sample (sampling); fails if the client cannot give one.")
+                    .ask(
+                        |_| vec![("sampling/createMessage".into(), json!({"maxTokens": 20,
+                            "messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}]}))],
+                        |_, answers| {
+                            let a = answers[0].as_ref().map_err(Clone::clone)?;
+                            Ok(format!("sampled: {}", a["content"]["text"].as_str().unwrap_or("")))
+                        },
+                    ),
             )
             .tool(
                 Tool::new("failing_job")
@@ -444,7 +605,16 @@ impl FixtureServer {
                 }
                 plain(StatusCode::ACCEPTED, "")
             }
-            Msg::Response { .. } => plain(StatusCode::ACCEPTED, ""),
+            Msg::Response { id, outcome } => {
+                let key = id
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| id.to_string());
+                if let Some(w) = self.asked.lock().expect("asked").remove(&key) {
+                    let _ = w.send(outcome);
+                }
+                plain(StatusCode::ACCEPTED, "")
+            }
         }
     }
 
@@ -573,6 +743,8 @@ impl FixtureServer {
         let (tx, rx) = mpsc::channel::<StreamItem>(16);
         let stats = self.stats.clone();
         let rid = id.clone();
+        let asker = asker_on(tx.clone(), self.asked.clone());
+        let ltx = tx.clone();
         let task = tokio::spawn(async move {
             stats.running.fetch_add(1, Ordering::Relaxed);
             let _running = Running(stats.clone());
@@ -587,7 +759,7 @@ impl FixtureServer {
                 }
             };
             let outcome = tokio::select! {
-                o = tool.run(&args, report) => o,
+                o = tool.run(&args, report, Some(asker), |n| { let _ = ltx.try_send(StreamItem::Message(n)); }) => o,
                 _ = tx.closed() => {
                     stats.cancelled.fetch_add(1, Ordering::Relaxed);
                     return;
@@ -615,6 +787,24 @@ impl FixtureServer {
             .body(body::sse(rx))
             .expect("valid response")
     }
+}
+
+/// An asker that writes requests to `out` and waits for answers registered in `asked`.
+pub(crate) fn asker_on(out: mpsc::Sender<StreamItem>, asked: Asked) -> Asker {
+    Arc::new(move |method: String, params: Value| {
+        let id = format!("ask-{}", uuid::Uuid::new_v4().simple());
+        let (otx, orx) = tokio::sync::oneshot::channel();
+        asked.lock().expect("asked").insert(id.clone(), otx);
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let out = out.clone();
+        Box::pin(async move {
+            if out.send(StreamItem::Message(msg)).await.is_err() {
+                return Err(RpcError::new(INTERNAL_ERROR, "the client went away"));
+            }
+            orx.await
+                .unwrap_or_else(|_| Err(RpcError::new(INTERNAL_ERROR, "the request was dropped")))
+        })
+    })
 }
 
 /// Decrements `running` when a tool task ends, however it ends.

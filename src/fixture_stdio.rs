@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::fixture::{FixtureServer, Tool};
+use crate::fixture::{asker_on, Asked, FixtureServer, Tool};
 use crate::jsonrpc::{self, Incoming as Msg, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::reply::StreamItem;
 
 /// How the stdio fixture behaves.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +40,8 @@ fn log_event(opts: &StdioOptions, event: &str) {
             .append(true)
             .open(p)
         {
-            let _ = writeln!(f, "{event}");
+            // One write per line: children of a pool append to the same file at once.
+            let _ = f.write_all(format!("{event}\n").as_bytes());
         }
     }
 }
@@ -98,6 +100,15 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
     let server = Arc::new(server);
     let running: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>> = Arc::default();
     let serial = Arc::new(Semaphore::new(if opts.serial { 1 } else { 1024 }));
+    // Requests to the client go out on stdout like everything else.
+    let asked: Asked = Arc::default();
+    let (ask_tx, mut ask_rx) = mpsc::channel::<StreamItem>(64);
+    let out2 = out_tx.clone();
+    tokio::spawn(async move {
+        while let Some(StreamItem::Message(m)) = ask_rx.recv().await {
+            let _ = out2.send(m.to_string()).await;
+        }
+    });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let Some(msg) = serde_json::from_str::<Value>(&line)
@@ -165,6 +176,7 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                             .cloned();
                         let (tx, id2, garbage, serial) =
                             (out_tx.clone(), id.clone(), opts.garbage, serial.clone());
+                        let asker = asker_on(ask_tx.clone(), asked.clone());
                         let task = tokio::spawn(async move {
                             let _permit = serial.acquire_owned().await;
                             let ptx = tx.clone();
@@ -177,7 +189,11 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                                     let _ = ptx.try_send(n.to_string());
                                 }
                             };
-                            let outcome = tool.run(&args, report).await;
+                            let ltx = tx.clone();
+                            let log = move |n: Value| {
+                                let _ = ltx.try_send(n.to_string());
+                            };
+                            let outcome = tool.run(&args, report, Some(asker), log).await;
                             if name == "crash" {
                                 eprintln!("fixture: crashing on purpose");
                                 std::process::exit(7);
@@ -205,6 +221,15 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                             ))))
                             .await;
                     }
+                }
+            }
+            Msg::Response { id, outcome } => {
+                let key = id
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| id.to_string());
+                if let Some(w) = asked.lock().expect("asked").remove(&key) {
+                    let _ = w.send(outcome);
                 }
             }
             Msg::Notification { method, params } if method == "notifications/cancelled" => {

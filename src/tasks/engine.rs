@@ -16,21 +16,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tracing::Instrument;
+use serde_json::{json, Map, Value};
+use tokio::sync::{broadcast, mpsc};
 
-use super::{create_task_result, detailed_task, progress_message, Clock};
+use super::input::{request_binding, StateSealer, STATE_PREFIX};
+use super::sync::{Parked, SyncCall};
+use super::{detailed_task, Clock};
 use crate::config::{ToolMode, ToolPolicy};
 use crate::jsonrpc::{self, Outcome, Request, RpcError, INTERNAL_ERROR};
 use crate::mcp::{self, method};
-use crate::reply::{Reply, StreamItem};
+use crate::reply::Reply;
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus, TaskStore};
-use crate::upstream::{broken, CallContext, CallEvent, Upstream, UpstreamCall};
+use crate::upstream::{CallContext, Upstream};
 
 /// Why a running task is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopReason {
+pub(super) enum StopReason {
     /// `tasks/cancel`.
     Cancelled,
     /// It ran past its TTL.
@@ -41,16 +42,22 @@ enum StopReason {
 pub struct Engine {
     /// Durable records.
     store: Arc<dyn TaskStore>,
-    /// Tasks whose upstream call is still running here, with the way to stop them.
-    running: DashMap<String, mpsc::Sender<StopReason>>,
+    /// Tasks whose upstream call is still running here, with the way to reach their owner.
+    pub(super) running: DashMap<String, mpsc::Sender<Control>>,
+    /// Calls parked until the client retries with answers (MRTR), by park id.
+    pub(super) parked: DashMap<String, std::sync::Mutex<Parked>>,
+    /// Seals the `requestState` of parked calls.
+    pub(super) sealer: StateSealer,
+    /// Every task change, for `subscriptions/listen` streams.
+    changes: broadcast::Sender<TaskRecord>,
     /// Task ids created by an upstream itself (passed through untouched), by upstream name.
     upstream_tasks: DashMap<String, String>,
     /// Time source.
     clock: Clock,
     /// How long a task failed at its TTL stays readable.
-    expired_grace: Duration,
+    pub(super) expired_grace: Duration,
     /// Interval between SSE keep-alives.
-    keepalive: Duration,
+    pub(super) keepalive: Duration,
 }
 
 /// Where a `tasks/*` request should go.
@@ -61,46 +68,21 @@ pub enum TaskRoute {
     Upstream,
 }
 
-/// What the synchronous phase of a call saw next.
-enum Step {
-    /// The final response message.
-    Final(Value),
-    /// A notification to relay to the client.
-    Relay(Value),
-    /// Time to send a keep-alive.
-    KeepAlive,
-    /// The threshold passed and a task may be created.
-    Threshold,
-}
-
 /// How a call may become a task.
-struct TaskSpec {
-    /// The caller's principal.
-    owner: String,
+pub(super) struct TaskSpec {
     /// Tool name.
-    tool: String,
+    pub tool: String,
     /// The tool's rules.
-    policy: ToolPolicy,
+    pub policy: ToolPolicy,
 }
 
-/// A request in its synchronous phase.
-struct SyncCall {
-    /// The upstream call.
-    call: UpstreamCall,
-    /// The client's request id.
-    id: Option<Value>,
-    /// Whether the client asked for progress (it is then relayed).
-    relay_progress: bool,
-    /// The token progress arrives under (the client's or tasklift's own; null if none).
-    token: Value,
-    /// `ttlMs` and `cacheScope` to add to a cacheable result that lacks them.
-    cache_hint: Option<(u64, String)>,
-    /// When the threshold passes, if a task may be created.
-    threshold_at: Option<tokio::time::Instant>,
-    /// Latest progress, for the task's first statusMessage.
-    last_progress: Option<String>,
-    /// Upstream name (for errors).
-    upstream: String,
+/// Messages to a task's background owner.
+#[derive(Debug)]
+pub(super) enum Control {
+    /// Stop the call.
+    Stop(StopReason),
+    /// `tasks/update`: answers to outstanding input requests.
+    Answer(Map<String, Value>),
 }
 
 impl Engine {
@@ -114,6 +96,9 @@ impl Engine {
         Arc::new(Self {
             store,
             running: DashMap::new(),
+            parked: DashMap::new(),
+            sealer: StateSealer::default(),
+            changes: broadcast::channel(1024).0,
             upstream_tasks: DashMap::new(),
             clock,
             expired_grace,
@@ -175,7 +160,23 @@ impl Engine {
             let err = mcp::missing_tasks_capability(&format!("tool {tool:?}"));
             return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(err)));
         }
+        let task = (declares && policy.mode != ToolMode::Never).then(|| TaskSpec {
+            tool: req.str_param("name").unwrap_or_default().to_string(),
+            policy: policy.clone(),
+        });
+        // A retry answering input tasklift asked for on behalf of a legacy upstream.
+        if let Some(state) = req
+            .str_param("requestState")
+            .filter(|s| s.starts_with(STATE_PREFIX))
+        {
+            let state = state.to_string();
+            return self.resume(&req, &state, &ctx, task).await;
+        }
         // tasklift follows progress under its own token when the client gave none.
+        let client_token = req
+            .meta()
+            .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
+            .is_some();
         let token = match req.meta().and_then(|m| m.get(mcp::META_PROGRESS_TOKEN)) {
             Some(t) => t.clone(),
             None => {
@@ -184,12 +185,7 @@ impl Engine {
                 t
             }
         };
-        let task = (declares && policy.mode != ToolMode::Never).then(|| TaskSpec {
-            owner: ctx.principal.clone(),
-            tool: req.str_param("name").unwrap_or_default().to_string(),
-            policy: policy.clone(),
-        });
-        self.run_sync(upstream, req, ctx, Some(token), task, None)
+        self.start(upstream, req, ctx, (Some(token), client_token), task, None)
             .await
     }
 
@@ -206,274 +202,69 @@ impl Engine {
             .meta()
             .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
             .cloned();
-        self.run_sync(upstream, req, ctx, token, None, cache_hint)
-            .await
+        if let Some(state) = req
+            .str_param("requestState")
+            .filter(|s| s.starts_with(STATE_PREFIX))
+        {
+            let state = state.to_string();
+            return self.resume(&req, &state, &ctx, None).await;
+        }
+        let relay_progress = token.is_some();
+        self.start(
+            upstream,
+            req,
+            ctx,
+            (token, relay_progress),
+            None,
+            cache_hint,
+        )
+        .await
     }
 
     /// Start an upstream request and carry it through its synchronous phase. `token`
-    /// is the progress token the upstream reports under; `task` says whether and how
+    /// is the progress token the upstream reports under (and whether the client asked
+    /// for progress, so it is relayed); `task` says whether and how
     /// the call may become a task.
-    async fn run_sync(
+    async fn start(
         self: &Arc<Self>,
         upstream: Arc<dyn Upstream>,
         req: Request,
         ctx: CallContext,
-        token: Option<Value>,
+        (token, relay_progress): (Option<Value>, bool),
         task: Option<TaskSpec>,
         cache_hint: Option<(u64, String)>,
     ) -> Reply {
-        let id = req.id.clone();
-        let client_token = req
-            .meta()
-            .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
-            .cloned();
         let call = match upstream.call(&req, &ctx).await {
             Ok(c) => c,
-            Err(e) => return Reply::Json(jsonrpc::response(id.as_ref(), &Err(e.to_rpc()))),
+            Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.to_rpc()))),
         };
-        let mut sc = SyncCall {
+        let meta = req.meta();
+        let sc = SyncCall {
             call,
-            id,
-            relay_progress: client_token.is_some(),
+            id: req.id.clone(),
+            relay_progress,
             token: token.unwrap_or(Value::Null),
+            cache_hint,
             threshold_at: task
                 .as_ref()
                 .map(|t| tokio::time::Instant::now() + t.policy.threshold),
             last_progress: None,
             upstream: upstream.name().to_string(),
-            cache_hint,
+            caps: meta
+                .and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES))
+                .cloned()
+                .unwrap_or_default(),
+            log_level: meta
+                .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            owner: ctx.principal.clone(),
+            binding: request_binding(&req.method, &req.params),
+            input_seq: 0,
+            backlog: Default::default(),
+            origin: Some((upstream, req, ctx)),
         };
-        // Phase 1 runs in the request's own future: if the client goes away, hyper
-        // drops it, and dropping the call cancels it upstream.
-        let first = match self.step(&mut sc, None).await {
-            Step::Final(v) => return Reply::Json(v),
-            Step::Threshold => match self
-                .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
-                .await
-            {
-                Some(v) => return Reply::Json(v),
-                None => None,
-            },
-            Step::Relay(n) => Some(StreamItem::Message(n)),
-            Step::KeepAlive => Some(StreamItem::KeepAlive),
-        };
-        // Phase 2: something must be streamed (progress or keep-alives).
-        let (tx, rx) = mpsc::channel(32);
-        let engine = self.clone();
-        tokio::spawn(
-            async move {
-                if let Some(item) = first {
-                    if tx.send(item).await.is_err() {
-                        return;
-                    }
-                }
-                let mut last_send = tokio::time::Instant::now();
-                loop {
-                    let item = tokio::select! {
-                        _ = tx.closed() => {
-                            tracing::debug!("client went away; cancelling the upstream call");
-                            return; // dropping `sc` cancels upstream
-                        }
-                        step = engine.step(&mut sc, Some(last_send)) => match step {
-                            Step::Final(v) => StreamItem::Message(v),
-                            Step::Relay(n) => StreamItem::Message(n),
-                            Step::KeepAlive => StreamItem::KeepAlive,
-                            Step::Threshold => match engine.create_task(&mut sc, task.as_ref().expect("threshold implies task")).await {
-                                Some(v) => StreamItem::Message(v),
-                                None => continue,
-                            },
-                        },
-                    };
-                    let last = matches!(&item, StreamItem::Message(m) if m.get("method").is_none());
-                    if tx.send(item).await.is_err() {
-                        return;
-                    }
-                    last_send = tokio::time::Instant::now();
-                    if last {
-                        return;
-                    }
-                }
-            }
-            .in_current_span(),
-        );
-        Reply::Stream(rx)
-    }
-
-    /// Wait for the next thing the synchronous phase must act on. `last_send` is set
-    /// once a stream is open (keep-alives are due `keepalive` after the last send);
-    /// before that, keep-alives start `keepalive` after the threshold, or right away
-    /// for a caller that can never get a task.
-    async fn step(&self, sc: &mut SyncCall, last_send: Option<tokio::time::Instant>) -> Step {
-        loop {
-            let keepalive_at = match (last_send, sc.threshold_at) {
-                (Some(t), _) => t + self.keepalive,
-                (None, Some(t)) => t + self.keepalive,
-                (None, None) => tokio::time::Instant::now() + self.keepalive,
-            };
-            let threshold_at = sc.threshold_at;
-            tokio::select! {
-                biased;
-                ev = sc.call.events.recv() => match ev {
-                    Some(CallEvent::Done(outcome)) => {
-                        sc.call.canceller.disarm();
-                        if let Ok(r) = &outcome {
-                            self.note_upstream_task(r, &sc.upstream);
-                        }
-                        let mut outcome = finalize_result(outcome);
-                        if let (Ok(Value::Object(r)), Some((ttl, scope))) = (&mut outcome, &sc.cache_hint) {
-                            r.entry("ttlMs").or_insert_with(|| json!(ttl));
-                            r.entry("cacheScope").or_insert_with(|| json!(scope));
-                        }
-                        return Step::Final(jsonrpc::response(sc.id.as_ref(), &outcome));
-                    }
-                    Some(CallEvent::Notification(n)) => {
-                        if is_progress_for(&n, &sc.token) {
-                            sc.last_progress = n.get("params").and_then(progress_message).or(sc.last_progress.take());
-                            if sc.relay_progress {
-                                return Step::Relay(n);
-                            }
-                        } else if n.get("method").and_then(Value::as_str) == Some("notifications/message") {
-                            return Step::Relay(n);
-                        }
-                    }
-                    None => {
-                        sc.call.canceller.disarm();
-                        return Step::Final(jsonrpc::response(sc.id.as_ref(), &Err(broken(&sc.upstream))));
-                    }
-                },
-                _ = sleep_until_opt(threshold_at) => {
-                    return Step::Threshold;
-                }
-                _ = tokio::time::sleep_until(keepalive_at) => return Step::KeepAlive,
-            }
-        }
-    }
-
-    /// The threshold passed: persist a task, hand the call to a background owner,
-    /// and return the `CreateTaskResult` message. `None` if the task could not be
-    /// stored: the caller then keeps waiting synchronously, so nothing is lost.
-    async fn create_task(self: &Arc<Self>, sc: &mut SyncCall, spec: &TaskSpec) -> Option<Value> {
-        let (owner, tool, policy) = (&spec.owner, &spec.tool, &spec.policy);
-        sc.threshold_at = None;
-        let now = self.clock.now_ms();
-        let ttl_ms = policy.ttl.as_millis() as u64;
-        let rec = TaskRecord {
-            id: uuid::Uuid::new_v4().to_string(),
-            owner: owner.to_string(),
-            upstream: sc.upstream.clone(),
-            tool: tool.to_string(),
-            status: TaskStatus::Working,
-            status_message: sc.last_progress.clone(),
-            created_at_ms: now,
-            updated_at_ms: now,
-            ttl_ms,
-            poll_interval_ms: policy.poll_interval.as_millis() as u64,
-            expires_at_ms: now + ttl_ms,
-            input_requests: Default::default(),
-            outcome: None,
-        };
-        if let Err(e) = self.store.create(&rec).await {
-            tracing::error!(error = %e, "cannot store a new task; the call stays synchronous");
-            return None;
-        }
-        let (stop_tx, stop_rx) = mpsc::channel(1);
-        self.running.insert(rec.id.clone(), stop_tx);
-        let handle = create_task_result(&rec);
-        tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, "call became a task");
-        let call = std::mem::replace(&mut sc.call, UpstreamCall::finished());
-        let engine = self.clone();
-        let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
-        let token = sc.token.clone();
-        tokio::spawn(
-            engine
-                .finish_task(rec, call, token, stop_rx)
-                .instrument(span),
-        );
-        Some(jsonrpc::response(sc.id.as_ref(), &Ok(handle)))
-    }
-
-    /// Own a task's upstream call until it ends, recording each change.
-    async fn finish_task(
-        self: Arc<Self>,
-        mut rec: TaskRecord,
-        mut call: UpstreamCall,
-        token: Value,
-        mut stop: mpsc::Receiver<StopReason>,
-    ) {
-        let upstream = rec.upstream.clone();
-        loop {
-            tokio::select! {
-                ev = call.events.recv() => match ev {
-                    Some(CallEvent::Notification(n)) => {
-                        if is_progress_for(&n, &token) {
-                            if let Some(m) = n.get("params").and_then(progress_message) {
-                                rec.status_message = Some(m);
-                                rec.updated_at_ms = self.clock.now_ms();
-                                if let Err(e) = self.store.put(&rec).await {
-                                    tracing::warn!(error = %e, "could not record progress");
-                                }
-                            }
-                        }
-                    }
-                    Some(CallEvent::Done(outcome)) => {
-                        call.canceller.disarm();
-                        match finalize_result(outcome) {
-                            Ok(r) => {
-                                rec.status = TaskStatus::Completed;
-                                rec.outcome = Some(TaskOutcome::Result(r));
-                            }
-                            Err(e) => {
-                                rec.status = TaskStatus::Failed;
-                                rec.status_message = Some(e.message.clone());
-                                rec.outcome = Some(TaskOutcome::Error(e.to_value()));
-                            }
-                        }
-                        break;
-                    }
-                    None => {
-                        let e = broken(&upstream);
-                        rec.status = TaskStatus::Failed;
-                        rec.status_message = Some(e.message.clone());
-                        rec.outcome = Some(TaskOutcome::Error(e.to_value()));
-                        break;
-                    }
-                },
-                Some(reason) = stop.recv() => {
-                    call.canceller.cancel();
-                    match reason {
-                        StopReason::Cancelled => {
-                            rec.status = TaskStatus::Cancelled;
-                            rec.status_message = Some("cancelled by the client".into());
-                        }
-                        StopReason::Expired => {
-                            let e = RpcError::new(INTERNAL_ERROR, format!(
-                                "the task ran past its TTL of {} ms and was cancelled upstream", rec.ttl_ms));
-                            rec.status = TaskStatus::Failed;
-                            rec.status_message = Some(e.message.clone());
-                            rec.outcome = Some(TaskOutcome::Error(e.to_value()));
-                            rec.expires_at_ms = self.clock.now_ms() + self.expired_grace.as_millis() as u64;
-                        }
-                    }
-                    break;
-                }
-            }
-        }
-        rec.input_requests.clear();
-        rec.updated_at_ms = self.clock.now_ms();
-        if let Err(e) = self.store.put(&rec).await {
-            tracing::error!(error = %e, "could not record the task's final state");
-            // Keep the outcome visible in a smaller form if the full one did not fit.
-            let e2 = RpcError::new(
-                INTERNAL_ERROR,
-                format!("tasklift could not store this task's outcome: {e}"),
-            );
-            rec.status = TaskStatus::Failed;
-            rec.status_message = Some(e2.message.clone());
-            rec.outcome = Some(TaskOutcome::Error(e2.to_value()));
-            let _ = self.store.put(&rec).await;
-        }
-        tracing::info!(status = rec.status.as_str(), "task settled");
-        self.running.remove(&rec.id);
+        self.drive(sc, task).await
     }
 
     /// Remember a task id an upstream created itself, so `tasks/*` for it pass through.
@@ -495,7 +286,7 @@ impl Engine {
     }
 
     /// Load a task the caller may see, or the not-found error.
-    async fn visible(
+    pub(super) async fn visible(
         &self,
         task_id: &str,
         owner: &str,
@@ -539,7 +330,7 @@ impl Engine {
                     let sender = self.running.get(task_id).map(|s| s.value().clone());
                     match sender {
                         Some(s) => {
-                            let _ = s.try_send(StopReason::Cancelled);
+                            let _ = s.send(Control::Stop(StopReason::Cancelled)).await;
                         }
                         None => {
                             let mut rec = rec;
@@ -550,14 +341,24 @@ impl Engine {
                                 .put(&rec)
                                 .await
                                 .map_err(|e| RpcError::new(INTERNAL_ERROR, e.to_string()))?;
+                            self.publish(&rec);
                         }
                     }
                 }
                 Ok(json!({"resultType": "complete"}))
             }
             method::TASKS_UPDATE => {
-                // Keys that are not outstanding are ignored, as the extension says.
-                // No upstream asks for input yet, so no key is ever outstanding.
+                // The owner ignores keys that are not outstanding, as the extension says.
+                let answers = req
+                    .params
+                    .get("inputResponses")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                let sender = self.running.get(task_id).map(|s| s.value().clone());
+                if let (false, Some(s)) = (rec.status.is_terminal() || answers.is_empty(), sender) {
+                    let _ = s.send(Control::Answer(answers)).await;
+                }
                 Ok(json!({"resultType": "complete"}))
             }
             _ => Err(RpcError::new(
@@ -565,6 +366,16 @@ impl Engine {
                 format!("Method not found: {}", req.method),
             )),
         }
+    }
+
+    /// Tell `subscriptions/listen` streams about a change.
+    pub(super) fn publish(&self, rec: &TaskRecord) {
+        let _ = self.changes.send(rec.clone());
+    }
+
+    /// Subscribe to task changes.
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<TaskRecord> {
+        self.changes.subscribe()
     }
 
     /// Sweep: fail running tasks past their TTL, delete expired ones. Returns how many
@@ -579,7 +390,7 @@ impl Engine {
                 let sender = self.running.get(&id).map(|s| s.value().clone());
                 match sender {
                     Some(s) => {
-                        let _ = s.try_send(StopReason::Expired);
+                        let _ = s.try_send(Control::Stop(StopReason::Expired));
                     }
                     None => {
                         self.store.delete(&id).await?;
@@ -600,14 +411,14 @@ impl Engine {
 }
 
 /// Whether `n` is a progress notification under `token`.
-fn is_progress_for(n: &Value, token: &Value) -> bool {
+pub(super) fn is_progress_for(n: &Value, token: &Value) -> bool {
     n.get("method").and_then(Value::as_str) == Some(method::PROGRESS)
         && n.get("params").and_then(|p| p.get("progressToken")) == Some(token)
 }
 
 /// Results relayed to modern clients carry `resultType`; a 2025-11-25 server's
 /// `related-task` metadata does not belong on them.
-fn finalize_result(outcome: Outcome) -> Outcome {
+pub(super) fn finalize_result(outcome: Outcome) -> Outcome {
     outcome.map(|mut r| {
         mcp::mark_complete(&mut r);
         if let Some(Value::Object(meta)) = r.get_mut("_meta") {
@@ -615,22 +426,4 @@ fn finalize_result(outcome: Outcome) -> Outcome {
         }
         r
     })
-}
-
-async fn sleep_until_opt(t: Option<tokio::time::Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
-}
-
-impl UpstreamCall {
-    /// A placeholder for a call whose ownership moved elsewhere.
-    fn finished() -> Self {
-        let (_tx, rx) = mpsc::channel(1);
-        UpstreamCall {
-            events: rx,
-            canceller: crate::upstream::Canceller::none(),
-        }
-    }
 }

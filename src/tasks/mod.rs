@@ -3,7 +3,11 @@
 //! sweeper that expires them (`sweeper.rs`).
 
 pub mod engine;
+pub mod input;
+mod listen;
+mod owner;
 pub mod sweeper;
+mod sync;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

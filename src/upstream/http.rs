@@ -28,10 +28,10 @@ use tokio::sync::mpsc;
 use super::sse::SseParser;
 use super::{
     broken, discover_from_initialize, legacy_request, modern_meta, CallContext, CallEvent,
-    Canceller, Era, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+    Canceller, Era, ServerRequest, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
 use crate::config::{EraSetting, UpstreamConfig};
-use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError, METHOD_NOT_FOUND};
+use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError};
 use crate::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
 
 type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -263,7 +263,11 @@ impl Shared {
     }
 
     /// Read the single response to `id` from a JSON or SSE answer, ignoring notifications.
-    async fn read_response(&self, ans: Answer, id: &Value) -> Result<Outcome, UpstreamError> {
+    async fn read_response(
+        self: &Arc<Self>,
+        ans: Answer,
+        id: &Value,
+    ) -> Result<Outcome, UpstreamError> {
         let (tx, mut rx) = mpsc::channel(16);
         self.pump(ans, id.clone(), tx, None).await;
         while let Some(ev) = rx.recv().await {
@@ -281,7 +285,7 @@ impl Shared {
     /// Turn an answer into events on `tx`: notifications, then `Done`. Server-initiated
     /// requests on a legacy stream are answered so the upstream is not left waiting.
     async fn pump(
-        &self,
+        self: &Arc<Self>,
         ans: Answer,
         id: Value,
         tx: mpsc::Sender<CallEvent>,
@@ -373,10 +377,18 @@ impl Shared {
                             .await;
                     }
                     Msg::Request {
-                        id: sid, method, ..
-                    } => {
-                        self.refuse_server_request(session, sid, &method).await;
-                    }
+                        id: sid,
+                        method,
+                        params,
+                    } => match session {
+                        Some(s) => {
+                            let responder = self.responder(s.headers(), sid);
+                            let req = ServerRequest::new(method, params, responder);
+                            let _ = tx.send(CallEvent::Input(req)).await;
+                        }
+                        None => tracing::warn!(upstream = %name, %method,
+                            "a modern upstream sent a request on a response stream, which 2026-07-28 forbids; ignored"),
+                    },
                 }
             }
             if ended {
@@ -386,24 +398,31 @@ impl Shared {
         let _ = tx.send(CallEvent::Done(Err(broken(name)))).await;
     }
 
-    /// A legacy upstream asked the client something mid-call. Until input bridging
-    /// exists, answer it with an error so the upstream does not wait forever.
-    async fn refuse_server_request(&self, session: Option<&Session>, id: Value, method: &str) {
-        tracing::warn!(upstream = %self.cfg.name, %method, "upstream sent a server-to-client request; answering with an error");
-        let Some(s) = session else { return };
-        let err = RpcError::new(
-            METHOD_NOT_FOUND,
-            format!("tasklift does not relay {method} to its clients for this call"),
-        );
-        let body =
-            serde_json::to_vec(&jsonrpc::response(Some(&id), &Err(err))).expect("serializes");
-        if let Ok(ans) = self.post(body, s.headers(), &CallContext::default()).await {
-            let _ = self.read_all(ans.body).await;
-        }
+    /// A responder that POSTs the answer to a server-to-client request on the session.
+    fn responder(
+        self: &Arc<Self>,
+        headers: HeaderMap,
+        id: Value,
+    ) -> Box<dyn FnOnce(Outcome) + Send> {
+        let me = self.clone();
+        Box::new(move |outcome| {
+            tokio::spawn(async move {
+                let body = serde_json::to_vec(&jsonrpc::response(Some(&id), &outcome))
+                    .expect("serializes");
+                match me.post(body, headers, &CallContext::default()).await {
+                    Ok(ans) => {
+                        let _ = me.read_all(ans.body).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not deliver an answer to the upstream's request")
+                    }
+                }
+            });
+        })
     }
 
     /// Detect and cache the era.
-    async fn era(&self, ctx: &CallContext) -> Result<Era, UpstreamError> {
+    async fn era(self: &Arc<Self>, ctx: &CallContext) -> Result<Era, UpstreamError> {
         if let Some(e) = self.era.read().expect("era lock").clone() {
             return Ok(e);
         }
@@ -417,7 +436,7 @@ impl Shared {
         Ok(era)
     }
 
-    async fn probe(&self, ctx: &CallContext) -> Result<Era, UpstreamError> {
+    async fn probe(self: &Arc<Self>, ctx: &CallContext) -> Result<Era, UpstreamError> {
         let id = self.upstream_id();
         let msg = json!({
             "jsonrpc": "2.0", "id": id, "method": mcp::method::DISCOVER,
@@ -477,7 +496,7 @@ impl Shared {
     /// The caller's session, opened if needed; `stale` is a session that just failed
     /// with 404 and must be replaced.
     async fn session(
-        &self,
+        self: &Arc<Self>,
         ctx: &CallContext,
         stale: Option<&Arc<Session>>,
     ) -> Result<Arc<Session>, UpstreamError> {
@@ -499,7 +518,7 @@ impl Shared {
         Ok(s)
     }
 
-    async fn initialize(&self, ctx: &CallContext) -> Result<Session, UpstreamError> {
+    async fn initialize(self: &Arc<Self>, ctx: &CallContext) -> Result<Session, UpstreamError> {
         let fail = |m: String| UpstreamError::Handshake {
             name: self.cfg.name.clone(),
             message: m,

@@ -36,12 +36,73 @@ pub struct CallContext {
 }
 
 /// Something an upstream sent about an in-flight request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum CallEvent {
     /// A notification related to the request (progress, log message), as a full message.
     Notification(Value),
+    /// A legacy server asked the client something mid-call (`elicitation/create`,
+    /// `sampling/createMessage`, `roots/list`) and waits for the answer.
+    Input(ServerRequest),
     /// The final response.
     Done(Outcome),
+}
+
+/// A request from a legacy upstream to the client, with the way to answer it on the
+/// upstream's channel. Dropping it unanswered answers with an error, so the upstream
+/// never waits forever.
+pub struct ServerRequest {
+    /// The method (`elicitation/create`, …).
+    pub method: String,
+    /// Its params.
+    pub params: Value,
+    /// Sends the JSON-RPC response upstream.
+    responder: Option<Box<dyn FnOnce(Outcome) + Send>>,
+}
+
+impl std::fmt::Debug for ServerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerRequest")
+            .field("method", &self.method)
+            .finish()
+    }
+}
+
+impl ServerRequest {
+    /// A request answered by `responder`.
+    pub fn new(method: String, params: Value, responder: Box<dyn FnOnce(Outcome) + Send>) -> Self {
+        Self {
+            method,
+            params,
+            responder: Some(responder),
+        }
+    }
+
+    /// The request as an MRTR `inputRequests` entry.
+    pub fn as_input_request(&self) -> Value {
+        let mut params = self.params.clone();
+        if let Some(Value::Object(m)) = params.get_mut("_meta") {
+            m.remove("io.modelcontextprotocol/related-task");
+        }
+        json!({"method": self.method, "params": params})
+    }
+
+    /// Answer it.
+    pub fn answer(mut self, outcome: Outcome) {
+        if let Some(r) = self.responder.take() {
+            r(outcome);
+        }
+    }
+}
+
+impl Drop for ServerRequest {
+    fn drop(&mut self) {
+        if let Some(r) = self.responder.take() {
+            r(Err(RpcError::new(
+                crate::jsonrpc::INTERNAL_ERROR,
+                "the client did not answer this request (the call was cancelled or its state expired)",
+            )));
+        }
+    }
 }
 
 /// Failures reaching an upstream. They become JSON-RPC errors naming the upstream.

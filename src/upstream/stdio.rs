@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     discover_from_initialize, legacy_request, modern_meta, CallContext, CallEvent, Canceller, Era,
-    Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+    ServerRequest, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
 use crate::config::{EraSetting, StdioConfig, Transport, UpstreamConfig};
 use crate::jsonrpc::{
@@ -586,16 +586,34 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
                 }
             }
         }
-        Msg::Request { id, method, .. } => {
-            tracing::warn!(upstream = %name, %method, "child sent a server-to-client request; answering with an error");
-            let err = RpcError::new(
-                METHOD_NOT_FOUND,
-                format!("tasklift does not relay {method} to its clients for this call"),
-            );
-            let _ = conn
-                .stdin
-                .send(jsonrpc::response(Some(&id), &Err(err)).to_string())
-                .await;
+        Msg::Request { id, method, params } => {
+            // stdio carries no link between a server-to-client request and the call
+            // that caused it: it goes to the only call in flight, or else to the most
+            // recently started one.
+            if conn.pending.len() > 1 {
+                tracing::warn!(upstream = %name, %method,
+                    "child asked for input with several calls in flight; routing it to the most recent call");
+            }
+            let target = conn.pending.iter().map(|e| *e.key()).max();
+            let sender = target.and_then(|t| conn.pending.get(&t).map(|e| e.value().0.clone()));
+            let stdin = conn.stdin.clone();
+            let reply_id = id.clone();
+            let responder: Box<dyn FnOnce(Outcome) + Send> = Box::new(move |outcome| {
+                let _ = stdin.try_send(jsonrpc::response(Some(&reply_id), &outcome).to_string());
+            });
+            let req = ServerRequest::new(method.clone(), params, responder);
+            match sender {
+                Some(tx) => {
+                    let _ = tx.send(CallEvent::Input(req)).await;
+                }
+                None => {
+                    tracing::warn!(upstream = %name, %method, "child asked for input with no call in flight; answering with an error");
+                    req.answer(Err(RpcError::new(
+                        METHOD_NOT_FOUND,
+                        format!("no client is waiting to answer {method}"),
+                    )));
+                }
+            }
         }
     }
 }

@@ -1,0 +1,205 @@
+//! Input bridging: the `requestState` tasklift hands out when a legacy upstream asks
+//! for input before a task handle exists (sealed with HMAC-SHA256, bound to the
+//! principal and the request, expiring), and which requests a caller may be shown.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use crate::jsonrpc::{RpcError, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY};
+
+/// Marks a `requestState` as tasklift's own (anything else belongs to the upstream).
+pub const STATE_PREFIX: &str = "tl1.";
+
+/// What a sealed `requestState` says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateClaims {
+    /// The parked call it resumes.
+    pub park: String,
+    /// The principal it was issued to.
+    pub owner: String,
+    /// The method and name (tool, prompt or resource) it was issued for.
+    pub request: String,
+    /// Expiry, unix milliseconds.
+    pub exp: u64,
+}
+
+/// Seals and opens `requestState` values with a per-process key (parked calls live
+/// in memory, so a state cannot outlive the process that issued it anyway).
+pub struct StateSealer {
+    key: Vec<u8>,
+}
+
+impl Default for StateSealer {
+    fn default() -> Self {
+        let mut key = Vec::with_capacity(32);
+        key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+        key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+        Self { key }
+    }
+}
+
+fn invalid(msg: &str) -> RpcError {
+    RpcError::new(INVALID_PARAMS, format!("Invalid requestState: {msg}"))
+}
+
+impl StateSealer {
+    fn mac(&self, payload: &str) -> Vec<u8> {
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        m.update(payload.as_bytes());
+        m.finalize().into_bytes().to_vec()
+    }
+
+    /// Seal claims into an opaque string.
+    pub fn seal(&self, c: &StateClaims) -> String {
+        let payload = B64.encode(serde_json::to_vec(c).expect("claims serialize"));
+        let tag = B64.encode(self.mac(&payload));
+        format!("{STATE_PREFIX}{payload}.{tag}")
+    }
+
+    /// Open a state presented by `owner` on `request` at `now_ms`.
+    pub fn open(
+        &self,
+        state: &str,
+        owner: &str,
+        request: &str,
+        now_ms: u64,
+    ) -> Result<StateClaims, RpcError> {
+        let body = state
+            .strip_prefix(STATE_PREFIX)
+            .ok_or_else(|| invalid("not issued by tasklift"))?;
+        let (payload, tag) = body.split_once('.').ok_or_else(|| invalid("malformed"))?;
+        let tag = B64.decode(tag).map_err(|_| invalid("malformed"))?;
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        m.update(payload.as_bytes());
+        m.verify_slice(&tag).map_err(|_| {
+            invalid("integrity check failed (tampered, or issued before tasklift restarted)")
+        })?;
+        let claims: StateClaims = B64
+            .decode(payload)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| invalid("malformed"))?;
+        if claims.owner != owner {
+            return Err(invalid("it was issued to another caller"));
+        }
+        if claims.request != request {
+            return Err(invalid("it was issued for another request"));
+        }
+        if claims.exp <= now_ms {
+            return Err(invalid("it has expired; call the tool again"));
+        }
+        Ok(claims)
+    }
+}
+
+/// The capability a client must declare to be shown a server-to-client request, or
+/// `None` if the method is not one a client can be asked.
+pub fn required_capability(method: &str) -> Option<&'static str> {
+    match method {
+        "elicitation/create" => Some("elicitation"),
+        "sampling/createMessage" => Some("sampling"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+/// Whether `caps` (a request's clientCapabilities) allows showing `method`; the error
+/// to answer the upstream with when it does not.
+pub fn check_allowed(caps: &Value, method: &str) -> Result<(), RpcError> {
+    match required_capability(method) {
+        Some(cap) if caps.get(cap).is_some_and(|v| !v.is_null()) => Ok(()),
+        Some(cap) => Err(RpcError::new(
+            MISSING_REQUIRED_CLIENT_CAPABILITY,
+            format!("Missing required client capability: the client did not declare {cap}, so {method} cannot be asked"),
+        )
+        .with_data(json!({"requiredCapabilities": {cap: {}}}))),
+        None => Err(RpcError::new(
+            crate::jsonrpc::METHOD_NOT_FOUND,
+            format!("tasklift does not relay {method} to clients"),
+        )),
+    }
+}
+
+/// The name a `requestState` is bound to: method plus tool name, prompt name or URI.
+pub fn request_binding(method: &str, params: &serde_json::Map<String, Value>) -> String {
+    let name = crate::mcp::name_param(method)
+        .and_then(|p| params.get(p))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    format!("{method} {name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims() -> StateClaims {
+        StateClaims {
+            park: "p1".into(),
+            owner: "alice".into(),
+            request: "tools/call deploy".into(),
+            exp: 1_000,
+        }
+    }
+
+    #[test]
+    fn sealed_state_opens_only_for_its_owner_request_and_time() {
+        let s = StateSealer::default();
+        let st = s.seal(&claims());
+        assert_eq!(
+            s.open(&st, "alice", "tools/call deploy", 999).unwrap(),
+            claims()
+        );
+        assert!(s
+            .open(&st, "bob", "tools/call deploy", 999)
+            .unwrap_err()
+            .message
+            .contains("another caller"));
+        assert!(s
+            .open(&st, "alice", "tools/call other", 999)
+            .unwrap_err()
+            .message
+            .contains("another request"));
+        assert!(s
+            .open(&st, "alice", "tools/call deploy", 1_000)
+            .unwrap_err()
+            .message
+            .contains("expired"));
+    }
+
+    #[test]
+    fn tampered_or_foreign_state_is_rejected() {
+        let s = StateSealer::default();
+        let st = s.seal(&claims());
+        let mut t = st.clone().into_bytes();
+        let i = STATE_PREFIX.len() + 3;
+        t[i] = if t[i] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(t).unwrap();
+        assert!(s
+            .open(&tampered, "alice", "tools/call deploy", 1)
+            .unwrap_err()
+            .message
+            .contains("integrity"));
+        let other = StateSealer::default();
+        assert!(
+            other.open(&st, "alice", "tools/call deploy", 1).is_err(),
+            "another process's key"
+        );
+    }
+
+    #[test]
+    fn capabilities_gate_requests() {
+        let caps = json!({"elicitation": {}});
+        assert!(check_allowed(&caps, "elicitation/create").is_ok());
+        let e = check_allowed(&caps, "sampling/createMessage").unwrap_err();
+        assert_eq!(e.code, -32021);
+        assert_eq!(
+            e.data.unwrap()["requiredCapabilities"],
+            json!({"sampling": {}})
+        );
+    }
+}

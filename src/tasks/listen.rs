@@ -1,0 +1,107 @@
+//! `subscriptions/listen` for task status: the caller names task ids, tasklift
+//! acknowledges those it owns and pushes `notifications/tasks` (the full
+//! DetailedTask, as `tasks/get` would return it) on every change, with keep-alives.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc};
+
+use super::detailed_task;
+use super::engine::Engine;
+use crate::jsonrpc::{self, Request};
+use crate::mcp;
+use crate::reply::{Reply, StreamItem};
+use crate::store::TaskRecord;
+
+/// `_meta` key correlating notifications with their subscription.
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+fn task_notification(rec: &TaskRecord, sub: &Value) -> Value {
+    let mut t = detailed_task(rec);
+    if let Value::Object(o) = &mut t {
+        o.remove("resultType");
+        o.insert("_meta".into(), json!({ SUBSCRIPTION_ID: sub }));
+    }
+    jsonrpc::notification("notifications/tasks", t)
+}
+
+impl Engine {
+    /// Open a task-status stream for the caller's tasks among `taskIds`.
+    pub async fn listen(self: &Arc<Self>, req: &Request, owner: &str, upstream: &str) -> Reply {
+        let sub = req.id.clone().unwrap_or(Value::Null);
+        let wanted: Vec<String> = req
+            .params
+            .get("notifications")
+            .and_then(|n| n.get("taskIds"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !wanted.is_empty() && !mcp::declares_tasks(&req.params) {
+            let e = mcp::missing_tasks_capability("task status notifications");
+            return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+        }
+        // Subscribe before reading current states, so no change falls in between.
+        let mut changes = self.subscribe();
+        let mut owned = Vec::new();
+        for id in wanted {
+            if let Ok(rec) = self.visible(&id, owner, upstream).await {
+                owned.push(rec);
+            }
+        }
+        let ids: HashSet<String> = owned.iter().map(|r| r.id.clone()).collect();
+        let (tx, rx) = mpsc::channel(64);
+        let ack = jsonrpc::notification(
+            "notifications/subscriptions/acknowledged",
+            json!({"_meta": { SUBSCRIPTION_ID: sub }, "notifications": {"taskIds": ids.iter().collect::<Vec<_>>()}}),
+        );
+        let engine = self.clone();
+        tokio::spawn(async move {
+            if tx.send(StreamItem::Message(ack)).await.is_err() {
+                return;
+            }
+            // The current state first, then every change.
+            for rec in &owned {
+                if tx
+                    .send(StreamItem::Message(task_notification(rec, &sub)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            let mut tick = tokio::time::interval(engine.keepalive);
+            tick.tick().await;
+            loop {
+                let item = tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tick.tick() => StreamItem::KeepAlive,
+                    r = changes.recv() => match r {
+                        Ok(rec) if ids.contains(&rec.id) => StreamItem::Message(task_notification(&rec, &sub)),
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            // Missed some changes: send the current state of every task.
+                            for id in &ids {
+                                if let Ok(Some(rec)) = engine.store().get(id).await {
+                                    let _ = tx.send(StreamItem::Message(task_notification(&rec, &sub))).await;
+                                }
+                            }
+                            continue;
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                };
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Reply::Stream(rx)
+    }
+}

@@ -1,0 +1,242 @@
+//! A task's background owner: holds the upstream call after the handle was
+//! returned, records progress, bridges input requests (`input_required`, answered
+//! by `tasks/update`), retries a modern upstream's `InputRequiredResult` rounds with
+//! the collected answers, and settles the task.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::engine::{finalize_result, is_progress_for, Control, Engine, StopReason};
+use super::progress_message;
+use super::sync::admit_request;
+use crate::jsonrpc::{Request, RpcError, INTERNAL_ERROR};
+use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
+use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
+
+/// What the owner takes over from the synchronous phase.
+pub(super) struct Owner {
+    /// The running upstream call (`None` between MRTR rounds).
+    pub call: Option<UpstreamCall>,
+    /// Events already read from it.
+    pub backlog: VecDeque<CallEvent>,
+    /// Progress token of the call.
+    pub token: Value,
+    /// The client's capabilities at creation (which requests it may be shown).
+    pub caps: Value,
+    /// Input keys handed out so far.
+    pub input_seq: u64,
+    /// The original request, for retrying a modern upstream with answers.
+    pub origin: Option<(Arc<dyn Upstream>, Request, CallContext)>,
+}
+
+impl Owner {
+    async fn next(&mut self) -> Option<CallEvent> {
+        if let Some(ev) = self.backlog.pop_front() {
+            return Some(ev);
+        }
+        match &mut self.call {
+            Some(c) => c.events.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A modern upstream's input round in progress.
+#[derive(Default)]
+struct Round {
+    /// Round number (keys are prefixed with it, so they stay unique).
+    n: u64,
+    /// Our key -> the upstream's key, for requests not answered yet.
+    waiting: HashMap<String, String>,
+    /// Answers collected so far, under the upstream's keys.
+    answers: Map<String, Value>,
+    /// The upstream's `requestState`, echoed on the retry.
+    state: Option<String>,
+}
+
+fn fail(rec: &mut TaskRecord, e: RpcError) {
+    rec.status = TaskStatus::Failed;
+    rec.status_message = Some(e.message.clone());
+    rec.outcome = Some(TaskOutcome::Error(e.to_value()));
+}
+
+impl Engine {
+    /// Own a task until it settles, recording each change.
+    pub(super) async fn own(
+        self: Arc<Self>,
+        mut rec: TaskRecord,
+        mut o: Owner,
+        mut control: mpsc::Receiver<Control>,
+    ) {
+        let upstream = rec.upstream.clone();
+        let mut legacy: HashMap<String, ServerRequest> = HashMap::new();
+        let mut round = Round::default();
+        loop {
+            tokio::select! {
+                ev = o.next() => match ev {
+                    Some(CallEvent::Notification(n)) => {
+                        if is_progress_for(&n, &o.token) {
+                            if let Some(m) = n.get("params").and_then(progress_message) {
+                                rec.status_message = Some(m);
+                                self.record(&mut rec).await;
+                            }
+                        }
+                    }
+                    Some(CallEvent::Input(r)) => {
+                        let mut admitted = Vec::new();
+                        admit_request(&o.caps, r, &mut admitted);
+                        for r in admitted {
+                            o.input_seq += 1;
+                            let key = format!("input-{}", o.input_seq);
+                            rec.input_requests.insert(key.clone(), r.as_input_request());
+                            legacy.insert(key, r);
+                        }
+                        if !legacy.is_empty() {
+                            rec.status = TaskStatus::InputRequired;
+                            self.record(&mut rec).await;
+                        }
+                    }
+                    Some(CallEvent::Done(outcome)) => {
+                        if let Some(c) = &mut o.call {
+                            c.canceller.disarm();
+                        }
+                        o.call = None;
+                        match outcome {
+                            Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") && o.origin.is_some() => {
+                                round.n += 1;
+                                round.state = r.get("requestState").and_then(Value::as_str).map(str::to_string);
+                                round.answers = Map::new();
+                                let reqs = r.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+                                for (k, entry) in reqs {
+                                    let key = format!("round{}-{k}", round.n);
+                                    rec.input_requests.insert(key.clone(), entry);
+                                    round.waiting.insert(key, k);
+                                }
+                                if round.waiting.is_empty() {
+                                    if let Err(e) = self.retry(&mut o, &mut round).await {
+                                        fail(&mut rec, e);
+                                        break;
+                                    }
+                                } else {
+                                    rec.status = TaskStatus::InputRequired;
+                                    self.record(&mut rec).await;
+                                }
+                            }
+                            outcome => {
+                                match finalize_result(outcome) {
+                                    Ok(r) => {
+                                        rec.status = TaskStatus::Completed;
+                                        rec.outcome = Some(TaskOutcome::Result(r));
+                                    }
+                                    Err(e) => fail(&mut rec, e),
+                                }
+                                break;
+                            }
+                        }
+                    }
+                    None => {
+                        fail(&mut rec, broken(&upstream));
+                        break;
+                    }
+                },
+                Some(c) = control.recv() => match c {
+                    Control::Answer(answers) => {
+                        let mut changed = false;
+                        for (k, v) in answers {
+                            if let Some(r) = legacy.remove(&k) {
+                                r.answer(Ok(v));
+                            } else if let Some(uk) = round.waiting.remove(&k) {
+                                round.answers.insert(uk, v);
+                            } else {
+                                continue; // not outstanding: ignored
+                            }
+                            rec.input_requests.remove(&k);
+                            changed = true;
+                        }
+                        if !changed {
+                            continue;
+                        }
+                        if round.n > 0 && round.waiting.is_empty() && o.call.is_none() {
+                            if let Err(e) = self.retry(&mut o, &mut round).await {
+                                fail(&mut rec, e);
+                                break;
+                            }
+                        }
+                        if rec.input_requests.is_empty() {
+                            rec.status = TaskStatus::Working;
+                        }
+                        self.record(&mut rec).await;
+                    }
+                    Control::Stop(reason) => {
+                        if let Some(c) = &mut o.call {
+                            c.canceller.cancel();
+                        }
+                        legacy.clear(); // unanswered requests get an error upstream
+                        match reason {
+                            StopReason::Cancelled => {
+                                rec.status = TaskStatus::Cancelled;
+                                rec.status_message = Some("cancelled by the client".into());
+                            }
+                            StopReason::Expired => {
+                                let msg = format!("the task ran past its TTL of {} ms and was cancelled upstream", rec.ttl_ms);
+                                fail(&mut rec, RpcError::new(INTERNAL_ERROR, msg));
+                                rec.expires_at_ms = self.clock().now_ms() + self.expired_grace.as_millis() as u64;
+                            }
+                        }
+                        break;
+                    }
+                },
+            }
+        }
+        drop(legacy);
+        rec.input_requests.clear();
+        rec.updated_at_ms = self.clock().now_ms();
+        if let Err(e) = self.store().put(&rec).await {
+            tracing::error!(error = %e, "could not record the task's final state");
+            // Keep the outcome visible in a smaller form if the full one did not fit.
+            fail(
+                &mut rec,
+                RpcError::new(
+                    INTERNAL_ERROR,
+                    format!("tasklift could not store this task's outcome: {e}"),
+                ),
+            );
+            let _ = self.store().put(&rec).await;
+        }
+        self.publish(&rec);
+        tracing::info!(status = rec.status.as_str(), "task settled");
+        self.running.remove(&rec.id);
+    }
+
+    /// Store a non-terminal change and tell subscribers.
+    async fn record(&self, rec: &mut TaskRecord) {
+        rec.updated_at_ms = self.clock().now_ms();
+        if let Err(e) = self.store().put(rec).await {
+            tracing::warn!(error = %e, "could not record a task change");
+        }
+        self.publish(rec);
+    }
+
+    /// Retry the original call upstream with a round's answers and `requestState`.
+    async fn retry(&self, o: &mut Owner, round: &mut Round) -> Result<(), RpcError> {
+        let (up, req, ctx) = o.origin.as_ref().expect("rounds need the original request");
+        let mut r = req.clone();
+        r.params.insert(
+            "inputResponses".into(),
+            Value::Object(std::mem::take(&mut round.answers)),
+        );
+        match round.state.take() {
+            Some(s) => r.params.insert("requestState".into(), json!(s)),
+            None => r.params.remove("requestState"),
+        };
+        tracing::info!(
+            round = round.n,
+            "retrying the call upstream with the client's answers"
+        );
+        o.call = Some(up.call(&r, ctx).await.map_err(|e| e.to_rpc())?);
+        Ok(())
+    }
+}

@@ -1,0 +1,456 @@
+//! The synchronous phase of a request: the race between the upstream and the
+//! threshold, keep-alives and relayed progress, parking a call whose legacy upstream
+//! asked for input (answered with an MRTR `InputRequiredResult`), resuming it on the
+//! client's retry, and handing a slow call to a background owner as a task.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::engine::{finalize_result, is_progress_for, Control, Engine, TaskSpec};
+use super::input::{check_allowed, request_binding, StateClaims};
+use super::{create_task_result, progress_message};
+use crate::jsonrpc::{self, RpcError};
+use crate::reply::{Reply, StreamItem};
+use crate::store::{TaskRecord, TaskStatus};
+use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
+
+/// How long a call parked for input waits for the client's retry.
+pub const PARK_TTL: Duration = Duration::from_secs(600);
+
+/// What the synchronous phase saw next.
+pub(super) enum Step {
+    /// The final response message.
+    Final(Value),
+    /// A notification to relay to the client.
+    Relay(Value),
+    /// Time to send a keep-alive.
+    KeepAlive,
+    /// The threshold passed and a task may be created.
+    Threshold,
+    /// The upstream asked for input the client may give.
+    Input(Vec<ServerRequest>),
+}
+
+/// A request in its synchronous phase.
+pub(super) struct SyncCall {
+    /// The upstream call.
+    pub call: UpstreamCall,
+    /// The client's request id (of the latest attempt).
+    pub id: Option<Value>,
+    /// Whether the client asked for progress (it is then relayed).
+    pub relay_progress: bool,
+    /// The token progress arrives under (the client's or tasklift's own; null if none).
+    pub token: Value,
+    /// `ttlMs` and `cacheScope` to add to a cacheable result that lacks them.
+    pub cache_hint: Option<(u64, String)>,
+    /// When the threshold passes, if a task may be created.
+    pub threshold_at: Option<tokio::time::Instant>,
+    /// Latest progress, for the task's first statusMessage.
+    pub last_progress: Option<String>,
+    /// Upstream name (for errors).
+    pub upstream: String,
+    /// The request's clientCapabilities (which input requests it may be shown).
+    pub caps: Value,
+    /// The request's `_meta` logLevel: log messages are relayed only when set.
+    pub log_level: Option<String>,
+    /// The caller's principal.
+    pub owner: String,
+    /// Method and name the call was made for (binds its `requestState`).
+    pub binding: String,
+    /// Input request keys handed out so far (keys stay unique for the call's life).
+    pub input_seq: u64,
+    /// Events read ahead while collecting input requests.
+    pub backlog: VecDeque<CallEvent>,
+    /// The request and where it went, so a task can retry it with MRTR answers.
+    pub origin: Option<(Arc<dyn Upstream>, crate::jsonrpc::Request, CallContext)>,
+}
+
+/// A call waiting for the client's retry with answers.
+pub(super) struct Parked {
+    /// The call, still running upstream.
+    pub sc: SyncCall,
+    /// How it may become a task.
+    pub task: Option<TaskSpec>,
+    /// Outstanding requests by key, with their `inputRequests` entry.
+    pub waiting: HashMap<String, (Value, ServerRequest)>,
+}
+
+impl Engine {
+    /// Carry a started call through its synchronous phase: a JSON answer, or an SSE
+    /// stream once there is something to stream.
+    pub(super) async fn drive(self: &Arc<Self>, mut sc: SyncCall, task: Option<TaskSpec>) -> Reply {
+        // Phase 1 runs in the request's own future: if the client goes away, hyper
+        // drops it, and dropping the call cancels it upstream.
+        let first = match self.step(&mut sc, None).await {
+            Step::Final(v) => return Reply::Json(v),
+            Step::Threshold => match self
+                .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
+                .await
+            {
+                Some(v) => return Reply::Json(v),
+                None => None,
+            },
+            Step::Input(reqs) => return Reply::Json(self.park(sc, task, reqs)),
+            Step::Relay(n) => Some(StreamItem::Message(n)),
+            Step::KeepAlive => Some(StreamItem::KeepAlive),
+        };
+        // Phase 2: something must be streamed (progress or keep-alives).
+        let (tx, rx) = mpsc::channel(32);
+        let engine = self.clone();
+        tokio::spawn(
+            async move {
+                if let Some(item) = first {
+                    if tx.send(item).await.is_err() {
+                        return;
+                    }
+                }
+                let mut last_send = tokio::time::Instant::now();
+                loop {
+                    let step = tokio::select! {
+                        _ = tx.closed() => {
+                            tracing::debug!("client went away; cancelling the upstream call");
+                            return; // dropping `sc` cancels upstream
+                        }
+                        step = engine.step(&mut sc, Some(last_send)) => step,
+                    };
+                    let item = match step {
+                        Step::Final(v) => StreamItem::Message(v),
+                        Step::Relay(n) => StreamItem::Message(n),
+                        Step::KeepAlive => StreamItem::KeepAlive,
+                        Step::Threshold => {
+                            match engine
+                                .create_task(
+                                    &mut sc,
+                                    task.as_ref().expect("threshold implies task"),
+                                )
+                                .await
+                            {
+                                Some(v) => StreamItem::Message(v),
+                                None => continue,
+                            }
+                        }
+                        Step::Input(reqs) => {
+                            let msg = engine.park(sc, task, reqs);
+                            let _ = tx.send(StreamItem::Message(msg)).await;
+                            return;
+                        }
+                    };
+                    let last = matches!(&item, StreamItem::Message(m) if m.get("method").is_none());
+                    if tx.send(item).await.is_err() {
+                        return;
+                    }
+                    last_send = tokio::time::Instant::now();
+                    if last {
+                        return;
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+        Reply::Stream(rx)
+    }
+
+    /// The next event: from the read-ahead backlog first, then the upstream.
+    async fn next_event(sc: &mut SyncCall) -> Option<CallEvent> {
+        match sc.backlog.pop_front() {
+            Some(ev) => Some(ev),
+            None => sc.call.events.recv().await,
+        }
+    }
+
+    /// Wait for the next thing the synchronous phase must act on. `last_send` is set
+    /// once a stream is open (keep-alives are due `keepalive` after the last send);
+    /// before that, keep-alives start `keepalive` after the threshold, or right away
+    /// for a caller that can never get a task.
+    pub(super) async fn step(
+        &self,
+        sc: &mut SyncCall,
+        last_send: Option<tokio::time::Instant>,
+    ) -> Step {
+        loop {
+            // A threshold already due wins over whatever the upstream sent meanwhile:
+            // for `always`/`required` tools the handle comes first, and input the
+            // upstream asks for then moves the task to input_required.
+            if sc
+                .threshold_at
+                .is_some_and(|t| t <= tokio::time::Instant::now())
+            {
+                return Step::Threshold;
+            }
+            let keepalive_at = match (last_send, sc.threshold_at) {
+                (Some(t), _) => t + self.keepalive,
+                (None, Some(t)) => t + self.keepalive,
+                (None, None) => tokio::time::Instant::now() + self.keepalive,
+            };
+            let threshold_at = sc.threshold_at;
+            tokio::select! {
+                biased;
+                ev = Self::next_event(sc) => match ev {
+                    Some(CallEvent::Done(outcome)) => {
+                        sc.call.canceller.disarm();
+                        if let Ok(r) = &outcome {
+                            self.note_upstream_task(r, &sc.upstream);
+                        }
+                        let mut outcome = finalize_result(outcome);
+                        if let (Ok(Value::Object(r)), Some((ttl, scope))) = (&mut outcome, &sc.cache_hint) {
+                            r.entry("ttlMs").or_insert_with(|| json!(ttl));
+                            r.entry("cacheScope").or_insert_with(|| json!(scope));
+                        }
+                        return Step::Final(jsonrpc::response(sc.id.as_ref(), &outcome));
+                    }
+                    Some(CallEvent::Notification(n)) => {
+                        if is_progress_for(&n, &sc.token) {
+                            sc.last_progress = n.get("params").and_then(progress_message).or(sc.last_progress.take());
+                            if sc.relay_progress {
+                                return Step::Relay(n);
+                            }
+                        } else if n.get("method").and_then(Value::as_str) == Some("notifications/message") {
+                            // Logs only for requests that set a level, and at or above it.
+                            let level = n.get("params").and_then(|p| p.get("level")).and_then(Value::as_str);
+                            if sc.log_level.as_deref().is_some_and(|min| level_rank(level) >= level_rank(Some(min))) {
+                                return Step::Relay(n);
+                            }
+                        }
+                    }
+                    Some(CallEvent::Input(r)) => {
+                        let mut reqs = Vec::new();
+                        admit_request(&sc.caps, r, &mut reqs);
+                        // Several requests may be outstanding at once: take those already queued.
+                        while let Ok(ev) = sc.call.events.try_recv() {
+                            match ev {
+                                CallEvent::Input(r) => admit_request(&sc.caps, r, &mut reqs),
+                                other => {
+                                    sc.backlog.push_back(other);
+                                    break;
+                                }
+                            }
+                        }
+                        if !reqs.is_empty() {
+                            return Step::Input(reqs);
+                        }
+                    }
+                    None => {
+                        sc.call.canceller.disarm();
+                        return Step::Final(jsonrpc::response(sc.id.as_ref(), &Err(broken(&sc.upstream))));
+                    }
+                },
+                _ = sleep_until_opt(threshold_at) => {
+                    return Step::Threshold;
+                }
+                _ = tokio::time::sleep_until(keepalive_at) => return Step::KeepAlive,
+            }
+        }
+    }
+
+    /// Park a call whose upstream asked for input and answer the client with an
+    /// `InputRequiredResult` whose `requestState` resumes it.
+    pub(super) fn park(
+        self: &Arc<Self>,
+        mut sc: SyncCall,
+        task: Option<TaskSpec>,
+        reqs: Vec<ServerRequest>,
+    ) -> Value {
+        let mut waiting = HashMap::new();
+        for r in reqs {
+            sc.input_seq += 1;
+            let key = format!("input-{}", sc.input_seq);
+            waiting.insert(key, (r.as_input_request(), r));
+        }
+        let id = sc.id.clone();
+        self.park_waiting(Parked { sc, task, waiting }, id)
+    }
+
+    fn park_waiting(self: &Arc<Self>, p: Parked, id: Option<Value>) -> Value {
+        let park = uuid::Uuid::new_v4().to_string();
+        let exp = self.clock().now_ms() + PARK_TTL.as_millis() as u64;
+        let state = self.sealer.seal(&StateClaims {
+            park: park.clone(),
+            owner: p.sc.owner.clone(),
+            request: p.sc.binding.clone(),
+            exp,
+        });
+        let requests: Map<String, Value> = p
+            .waiting
+            .iter()
+            .map(|(k, (entry, _))| (k.clone(), entry.clone()))
+            .collect();
+        tracing::info!(park = %park, requests = requests.len(), "upstream asked for input; waiting for the client's retry");
+        self.parked.insert(park.clone(), std::sync::Mutex::new(p));
+        let engine = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(PARK_TTL).await;
+            if engine.parked.remove(&park).is_some() {
+                tracing::info!(%park, "nobody answered the input request in time; cancelled upstream");
+            }
+        });
+        jsonrpc::response(
+            id.as_ref(),
+            &Ok(
+                json!({"resultType": "input_required", "inputRequests": requests, "requestState": state}),
+            ),
+        )
+    }
+
+    /// A retry carrying tasklift's `requestState`: answer the parked upstream requests
+    /// and resume the race.
+    pub(super) async fn resume(
+        self: &Arc<Self>,
+        req: &crate::jsonrpc::Request,
+        state: &str,
+        ctx: &CallContext,
+        task: Option<TaskSpec>,
+    ) -> Reply {
+        let binding = request_binding(&req.method, &req.params);
+        let claims = match self
+            .sealer
+            .open(state, &ctx.principal, &binding, self.clock().now_ms())
+        {
+            Ok(c) => c,
+            Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e))),
+        };
+        let Some(mut p) = self
+            .parked
+            .remove(&claims.park)
+            .map(|(_, p)| p.into_inner().expect("parked lock"))
+        else {
+            let e = RpcError::new(
+                jsonrpc::INVALID_PARAMS,
+                "Invalid requestState: the call it resumes is no longer waiting (already resumed, or it expired); call the tool again",
+            );
+            return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+        };
+        let empty = Map::new();
+        let answers = req
+            .params
+            .get("inputResponses")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let keys: Vec<String> = p.waiting.keys().cloned().collect();
+        for k in keys {
+            if let Some(v) = answers.get(&k) {
+                let (_, r) = p.waiting.remove(&k).expect("listed");
+                r.answer(Ok(v.clone()));
+            }
+        }
+        p.sc.id = req.id.clone();
+        p.sc.caps = req
+            .meta()
+            .and_then(|m| m.get(crate::mcp::META_CLIENT_CAPABILITIES))
+            .cloned()
+            .unwrap_or_default();
+        p.task = task;
+        if !p.waiting.is_empty() {
+            // Some answers are missing: ask again for the rest.
+            let id = req.id.clone();
+            return Reply::Json(self.park_waiting(p, id));
+        }
+        p.sc.threshold_at = p
+            .task
+            .as_ref()
+            .map(|t| tokio::time::Instant::now() + t.policy.threshold);
+        self.drive(p.sc, p.task).await
+    }
+
+    /// The threshold passed: persist a task, hand the call to a background owner,
+    /// and return the `CreateTaskResult` message. `None` if the task could not be
+    /// stored: the caller then keeps waiting synchronously, so nothing is lost.
+    pub(super) async fn create_task(
+        self: &Arc<Self>,
+        sc: &mut SyncCall,
+        spec: &TaskSpec,
+    ) -> Option<Value> {
+        let (tool, policy) = (&spec.tool, &spec.policy);
+        sc.threshold_at = None;
+        let now = self.clock().now_ms();
+        let ttl_ms = policy.ttl.as_millis() as u64;
+        let rec = TaskRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            owner: sc.owner.clone(),
+            upstream: sc.upstream.clone(),
+            tool: tool.to_string(),
+            status: TaskStatus::Working,
+            status_message: sc.last_progress.clone(),
+            created_at_ms: now,
+            updated_at_ms: now,
+            ttl_ms,
+            poll_interval_ms: policy.poll_interval.as_millis() as u64,
+            expires_at_ms: now + ttl_ms,
+            input_requests: Default::default(),
+            outcome: None,
+        };
+        if let Err(e) = self.store().create(&rec).await {
+            tracing::error!(error = %e, "cannot store a new task; the call stays synchronous");
+            return None;
+        }
+        let (control_tx, control_rx) = mpsc::channel::<Control>(16);
+        self.running.insert(rec.id.clone(), control_tx);
+        self.publish(&rec);
+        let handle = create_task_result(&rec);
+        tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, "call became a task");
+        let owner = super::owner::Owner {
+            call: Some(std::mem::replace(&mut sc.call, UpstreamCall::finished())),
+            backlog: std::mem::take(&mut sc.backlog),
+            token: sc.token.clone(),
+            caps: sc.caps.clone(),
+            input_seq: sc.input_seq,
+            origin: sc.origin.take(),
+        };
+        let engine = self.clone();
+        let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
+        tokio::spawn(engine.own(rec, owner, control_rx).instrument(span));
+        Some(jsonrpc::response(sc.id.as_ref(), &Ok(handle)))
+    }
+}
+
+/// Keep a request the caller may be shown; answer the others upstream with an error.
+pub(super) fn admit_request(caps: &Value, r: ServerRequest, out: &mut Vec<ServerRequest>) {
+    if r.method == "ping" {
+        r.answer(Ok(json!({})));
+        return;
+    }
+    match check_allowed(caps, &r.method) {
+        Ok(()) => out.push(r),
+        Err(e) => {
+            tracing::info!(method = %r.method, "the caller cannot be asked this; answering the upstream with an error");
+            r.answer(Err(e));
+        }
+    }
+}
+
+/// Severity order of MCP log levels (RFC 5424); unknown levels rank lowest.
+fn level_rank(level: Option<&str>) -> u8 {
+    match level {
+        Some("debug") => 1,
+        Some("info") => 2,
+        Some("notice") => 3,
+        Some("warning") => 4,
+        Some("error") => 5,
+        Some("critical") => 6,
+        Some("alert") => 7,
+        Some("emergency") => 8,
+        _ => 0,
+    }
+}
+
+pub(super) async fn sleep_until_opt(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl UpstreamCall {
+    /// A placeholder for a call whose ownership moved elsewhere.
+    pub(super) fn finished() -> Self {
+        let (_tx, rx) = mpsc::channel(1);
+        UpstreamCall {
+            events: rx,
+            canceller: crate::upstream::Canceller::none(),
+        }
+    }
+}
