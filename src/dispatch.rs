@@ -64,7 +64,7 @@ pub async fn dispatch(
                 ),
             }
         }
-        "subscriptions/listen" => engine.listen(&req, &ctx.principal, &mount.cfg.name).await,
+        "subscriptions/listen" => engine.listen(up, &req, &ctx).await,
         "initialize" | "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe" => {
             json(Err(RpcError::new(
                 METHOD_NOT_FOUND,

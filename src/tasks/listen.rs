@@ -1,6 +1,9 @@
-//! `subscriptions/listen` for task status: the caller names task ids, tasklift
+//! `subscriptions/listen`: for task status, the caller names task ids, tasklift
 //! acknowledges those it owns and pushes `notifications/tasks` (the full
-//! DetailedTask, as `tasks/get` would return it) on every change, with keep-alives.
+//! DetailedTask, as `tasks/get` would return it) on every change. Other types
+//! (`toolsListChanged`, `resourceSubscriptions`, …) come from the upstream: its own
+//! `subscriptions/listen` (modern) or its GET stream and `resources/subscribe`
+//! (legacy). One acknowledgement lists what both agreed to; keep-alives follow.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -14,6 +17,7 @@ use crate::jsonrpc::{self, Request};
 use crate::mcp;
 use crate::reply::{Reply, StreamItem};
 use crate::store::TaskRecord;
+use crate::upstream::{notification_wanted, CallContext, Listening, Upstream};
 
 /// `_meta` key correlating notifications with their subscription.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -29,7 +33,14 @@ fn task_notification(rec: &TaskRecord, sub: &Value) -> Value {
 
 impl Engine {
     /// Open a task-status stream for the caller's tasks among `taskIds`.
-    pub async fn listen(self: &Arc<Self>, req: &Request, owner: &str, upstream: &str) -> Reply {
+    pub async fn listen(
+        self: &Arc<Self>,
+        up: Arc<dyn Upstream>,
+        req: &Request,
+        ctx: &CallContext,
+    ) -> Reply {
+        let (owner, upstream) = (ctx.principal.as_str(), up.name().to_string());
+        let upstream = upstream.as_str();
         let sub = req.id.clone().unwrap_or(Value::Null);
         let wanted: Vec<String> = req
             .params
@@ -56,10 +67,32 @@ impl Engine {
             }
         }
         let ids: HashSet<String> = owned.iter().map(|r| r.id.clone()).collect();
+        let mut others = req
+            .params
+            .get("notifications")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        others.remove("taskIds");
+        let mut listening = if others.is_empty() {
+            Listening::none()
+        } else {
+            match up.listen(&others, req, ctx).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the upstream's change notifications are unavailable");
+                    Listening::none()
+                }
+            }
+        };
+        let mut agreed = listening.agreed.clone();
+        if !ids.is_empty() {
+            agreed.insert("taskIds".into(), json!(ids.iter().collect::<Vec<_>>()));
+        }
         let (tx, rx) = mpsc::channel(64);
         let ack = jsonrpc::notification(
             "notifications/subscriptions/acknowledged",
-            json!({"_meta": { SUBSCRIPTION_ID: sub }, "notifications": {"taskIds": ids.iter().collect::<Vec<_>>()}}),
+            json!({"_meta": { SUBSCRIPTION_ID: sub }, "notifications": agreed}),
         );
         let engine = self.clone();
         tokio::spawn(async move {
@@ -82,6 +115,20 @@ impl Engine {
                 let item = tokio::select! {
                     _ = tx.closed() => return,
                     _ = tick.tick() => StreamItem::KeepAlive,
+                    Some(mut n) = listening.events.recv() => {
+                        if !notification_wanted(&listening.agreed, &n) {
+                            continue;
+                        }
+                        if let Some(Value::Object(p)) = n.get_mut("params") {
+                            let meta = p.entry("_meta").or_insert_with(|| json!({}));
+                            if let Value::Object(m) = meta {
+                                m.insert(SUBSCRIPTION_ID.into(), sub.clone());
+                            }
+                        } else {
+                            n["params"] = json!({"_meta": { SUBSCRIPTION_ID: sub }});
+                        }
+                        StreamItem::Message(n)
+                    }
                     r = changes.recv() => match r {
                         Ok(rec) if ids.contains(&rec.id) => StreamItem::Message(task_notification(&rec, &sub)),
                         Ok(_) => continue,

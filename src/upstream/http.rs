@@ -27,8 +27,9 @@ use tokio::sync::mpsc;
 
 use super::sse::SseParser;
 use super::{
-    broken, discover_from_initialize, legacy_request, modern_meta, CallContext, CallEvent,
-    Canceller, Era, ServerRequest, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+    agreed_by_capabilities, broken, discover_from_initialize, legacy_request, listen_modern,
+    modern_meta, CallContext, CallEvent, Canceller, Era, Listening, ServerRequest, Upstream,
+    UpstreamCall, UpstreamError, UpstreamFuture,
 };
 use crate::config::{EraSetting, UpstreamConfig};
 use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError};
@@ -421,6 +422,85 @@ impl Shared {
         })
     }
 
+    /// A legacy session's change notifications: `resources/subscribe` for the URIs,
+    /// then the session's GET stream.
+    async fn listen_legacy(
+        self: &Arc<Self>,
+        filter: &serde_json::Map<String, Value>,
+        ctx: &CallContext,
+    ) -> Result<Listening, UpstreamError> {
+        let s = self.session(ctx, None).await?;
+        let caps = s.init.get("capabilities").cloned().unwrap_or_default();
+        let agreed = agreed_by_capabilities(&caps, filter);
+        if agreed.is_empty() {
+            return Ok(Listening::none());
+        }
+        let uris = agreed
+            .get("resourceSubscriptions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for uri in uris {
+            let id = self.upstream_id();
+            let msg = json!({"jsonrpc": "2.0", "id": id, "method": "resources/subscribe", "params": {"uri": uri}});
+            let ans = self
+                .post(
+                    serde_json::to_vec(&msg).expect("serializes"),
+                    s.headers(),
+                    ctx,
+                )
+                .await?;
+            if let Ok(Err(e)) = self.read_response(ans, &id).await {
+                tracing::warn!(upstream = %self.cfg.name, %uri, error = %e, "resources/subscribe failed");
+            }
+        }
+        let mut h = s.headers();
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let ans = self.send(Method::GET, None, h, ctx).await?;
+        if !ans.status.is_success() {
+            tracing::info!(upstream = %self.cfg.name, status = %ans.status, "the legacy upstream offers no GET stream; no change notifications");
+            return Ok(Listening::none());
+        }
+        let (tx, rx) = mpsc::channel(64);
+        let name = self.cfg.name.clone();
+        let session = s.clone();
+        session.in_flight.fetch_add(1, Ordering::Relaxed);
+        let task = tokio::spawn(async move {
+            let _busy = InFlight(&session);
+            let mut parser = SseParser::default();
+            let mut body = ans.body;
+            while let Some(Ok(frame)) = body.frame().await {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                for ev in parser.feed(&data) {
+                    if let Some(Msg::Notification { method, params }) =
+                        serde_json::from_str::<Value>(&ev)
+                            .ok()
+                            .and_then(Msg::classify)
+                    {
+                        if tx
+                            .send(jsonrpc::notification(&method, params))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+            }
+            tracing::debug!(upstream = %name, "the legacy GET stream ended");
+        });
+        Ok(Listening {
+            agreed,
+            events: rx,
+            canceller: Canceller::new(task.abort_handle(), None),
+        })
+    }
+
     /// Detect and cache the era.
     async fn era(self: &Arc<Self>, ctx: &CallContext) -> Result<Era, UpstreamError> {
         if let Some(e) = self.era.read().expect("era lock").clone() {
@@ -455,7 +535,17 @@ impl Shared {
             .post(serde_json::to_vec(&msg).expect("serializes"), h, ctx)
             .await?;
         let status = ans.status;
-        if status.is_server_error() {
+        // Authentication, rate limits and timeouts say nothing about the era: report
+        // them and probe again on the next request instead of caching "legacy".
+        let not_an_era_signal = matches!(
+            status,
+            StatusCode::UNAUTHORIZED
+                | StatusCode::FORBIDDEN
+                | StatusCode::PROXY_AUTHENTICATION_REQUIRED
+                | StatusCode::REQUEST_TIMEOUT
+                | StatusCode::TOO_MANY_REQUESTS
+        );
+        if status.is_server_error() || not_an_era_signal {
             return Err(UpstreamError::BadResponse {
                 name: self.cfg.name.clone(),
                 status: status.as_u16(),
@@ -691,6 +781,20 @@ fn modern_headers(req: &Request) -> HeaderMap {
 }
 
 impl Upstream for HttpUpstream {
+    fn listen<'a>(
+        &'a self,
+        filter: &'a serde_json::Map<String, Value>,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, Listening> {
+        Box::pin(async move {
+            match self.inner.era(ctx).await? {
+                Era::Modern => listen_modern(self, filter, req, ctx).await,
+                Era::Legacy => self.inner.listen_legacy(filter, ctx).await,
+            }
+        })
+    }
+
     fn name(&self) -> &str {
         &self.inner.cfg.name
     }

@@ -245,10 +245,142 @@ pub trait Upstream: Send + Sync + 'static {
     fn shutdown<'a>(&'a self) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
         self.close_idle(true)
     }
+    /// The upstream's own change notifications (list changes, resource updates) for a
+    /// `subscriptions/listen` stream: `filter` is the caller's SubscriptionFilter
+    /// without `taskIds`. The default offers none.
+    fn listen<'a>(
+        &'a self,
+        _filter: &'a Map<String, Value>,
+        _req: &'a Request,
+        _ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, Listening> {
+        Box::pin(async { Ok(Listening::none()) })
+    }
     /// `Err(reason)` when the upstream cannot take calls now (reported by `/readyz`).
     fn health(&self) -> Result<(), String> {
         Ok(())
     }
+}
+
+/// An upstream's change notifications for one `subscriptions/listen` stream.
+pub struct Listening {
+    /// The filter fields the upstream agreed to honour.
+    pub agreed: Map<String, Value>,
+    /// Notifications as they arrive (full messages).
+    pub events: mpsc::Receiver<Value>,
+    /// Ends the upstream side when dropped.
+    pub canceller: Canceller,
+}
+
+impl Listening {
+    /// Nothing agreed, nothing to receive.
+    pub fn none() -> Self {
+        Self {
+            agreed: Map::new(),
+            events: mpsc::channel(1).1,
+            canceller: Canceller::none(),
+        }
+    }
+}
+
+/// Which SubscriptionFilter field a change notification belongs to, and whether
+/// `filter` asked for it.
+pub fn notification_wanted(filter: &Map<String, Value>, n: &Value) -> bool {
+    let flag = |k: &str| filter.get(k).and_then(Value::as_bool).unwrap_or(false);
+    match n.get("method").and_then(Value::as_str) {
+        Some("notifications/tools/list_changed") => flag("toolsListChanged"),
+        Some("notifications/prompts/list_changed") => flag("promptsListChanged"),
+        Some("notifications/resources/list_changed") => flag("resourcesListChanged"),
+        Some("notifications/resources/updated") => {
+            let uri = n.get("params").and_then(|p| p.get("uri"));
+            filter
+                .get("resourceSubscriptions")
+                .and_then(Value::as_array)
+                .is_some_and(|a| uri.is_some_and(|u| a.contains(u)))
+        }
+        _ => false,
+    }
+}
+
+/// The part of `filter` a legacy server's capabilities can honour.
+pub fn agreed_by_capabilities(caps: &Value, filter: &Map<String, Value>) -> Map<String, Value> {
+    let cap = |a: &str, b: &str| {
+        caps.get(a)
+            .and_then(|c| c.get(b))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    let mut agreed = Map::new();
+    for (field, (a, b)) in [
+        ("toolsListChanged", ("tools", "listChanged")),
+        ("promptsListChanged", ("prompts", "listChanged")),
+        ("resourcesListChanged", ("resources", "listChanged")),
+    ] {
+        if filter.get(field).and_then(Value::as_bool) == Some(true) && cap(a, b) {
+            agreed.insert(field.into(), json!(true));
+        }
+    }
+    if let Some(uris) = filter
+        .get("resourceSubscriptions")
+        .filter(|_| cap("resources", "subscribe"))
+    {
+        agreed.insert("resourceSubscriptions".into(), uris.clone());
+    }
+    agreed
+}
+
+/// Listen through a modern upstream's own `subscriptions/listen`: forward the filter,
+/// wait for its acknowledgement, then pass its notifications on.
+pub async fn listen_modern(
+    up: &dyn Upstream,
+    filter: &Map<String, Value>,
+    req: &Request,
+    ctx: &CallContext,
+) -> Result<Listening, UpstreamError> {
+    let mut r = req.clone();
+    r.params
+        .insert("notifications".into(), Value::Object(filter.clone()));
+    let mut call = up.call(&r, ctx).await?;
+    let ack = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while let Some(ev) = call.events.recv().await {
+            if let CallEvent::Notification(n) = ev {
+                if n.get("method").and_then(Value::as_str)
+                    == Some("notifications/subscriptions/acknowledged")
+                {
+                    return Some(n);
+                }
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some(ack) = ack else {
+        return Ok(Listening::none());
+    };
+    let agreed = ack
+        .get("params")
+        .and_then(|p| p.get("notifications"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let (tx, rx) = mpsc::channel(64);
+    let mut events = std::mem::replace(&mut call.events, mpsc::channel(1).1);
+    tokio::spawn(async move {
+        while let Some(ev) = events.recv().await {
+            if let CallEvent::Notification(n) = ev {
+                if tx.send(n).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(Listening {
+        agreed,
+        events: rx,
+        canceller: std::mem::replace(&mut call.canceller, Canceller::none()),
+    })
 }
 
 impl UpstreamCall {

@@ -26,8 +26,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    discover_from_initialize, legacy_request, modern_meta, CallContext, CallEvent, Canceller, Era,
-    ServerRequest, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+    agreed_by_capabilities, discover_from_initialize, legacy_request, listen_modern, modern_meta,
+    CallContext, CallEvent, Canceller, Era, Listening, ServerRequest, Upstream, UpstreamCall,
+    UpstreamError, UpstreamFuture,
 };
 use crate::config::{EraSetting, StdioConfig, Transport, UpstreamConfig};
 use crate::jsonrpc::{
@@ -103,6 +104,8 @@ struct Conn {
     next_id: AtomicU64,
     /// Set when the child exits.
     closed: AtomicBool,
+    /// Notifications not tied to a call (list changes, resource updates).
+    changes: tokio::sync::broadcast::Sender<Value>,
 }
 
 impl Conn {
@@ -115,6 +118,7 @@ impl Conn {
             tokens: DashMap::new(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
+            changes: tokio::sync::broadcast::channel(64).0,
         }
     }
 
@@ -582,7 +586,8 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
                         .await;
                 }
                 None => {
-                    tracing::debug!(upstream = %name, %method, "notification not related to a call in flight")
+                    tracing::debug!(upstream = %name, %method, "notification not related to a call in flight");
+                    let _ = conn.changes.send(jsonrpc::notification(&method, params));
                 }
             }
         }
@@ -642,6 +647,74 @@ fn signal_group(pid: u32, sig: nix::sys::signal::Signal) {
 }
 
 impl Upstream for StdioUpstream {
+    fn listen<'a>(
+        &'a self,
+        filter: &'a serde_json::Map<String, Value>,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, Listening> {
+        Box::pin(async move {
+            let conn = self
+                .inner
+                .pick()
+                .await
+                .map_err(|e| UpstreamError::Unreachable {
+                    name: self.inner.name().to_string(),
+                    message: e.message,
+                })?;
+            if conn.era.get() == Some(&Era::Modern) {
+                return listen_modern(self, filter, req, ctx).await;
+            }
+            let caps = conn
+                .info
+                .get()
+                .and_then(|i| i.get("capabilities"))
+                .cloned()
+                .unwrap_or_default();
+            let agreed = agreed_by_capabilities(&caps, filter);
+            if agreed.is_empty() {
+                return Ok(Listening::none());
+            }
+            let mut changes = conn.changes.subscribe();
+            for uri in agreed
+                .get("resourceSubscriptions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+            {
+                if let Some(Err(e)) = conn
+                    .ask(
+                        "resources/subscribe",
+                        json!({"uri": uri}),
+                        Duration::from_secs(10),
+                    )
+                    .await
+                {
+                    tracing::warn!(upstream = %self.inner.name(), %uri, error = %e, "resources/subscribe failed");
+                }
+            }
+            let (tx, rx) = mpsc::channel(64);
+            let task = tokio::spawn(async move {
+                loop {
+                    match changes.recv().await {
+                        Ok(n) => {
+                            if tx.send(n).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(_) => return,
+                    }
+                }
+            });
+            Ok(Listening {
+                agreed,
+                events: rx,
+                canceller: Canceller::new(task.abort_handle(), None),
+            })
+        })
+    }
+
     fn name(&self) -> &str {
         self.inner.name()
     }
