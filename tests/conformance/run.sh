@@ -13,7 +13,9 @@ if [ "${1:-}" = "--stdio" ]; then CONFIG=tests/conformance/tasklift-stdio.toml; 
 SCENARIOS=("$@")
 if [ ${#SCENARIOS[@]} -eq 0 ]; then
   SCENARIOS=(tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-headers
-             tasks-required-task-error tasks-request-state-removal http-header-validation)
+             tasks-required-task-error tasks-request-state-removal http-header-validation
+             tasks-mrtr-input tasks-mrtr-composition tasks-status-notifications
+             tasks-dispatch-and-envelope server-stateless)
 fi
 [ -x "$BIN" ] || cargo build --quiet --bin tasklift
 rm -rf target/conformance && mkdir -p target/conformance
