@@ -29,13 +29,15 @@ pub enum MockReply {
     Result(Value),
     /// `{"error": {code, message}}` with this HTTP status.
     Error(u16, i64, String),
+    /// This HTTP status with an empty body.
+    Status(u16),
     /// An SSE body fed by the test: `Ok` chunks are written as they are, an `Err`
     /// breaks the connection mid-body, and dropping the sender ends the body.
     Stream(mpsc::Receiver<Result<Bytes, std::io::Error>>),
 }
 
-/// The handler: sees each JSON-RPC message, answers it.
-pub type Handler = Arc<dyn Fn(&Value) -> MockReply + Send + Sync>;
+/// The handler: sees each request's headers and JSON-RPC message, answers it.
+pub type Handler = Arc<dyn Fn(&HeaderMap, &Value) -> MockReply + Send + Sync>;
 
 /// A running scriptable upstream.
 pub struct MockUpstream {
@@ -48,6 +50,13 @@ pub struct MockUpstream {
 impl MockUpstream {
     /// Serve `handler` on 127.0.0.1 in the background (for the test's lifetime).
     pub async fn start(handler: impl Fn(&Value) -> MockReply + Send + Sync + 'static) -> Self {
+        Self::start_with_headers(move |_, m| handler(m)).await
+    }
+
+    /// Like `start`, with a handler that also sees the request headers.
+    pub async fn start_with_headers(
+        handler: impl Fn(&HeaderMap, &Value) -> MockReply + Send + Sync + 'static,
+    ) -> Self {
         let handler: Handler = Arc::new(handler);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -62,8 +71,9 @@ impl MockUpstream {
                         let (parts, body) = req.into_parts();
                         let bytes = body.collect().await.unwrap().to_bytes();
                         let msg: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                        let reply = handler(&parts.headers, &msg);
                         seen.lock().unwrap().push((parts.headers, msg.clone()));
-                        Ok::<_, Infallible>(answer(&msg, handler(&msg)))
+                        Ok::<_, Infallible>(answer(&msg, reply))
                     }
                 });
                 tokio::spawn(
@@ -102,10 +112,21 @@ fn answer(msg: &Value, reply: MockReply) -> Response<MockBody> {
             )
             .unwrap()
     };
+    if let MockReply::Status(status) = reply {
+        return Response::builder()
+            .status(status)
+            .body(
+                Full::new(Bytes::new())
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .unwrap();
+    }
     if msg.get("id").is_none() {
         return json(202, Value::Null);
     }
     match reply {
+        MockReply::Status(_) => unreachable!("answered above"),
         MockReply::Result(r) => json(200, json!({"jsonrpc": "2.0", "id": id, "result": r})),
         MockReply::Error(status, code, message) => json(
             status,

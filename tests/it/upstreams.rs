@@ -96,7 +96,7 @@ async fn legacy_era_is_detected_once_and_the_session_reused() {
         c.call_tool("echo", json!({})).await.unwrap();
     }
     c.request("tools/list", json!({})).await.unwrap();
-    c.request("ping", json!({})).await.unwrap();
+    c.request("server/discover", json!({})).await.unwrap();
     assert_eq!(h.received("server/discover").len(), 1);
     assert_eq!(h.upstream.stats().initializes.load(Ordering::Relaxed), 1);
     h.stop().await;
@@ -248,14 +248,17 @@ async fn unknown_fields_and_meta_keys_pass_through_unchanged() {
         });
         let r = post(&h.url, 1, "tools/call", params.clone(), true).await;
         assert_eq!(r.response()["result"]["content"][0]["text"], "echo done");
-        let r = post(&h.url, 2, "ping", json!({"x-extra": [true]}), true).await;
+        let r = post(&h.url, 2, "tools/list", json!({"x-extra": [true]}), true).await;
         assert!(r.response().get("result").is_some(), "{r:?}");
         let got = &h.received("tools/call")[0]["params"];
         assert_eq!(got["arguments"], params["arguments"]);
         assert_eq!(got["x-routing"], params["x-routing"]);
         assert_eq!(got["_meta"]["com.example/trace"], "t-1");
         assert_eq!(got["_meta"]["progressToken"], "mine");
-        assert_eq!(h.received("ping")[0]["params"]["x-extra"], json!([true]));
+        assert_eq!(
+            h.received("tools/list")[0]["params"]["x-extra"],
+            json!([true])
+        );
         h.stop().await;
     }
 }
@@ -361,5 +364,36 @@ async fn an_https_upstream_is_trusted_through_ca_file() {
     let a = h.client().call_tool("echo", json!({})).await.unwrap();
     assert_eq!(a.result["content"][0]["text"], "echo done");
     assert_eq!(h.upstream.stats().calls.load(Ordering::Relaxed), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_auth_failure_while_probing_does_not_settle_the_era() {
+    // A modern upstream that wants a bearer token; tasklift forwards the caller's.
+    let mock = MockUpstream::start_with_headers(|h, m| {
+        if h.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer good") {
+            return MockReply::Status(401);
+        }
+        match m["method"].as_str().unwrap_or("") {
+            "server/discover" => MockReply::Result(discover_result(json!({}))),
+            "tools/call" => MockReply::Result(json!({"content": [{"type": "text", "text": "ok"}]})),
+            other => MockReply::Error(404, -32601, format!("Method not found: {other}")),
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &mock.url, dir, |c| {
+        c.upstreams[0].forward_authorization = true
+    })
+    .await;
+    // The first caller has no valid token: the upstream answers 401.
+    let e = rpc_err(h.client().call_tool("echo", json!({})).await);
+    assert!(e.message.contains("401"), "{}", e.message);
+    // A caller with a valid token then gets through: the 401 did not make
+    // tasklift take the modern upstream for a legacy one.
+    let good = h.client_with(true, &[("authorization", "Bearer good")]);
+    let a = good.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "ok");
+    assert!(mock.received("initialize").is_empty());
     h.stop().await;
 }
