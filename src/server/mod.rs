@@ -269,14 +269,29 @@ fn forwarded_headers(h: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
 }
 
 async fn readyz(state: &State) -> Response<RespBody> {
+    // Upstreams that cannot take calls now (e.g. a stdio child that keeps crashing).
+    let upstreams: serde_json::Map<String, Value> = state
+        .mounts
+        .values()
+        .filter_map(|m| {
+            m.upstream
+                .health()
+                .err()
+                .map(|e| (m.cfg.name.clone(), json!(e)))
+        })
+        .collect();
     match state.engine.store().stats().await {
-        Ok(s) => json_response(
+        Ok(s) if upstreams.is_empty() => json_response(
             StatusCode::OK,
             &json!({"status": "ready", "tasks": s.tasks, "running": state.engine.running_count()}),
         ),
+        Ok(_) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"status": "unready", "upstreams": upstreams}),
+        ),
         Err(e) => json_response(
             StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"status": "unready", "store": e.to_string()}),
+            &json!({"status": "unready", "store": e.to_string(), "upstreams": upstreams}),
         ),
     }
 }

@@ -304,7 +304,9 @@ impl Pool {
             r = self.handshake(&conn) => Some(r),
             status = child.wait() => {
                 let _ = tokio::time::timeout(Duration::from_secs(1), err_task).await;
-                return format!("exited during start-up ({}){}", describe(status), last_line(slot));
+                // The last stderr line is added by whoever reports this (the restart
+                // warning, the crash-loop error), so it is not repeated here.
+                return format!("exited during start-up ({})", describe(status));
             }
             _ = stop.changed() => None,
         };

@@ -1,0 +1,379 @@
+//! stdio upstreams (issue 3): tasklift in front of MCP servers run as child processes.
+//! The child is the stdio fixture (`tasklift demo-server --stdio`), which appends
+//! `start PID`, `call NAME` and `cancelled ID` lines to a log file the tests read.
+//! Faults (crashes, cancellation, shutdown) are in `stdio_faults`, the real
+//! server-everything peer in `stdio_peer`.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tasklift::app::Running;
+use tasklift::client::{Client, ClientError};
+use tasklift::config::{RawConfig, RawUpstream};
+use tasklift::jsonrpc::RpcError;
+
+use crate::common::*;
+
+/// The upstream's name, which error messages must mention.
+pub const NAME: &str = "kid";
+
+/// Generous bound for anything that should take a few seconds: a hang guard only.
+pub const LIMIT: Duration = Duration::from_secs(30);
+
+/// tasklift in front of one stdio upstream, with no HTTP fixture.
+pub struct StdioHarness {
+    /// The proxy.
+    pub proxy: Option<Running>,
+    /// The proxy's MCP endpoint.
+    pub url: String,
+    /// The fixture's event log.
+    pub log: PathBuf,
+    /// Store and log directory (deleted at drop).
+    _dir: tempfile::TempDir,
+}
+
+/// The fixture's command line with these flags, logging to `log`.
+pub fn fixture_command(flags: &[&str], log: &Path) -> Vec<String> {
+    let mut c: Vec<String> = vec![
+        env!("CARGO_BIN_EXE_tasklift").into(),
+        "demo-server".into(),
+        "--stdio".into(),
+    ];
+    c.extend(flags.iter().map(|f| f.to_string()));
+    c.extend(["--log".to_string(), log.display().to_string()]);
+    c
+}
+
+impl StdioHarness {
+    /// The fixture with `flags` behind tasklift; `tweak` adjusts the config.
+    pub async fn start(flags: &[&str], tweak: impl FnOnce(&mut RawConfig)) -> Self {
+        Self::start_command(|log| fixture_command(flags, log), tweak).await
+    }
+
+    /// Any command (given the log path) behind tasklift.
+    pub async fn start_command(
+        command: impl FnOnce(&Path) -> Vec<String>,
+        tweak: impl FnOnce(&mut RawConfig),
+    ) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("fixture.log");
+        let mut raw = RawConfig::default();
+        raw.server.listen = "127.0.0.1:0".into();
+        raw.store.data_dir = dir.path().join("store").display().to_string();
+        raw.tasks.threshold = "300ms".into();
+        raw.tasks.poll_interval = "50ms".into();
+        raw.upstreams.push(RawUpstream {
+            name: NAME.into(),
+            command: command(&log),
+            shutdown_grace: "500ms".into(),
+            ..RawUpstream::default()
+        });
+        tweak(&mut raw);
+        let proxy = tasklift::app::start(raw.validate().expect("valid config"))
+            .await
+            .expect("tasklift starts");
+        let url = format!("http://{}/mcp", proxy.addr);
+        Self {
+            proxy: Some(proxy),
+            url,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// A client declaring the tasks extension.
+    pub fn client(&self) -> Client {
+        Client::new(&self.url).unwrap()
+    }
+
+    /// A client that does not declare the tasks extension (calls stay synchronous).
+    pub fn plain_client(&self) -> Client {
+        let mut c = self.client();
+        c.tasks = false;
+        c
+    }
+
+    /// The fixture's log lines so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The PIDs of the children started so far.
+    pub fn pids(&self) -> Vec<u32> {
+        self.log_lines()
+            .iter()
+            .filter_map(|l| l.strip_prefix("start ")?.parse().ok())
+            .collect()
+    }
+
+    /// Wait until the log satisfies `cond`.
+    pub async fn wait_log(&self, what: &str, cond: impl Fn(&[String]) -> bool) {
+        let log = self.log.clone();
+        let read = move || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        eventually(what, LIMIT, || cond(&read())).await;
+    }
+
+    /// Stop the proxy (and its children).
+    pub async fn stop(mut self) {
+        if let Some(p) = self.proxy.take() {
+            p.shutdown().await;
+        }
+    }
+}
+
+/// The JSON-RPC error of a failed call (panics on success or transport failure).
+pub fn rpc_error(r: Result<tasklift::client::Answer, ClientError>) -> RpcError {
+    match r {
+        Err(ClientError::Rpc(e)) => e,
+        Ok(a) => panic!("expected a JSON-RPC error, got {}", a.result),
+        Err(e) => panic!("expected a JSON-RPC error, got a transport error: {e}"),
+    }
+}
+
+/// The text of a tool result.
+pub fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+/// The id of the task a call became (panics if it was answered directly).
+pub fn task_id(result: &Value) -> String {
+    assert_eq!(result["resultType"], "task", "expected a task: {result}");
+    result["taskId"].as_str().unwrap().to_string()
+}
+
+/// Run `f` under a hang guard.
+pub async fn guard<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .unwrap_or_else(|_| panic!("hang: {what} took longer than {LIMIT:?}"))
+}
+
+/// Poll a task until it is terminal, collecting every `statusMessage` seen on the way.
+pub async fn follow(c: &Client, id: &str) -> (Value, Vec<String>) {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let t = c.get_task(id).await.expect("tasks/get");
+        if let Some(m) = t["statusMessage"].as_str() {
+            if seen.last().map(String::as_str) != Some(m) {
+                seen.push(m.to_string());
+            }
+        }
+        if matches!(
+            t["status"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        ) {
+            return (t, seen);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task {id} not terminal in time: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Fast call, slow call as a task, progress in `statusMessage`, discover: one era.
+async fn serves_the_child(flags: &[&str]) {
+    let h = StdioHarness::start(flags, |_| {}).await;
+    let c = h.client();
+    let a = guard("greet", c.call_tool("greet", json!({"name": "stdio"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        a.result["resultType"], "complete",
+        "{flags:?}: {}",
+        a.result
+    );
+    assert_eq!(text(&a.result), "Hello, stdio!");
+
+    let a = c
+        .call_tool("slow_compute", json!({"seconds": 2, "label": "sum"}))
+        .await
+        .unwrap();
+    let id = task_id(&a.result);
+    let t = wait_terminal(&c, &id, LIMIT).await;
+    assert_eq!(t["status"], "completed", "{flags:?}: {t}");
+    assert_eq!(text(&t["result"]), "computed sum in 2 s");
+
+    let a = c
+        .call_tool("generate_report", json!({"pages": 3}))
+        .await
+        .unwrap();
+    let id = task_id(&a.result);
+    let (t, seen) = follow(&c, &id).await;
+    assert_eq!(t["status"], "completed", "{flags:?}: {t}");
+    assert!(
+        text(&t["result"]).starts_with("Monthly report: 3 pages"),
+        "{t}"
+    );
+    assert!(
+        seen.iter()
+            .any(|m| m.contains("/5 – step ") && m.ends_with(" of 5 done")),
+        "{flags:?}: no progress in statusMessage; saw {seen:?}"
+    );
+
+    // server/discover is answered from what the child said at its handshake.
+    let d = c.request("server/discover", json!({})).await.unwrap();
+    assert!(
+        d.result.to_string().contains("tasklift-fixture-stdio"),
+        "{flags:?}: {}",
+        d.result
+    );
+    assert_eq!(h.pids().len(), 1, "one child, never restarted");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_legacy_child_is_served_with_tasks() {
+    // Legacy: tasklift's server/discover probe is refused, so it falls back to
+    // initialize + notifications/initialized; calls working shows the handshake did.
+    serves_the_child(&[]).await;
+}
+
+#[tokio::test]
+async fn a_modern_child_is_served_with_tasks() {
+    serves_the_child(&["--modern"]).await;
+}
+
+#[tokio::test]
+async fn colliding_client_ids_are_multiplexed_over_one_child() {
+    // Every Client numbers its requests from 1, so the ids collide across clients;
+    // tasklift must still hand each answer to its own caller. The threshold is high
+    // so every answer comes back on the call itself.
+    let h = StdioHarness::start(&[], |raw| raw.tasks.threshold = "60s".into()).await;
+    let clients: Vec<Arc<Client>> = (0..4).map(|_| Arc::new(h.plain_client())).collect();
+    let mut calls = tokio::task::JoinSet::new();
+    for (i, c) in clients.iter().enumerate() {
+        for j in 0..6 {
+            let c = c.clone();
+            calls.spawn(async move {
+                let msg = format!("client {i} call {j}");
+                // Some calls stay in flight a while, so answers come back out of order.
+                let a = if j % 2 == 0 {
+                    c.call_tool("echo", json!({"message": msg})).await
+                } else {
+                    let secs = 0.1 * (4 - i) as f64;
+                    c.call_tool("slow_compute", json!({"seconds": secs, "label": msg}))
+                        .await
+                };
+                (i, j, msg, a.expect("call answered"))
+            });
+        }
+    }
+    let answers = guard("24 concurrent calls", calls.join_all()).await;
+    assert_eq!(answers.len(), 24);
+    for (i, j, msg, a) in answers {
+        let want = if j % 2 == 0 {
+            format!("Echo: {msg}")
+        } else {
+            format!("computed {msg} in {} s", 0.1 * (4 - i) as f64)
+        };
+        assert_eq!(text(&a.result), want, "client {i} call {j}: {}", a.result);
+    }
+    assert_eq!(h.pids().len(), 1, "all calls went over one child");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn garbage_on_the_childs_stdout_is_skipped() {
+    // The fixture prints a non-JSON line at start and before every tool answer.
+    let h = StdioHarness::start(&["--garbage"], |_| {}).await;
+    let c = h.client();
+    for _ in 0..3 {
+        let a = guard(
+            "echo",
+            c.call_tool("echo", json!({"message": "still here"})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(text(&a.result), "Echo: still here");
+    }
+    let a = c
+        .call_tool("slow_compute", json!({"seconds": 1, "label": "noisy"}))
+        .await
+        .unwrap();
+    let t = wait_terminal(&c, &task_id(&a.result), LIMIT).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(text(&t["result"]), "computed noisy in 1 s");
+    assert_eq!(h.pids().len(), 1, "garbage must not cost a restart");
+    h.stop().await;
+}
+
+/// Start a call that keeps a `--serial` child busy for an hour, as a task.
+async fn occupy(h: &StdioHarness, c: &Client) -> String {
+    let a = c
+        .call_tool("slow_compute", json!({"seconds": 3600, "label": "hog"}))
+        .await
+        .unwrap();
+    let id = task_id(&a.result);
+    h.wait_log("the child received the hog", |l| {
+        l.iter().any(|x| x == "call slow_compute")
+    })
+    .await;
+    id
+}
+
+#[tokio::test]
+async fn a_serial_child_runs_one_call_at_a_time() {
+    // The control for the pool test below: with one `--serial` child busy, a fast
+    // call waits behind the busy one and so becomes a task.
+    let h = StdioHarness::start(&["--serial"], |_| {}).await;
+    let c = h.client();
+    let hog = occupy(&h, &c).await;
+    let a = c.call_tool("greet", json!({})).await.unwrap();
+    let greet = task_id(&a.result);
+    assert_eq!(c.get_task(&greet).await.unwrap()["status"], "working");
+    c.cancel_task(&hog).await.unwrap();
+    c.cancel_task(&greet).await.unwrap();
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_pool_of_serial_children_runs_calls_in_parallel() {
+    let h = StdioHarness::start(&["--serial"], |raw| raw.upstreams[0].processes = 2).await;
+    let c = h.client();
+    h.wait_log("two children started", |l| {
+        l.iter().filter(|x| x.starts_with("start ")).count() == 2
+    })
+    .await;
+    let pids = h.pids();
+    assert_ne!(pids[0], pids[1], "two processes");
+    let hog = occupy(&h, &c).await;
+    // While one child is busy for an hour, a fast call is answered directly by the
+    // other one. Until the second child has finished its handshake a call may still
+    // land behind the hog (and become a task), so retry a few times; with a single
+    // child (the control test above) no attempt could ever be answered.
+    let mut answered = None;
+    let mut stuck = Vec::new();
+    for _ in 0..50 {
+        let a = c.call_tool("greet", json!({"name": "pool"})).await.unwrap();
+        if a.result["resultType"] == "complete" {
+            answered = Some(a.result);
+            break;
+        }
+        stuck.push(task_id(&a.result));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answered = answered.expect("no child was free to answer while the other was busy");
+    assert_eq!(text(&answered), "Hello, pool!");
+    assert_eq!(c.get_task(&hog).await.unwrap()["status"], "working");
+    assert_eq!(h.pids().len(), 2, "no restarts");
+    for id in stuck.iter().chain([&hog]) {
+        c.cancel_task(id).await.unwrap();
+    }
+    h.stop().await;
+}
