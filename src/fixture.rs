@@ -280,6 +280,8 @@ pub struct Stats {
     pub headers: Mutex<Vec<HashMap<String, String>>>,
     /// Every JSON message POSTed, in order, as received.
     pub bodies: Mutex<Vec<Value>>,
+    /// Headers of every DELETE, in order (lower-case names).
+    pub delete_headers: Mutex<Vec<HashMap<String, String>>>,
 }
 
 /// The server's protocol era.
@@ -556,6 +558,11 @@ impl FixtureServer {
         match *req.method() {
             Method::POST => {}
             Method::DELETE if self.era == FixtureEra::Legacy => {
+                self.stats
+                    .delete_headers
+                    .lock()
+                    .expect("headers")
+                    .push(headers);
                 let removed =
                     session.and_then(|s| self.sessions.lock().expect("sessions").remove(&s));
                 if let Some(s) = removed {

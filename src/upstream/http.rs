@@ -92,6 +92,10 @@ struct Session {
     last_used: AtomicU64,
     /// Requests currently using the session (an in-use session is never closed).
     in_flight: AtomicUsize,
+    /// The credentials of whoever opened it, for the requests tasklift makes on the
+    /// session by itself (answers to the server's requests, the closing DELETE): an
+    /// upstream that authenticates every request would refuse them otherwise.
+    opener: CallContext,
 }
 
 impl HttpUpstream {
@@ -383,7 +387,7 @@ impl Shared {
                         params,
                     } => match session {
                         Some(s) => {
-                            let responder = self.responder(s.headers(), sid);
+                            let responder = self.responder(s.headers(), s.opener.clone(), sid);
                             let req = ServerRequest::new(method, params, responder);
                             let _ = tx.send(CallEvent::Input(req)).await;
                         }
@@ -403,6 +407,7 @@ impl Shared {
     fn responder(
         self: &Arc<Self>,
         headers: HeaderMap,
+        ctx: CallContext,
         id: Value,
     ) -> Box<dyn FnOnce(Outcome) + Send> {
         let me = self.clone();
@@ -410,7 +415,7 @@ impl Shared {
             tokio::spawn(async move {
                 let body = serde_json::to_vec(&jsonrpc::response(Some(&id), &outcome))
                     .expect("serializes");
-                match me.post(body, headers, &CallContext::default()).await {
+                match me.post(body, headers, &ctx).await {
                     Ok(ans) => {
                         let _ = me.read_all(ans.body).await;
                     }
@@ -651,6 +656,11 @@ impl Shared {
             init,
             last_used: AtomicU64::new(self.now_ms()),
             in_flight: AtomicUsize::new(0),
+            opener: CallContext {
+                principal: ctx.principal.clone(),
+                authorization: ctx.authorization.clone(),
+                ..CallContext::default()
+            },
         };
         let note = json!({"jsonrpc": "2.0", "method": mcp::method::INITIALIZED});
         let ans = self
@@ -907,7 +917,7 @@ impl Upstream for HttpUpstream {
                 inner.sessions.remove(&key);
                 if s.id.is_some() {
                     let sent = inner
-                        .send(Method::DELETE, None, s.headers(), &CallContext::default())
+                        .send(Method::DELETE, None, s.headers(), &s.opener)
                         .await;
                     if let Ok(ans) = sent {
                         let _ = inner.read_all(ans.body).await;

@@ -15,6 +15,7 @@ mod front_door;
 mod lifecycle;
 mod rmcp_peer;
 mod rules;
+mod sessions;
 mod stdio;
 mod stdio_faults;
 mod stdio_peer;

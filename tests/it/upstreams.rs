@@ -1,5 +1,5 @@
-//! Upstreams of both eras: the legacy handshake and sessions tasklift runs on the
-//! caller's behalf, modern pass-through, discovery, headers, TLS, and what happens
+//! Upstreams of both eras: the legacy handshake tasklift runs on the caller's
+//! behalf, modern pass-through, discovery, headers, TLS, and what happens
 //! when the upstream is gone or hands out task handles of its own.
 
 use std::sync::atomic::Ordering;
@@ -99,59 +99,6 @@ async fn legacy_era_is_detected_once_and_the_session_reused() {
     c.request("server/discover", json!({})).await.unwrap();
     assert_eq!(h.received("server/discover").len(), 1);
     assert_eq!(h.upstream.stats().initializes.load(Ordering::Relaxed), 1);
-    h.stop().await;
-}
-
-#[tokio::test]
-async fn an_expired_legacy_session_is_reopened_transparently() {
-    let h = Harness::start(fixture(), |_| {}).await;
-    let c = h.client();
-    c.call_tool("echo", json!({})).await.unwrap();
-    h.upstream.expire_sessions();
-    let a = c.call_tool("echo", json!({})).await.unwrap();
-    assert_eq!(a.result["content"][0]["text"], "echo done");
-    assert_eq!(h.upstream.stats().initializes.load(Ordering::Relaxed), 2);
-    h.stop().await;
-}
-
-#[tokio::test]
-async fn legacy_sessions_are_never_shared_between_principals() {
-    let h = Harness::start(fixture(), |c| c.auth.mode = "bearer".into()).await;
-    let alice = h.client_with(true, &[("authorization", "Bearer alice")]);
-    let bob = h.client_with(true, &[("authorization", "Bearer bob")]);
-    alice.call_tool("echo", json!({})).await.unwrap();
-    alice.call_tool("echo", json!({})).await.unwrap();
-    let inits = || h.upstream.stats().initializes.load(Ordering::Relaxed);
-    assert_eq!(inits(), 1, "the same token reuses its session");
-    bob.call_tool("echo", json!({})).await.unwrap();
-    assert_eq!(inits(), 2, "another token gets its own session");
-    let stats = h.upstream.stats();
-    let sessions: std::collections::HashSet<String> = stats
-        .headers
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|h| h.get("mcp-session-id").cloned())
-        .collect();
-    assert_eq!(sessions.len(), 2);
-    h.stop().await;
-}
-
-#[tokio::test]
-async fn idle_legacy_sessions_are_closed_with_delete() {
-    let h = Harness::start(fixture(), |c| c.upstreams[0].session_idle = "1s".into()).await;
-    let c = h.client();
-    c.call_tool("echo", json!({})).await.unwrap();
-    let stats = h.upstream.stats();
-    eventually(
-        "the idle session is deleted",
-        Duration::from_secs(15),
-        || stats.deletes.load(Ordering::Relaxed) == 1,
-    )
-    .await;
-    // The next call opens a new session.
-    c.call_tool("echo", json!({})).await.unwrap();
-    assert_eq!(stats.initializes.load(Ordering::Relaxed), 2);
     h.stop().await;
 }
 

@@ -1,0 +1,127 @@
+//! Legacy sessions, which tasklift runs on its callers' behalf: reopened when
+//! they expire, one per principal, closed with DELETE when idle, and always used
+//! with the credentials of whoever opened them.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::json;
+use tasklift::fixture::{FixtureServer, Tool};
+
+use crate::common::*;
+
+fn fixture() -> FixtureServer {
+    FixtureServer::new().tool(Tool::new("echo"))
+}
+
+#[tokio::test]
+async fn an_expired_legacy_session_is_reopened_transparently() {
+    let h = Harness::start(fixture(), |_| {}).await;
+    let c = h.client();
+    c.call_tool("echo", json!({})).await.unwrap();
+    h.upstream.expire_sessions();
+    let a = c.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "echo done");
+    assert_eq!(h.upstream.stats().initializes.load(Ordering::Relaxed), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn legacy_sessions_are_never_shared_between_principals() {
+    let h = Harness::start(fixture(), |c| c.auth.mode = "bearer".into()).await;
+    let alice = h.client_with(true, &[("authorization", "Bearer alice")]);
+    let bob = h.client_with(true, &[("authorization", "Bearer bob")]);
+    alice.call_tool("echo", json!({})).await.unwrap();
+    alice.call_tool("echo", json!({})).await.unwrap();
+    let inits = || h.upstream.stats().initializes.load(Ordering::Relaxed);
+    assert_eq!(inits(), 1, "the same token reuses its session");
+    bob.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(inits(), 2, "another token gets its own session");
+    let stats = h.upstream.stats();
+    let sessions: std::collections::HashSet<String> = stats
+        .headers
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h.get("mcp-session-id").cloned())
+        .collect();
+    assert_eq!(sessions.len(), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn idle_legacy_sessions_are_closed_with_delete() {
+    let h = Harness::start(fixture(), |c| c.upstreams[0].session_idle = "1s".into()).await;
+    let c = h.client();
+    c.call_tool("echo", json!({})).await.unwrap();
+    let stats = h.upstream.stats();
+    eventually(
+        "the idle session is deleted",
+        Duration::from_secs(15),
+        || stats.deletes.load(Ordering::Relaxed) == 1,
+    )
+    .await;
+    // The next call opens a new session.
+    c.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(stats.initializes.load(Ordering::Relaxed), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn requests_tasklift_makes_on_a_session_carry_the_openers_credentials() {
+    // forward_authorization: the upstream authenticates every request, including
+    // the answers tasklift posts for the caller and the DELETE that closes the session.
+    let h = Harness::start(FixtureServer::demo(), |c| {
+        c.upstreams[0].forward_authorization = true;
+        c.upstreams[0].session_idle = "1s".into();
+        c.tasks.threshold = "10s".into();
+    })
+    .await;
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}});
+    let call = |id: u64, extra: serde_json::Value| {
+        let mut p = json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"},
+                           "_meta": {"io.modelcontextprotocol/clientCapabilities": caps}});
+        for (k, v) in extra.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        Post::new(&h.url, id, "tools/call", p, true).header("authorization", "Bearer tok")
+    };
+    let asked = call(1, json!({})).send().await.response()["result"].clone();
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let key = asked["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let answer = json!({"action": "accept", "content": {"confirm": true}});
+    let extra = json!({"inputResponses": {key: answer}, "requestState": asked["requestState"]});
+    let done = call(2, extra).send().await.response()["result"].clone();
+    assert_eq!(done["content"][0]["text"], "Deleted a.txt.", "{done}");
+    let stats = h.upstream.stats();
+    let posts = stats.headers.lock().unwrap().clone();
+    assert!(
+        posts.len() >= 4,
+        "probe, initialize, initialized, call, answer"
+    );
+    for hd in &posts {
+        assert_eq!(
+            hd.get("authorization").map(String::as_str),
+            Some("Bearer tok"),
+            "{hd:?}"
+        );
+    }
+    eventually(
+        "the idle session is deleted",
+        Duration::from_secs(15),
+        || stats.deletes.load(Ordering::Relaxed) == 1,
+    )
+    .await;
+    let deletes = stats.delete_headers.lock().unwrap().clone();
+    assert_eq!(
+        deletes[0].get("authorization").map(String::as_str),
+        Some("Bearer tok")
+    );
+    h.stop().await;
+}
