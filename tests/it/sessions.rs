@@ -1,6 +1,6 @@
-//! Legacy sessions, which tasklift runs on its callers' behalf: reopened when
-//! they expire, one per principal, closed with DELETE when idle, and always used
-//! with the credentials of whoever opened them.
+//! Legacy sessions, which tasklift runs on its callers' behalf: negotiated with
+//! any legacy revision, reopened when they expire, one per principal, closed with
+//! DELETE when idle, and always used with the credentials of whoever opened them.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -9,6 +9,7 @@ use serde_json::json;
 use tasklift::fixture::{FixtureServer, Tool};
 
 use crate::common::*;
+use crate::mock::{MockReply, MockUpstream};
 
 fn fixture() -> FixtureServer {
     FixtureServer::new().tool(Tool::new("echo"))
@@ -123,5 +124,54 @@ async fn requests_tasklift_makes_on_a_session_carry_the_openers_credentials() {
         deletes[0].get("authorization").map(String::as_str),
         Some("Bearer tok")
     );
+    h.stop().await;
+}
+
+/// A stateless legacy server (no session id) that negotiates `version`.
+async fn legacy_mock(version: &'static str) -> MockUpstream {
+    MockUpstream::start(move |m| match m["method"].as_str().unwrap_or("") {
+        "initialize" => MockReply::Result(json!({"protocolVersion": version,
+            "capabilities": {"tools": {}}, "serverInfo": {"name": "old", "version": "1"}})),
+        "tools/call" => {
+            MockReply::Result(json!({"content": [{"type": "text", "text": "old done"}]}))
+        }
+        _ => MockReply::Error(400, -32000, "Bad Request: initialize first".into()),
+    })
+    .await
+}
+
+#[tokio::test]
+async fn older_legacy_revisions_are_spoken_as_negotiated() {
+    for version in ["2025-06-18", "2025-03-26"] {
+        let mock = legacy_mock(version).await;
+        let dir = tempfile::tempdir().unwrap();
+        let h = Harness::front(FixtureServer::new(), &mock.url, dir, |_| {}).await;
+        let a = h.client().call_tool("old", json!({})).await.unwrap();
+        assert_eq!(a.result["resultType"], "complete");
+        assert_eq!(a.result["content"][0]["text"], "old done");
+        let reqs = mock.requests.lock().unwrap().clone();
+        let (headers, _) = reqs
+            .iter()
+            .find(|(_, b)| b["method"] == "tools/call")
+            .expect("the call reached the server");
+        assert_eq!(headers["mcp-protocol-version"], version);
+        drop(reqs);
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_server_choosing_an_unknown_revision_gets_a_clear_error() {
+    let mock = legacy_mock("2024-11-05").await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &mock.url, dir, |_| {}).await;
+    match h.client().call_tool("old", json!({})).await {
+        Err(tasklift::client::ClientError::Rpc(e)) => {
+            assert!(e.message.contains("upstream default"), "{}", e.message);
+            assert!(e.message.contains("2024-11-05"), "{}", e.message);
+        }
+        other => panic!("expected a handshake error, got {other:?}"),
+    }
+    assert!(mock.received("tools/call").is_empty());
     h.stop().await;
 }

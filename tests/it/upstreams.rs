@@ -55,7 +55,8 @@ async fn legacy_upstream_is_initialized_by_tasklift_and_results_are_completed() 
 #[tokio::test]
 async fn modern_upstream_gets_each_request_with_its_meta_and_mirrored_headers() {
     let h = Harness::start(fixture().modern(), |_| {}).await;
-    let c = h.client();
+    let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let c = h.client_with(true, &[("traceparent", trace), ("mcp-param-region", "eu")]);
     for _ in 0..3 {
         let a = c.call_tool("echo", json!({})).await.unwrap();
         assert_eq!(a.result["content"][0]["text"], "echo done");
@@ -85,6 +86,9 @@ async fn modern_upstream_gets_each_request_with_its_meta_and_mirrored_headers() 
         .expect("a tools/call POST");
     assert_eq!(call_h["mcp-name"], "echo");
     assert_eq!(call_h["mcp-protocol-version"], "2026-07-28");
+    // Custom parameter headers and trace context travel on as they are.
+    assert_eq!(call_h["mcp-param-region"], "eu");
+    assert_eq!(call_h["traceparent"], trace);
     h.stop().await;
 }
 
