@@ -46,6 +46,9 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// What `check-config` prints in place of a secret.
+const REDACTED: &str = "<redacted>";
+
 /// The file as written, with defaults filled in. Printed by `check-config`.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -463,9 +466,18 @@ impl RawConfig {
         toml::from_str(text).map_err(|e| e.to_string())
     }
 
-    /// The effective configuration as TOML (for `check-config`).
+    /// The effective configuration as TOML (for `check-config`), with secrets (the
+    /// hashing key, static header values, child environment values) redacted.
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
+        let mut shown = self.clone();
+        if !shown.auth.hash_key.is_empty() {
+            shown.auth.hash_key = REDACTED.into();
+        }
+        for u in &mut shown.upstreams {
+            u.headers.values_mut().for_each(|v| *v = REDACTED.into());
+            u.env.values_mut().for_each(|v| *v = REDACTED.into());
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
     }
 
     /// Validate everything; the first problem names its key.
@@ -730,6 +742,20 @@ mod tests {
         assert!(e.contains("tasks.threshold"), "{e}");
         let e = RawConfig::from_toml("[server]\nlisten_addr = \"x\"\n").unwrap_err();
         assert!(e.contains("listen_addr"), "{e}");
+    }
+
+    #[test]
+    fn printed_configuration_hides_secrets() {
+        let raw = RawConfig::from_toml(
+            "[auth]\nhash_key = \"s3cret-key\"\n[[upstreams]]\nurl = \"http://x/mcp\"\nheaders = { \"X-Api-Key\" = \"k-123\" }\n",
+        )
+        .unwrap();
+        let shown = raw.to_toml();
+        assert!(
+            !shown.contains("s3cret-key") && !shown.contains("k-123"),
+            "{shown}"
+        );
+        assert!(shown.contains("X-Api-Key"), "{shown}");
     }
 
     #[test]

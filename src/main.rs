@@ -44,7 +44,10 @@ fn main() -> ExitCode {
         Command::CheckConfig { file, overrides } => {
             match load(Some(&file), &overrides).and_then(|r| r.validate().map(|_| r)) {
                 Ok(raw) => {
-                    println!("# {}: valid. Effective configuration:\n", file.display());
+                    println!(
+                        "# {}: valid. Effective configuration (secrets shown as <redacted>):\n",
+                        file.display()
+                    );
                     print!("{}", raw.to_toml());
                     ExitCode::SUCCESS
                 }
