@@ -78,6 +78,8 @@ pub struct Tool {
     on_answers: Option<AnswersFn>,
     /// Log messages (`notifications/message`, level info) sent while running.
     logs: Vec<String>,
+    /// Modern input rounds (`InputRequiredResult`) before the result; 0: none.
+    mrtr_rounds: u32,
 }
 
 impl Tool {
@@ -109,6 +111,7 @@ impl Tool {
             asks: None,
             on_answers: None,
             logs: Vec::new(),
+            mrtr_rounds: 0,
         }
     }
 
@@ -133,6 +136,50 @@ impl Tool {
         self.on_answers = Some(Arc::new(on_answers));
         self
     }
+    /// Ask the modern way: answer `rounds` times with an `InputRequiredResult`
+    /// (one elicitation `q{k}`, `requestState` `round-{k}`) before the result. A
+    /// retry without the answer to the round's question gets it asked again.
+    pub fn mrtr(mut self, rounds: u32) -> Self {
+        self.mrtr_rounds = rounds;
+        self
+    }
+
+    /// The answer to a call of an `mrtr` tool: the next round, or the result.
+    fn mrtr_step(&self, params: &Value) -> Value {
+        let asked = params
+            .get("requestState")
+            .and_then(Value::as_str)
+            .and_then(|s| s.strip_prefix("round-"))
+            .and_then(|k| k.parse::<u32>().ok())
+            .unwrap_or(0);
+        let answer = params
+            .get("inputResponses")
+            .and_then(|r| r.get(format!("q{asked}")));
+        let next = match answer {
+            Some(_) => asked + 1,
+            None => asked.max(1),
+        };
+        if next > self.mrtr_rounds {
+            let text = answer
+                .and_then(|a| a["content"]["answer"].as_str())
+                .unwrap_or("");
+            let text = format!(
+                "{}: {} rounds, last answer {text}",
+                self.name, self.mrtr_rounds
+            );
+            return json!({"content": [{"type": "text", "text": text}]});
+        }
+        json!({
+            "resultType": "input_required",
+            "inputRequests": {format!("q{next}"): {"method": "elicitation/create", "params": {
+                "mode": "form", "message": format!("Question {next} of {}?", self.mrtr_rounds),
+                "requestedSchema": {"type": "object",
+                    "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+            }}},
+            "requestState": format!("round-{next}"),
+        })
+    }
+
     /// Describe it.
     pub fn description(mut self, d: &str) -> Self {
         self.description = d.into();
@@ -739,6 +786,9 @@ impl FixtureServer {
             );
         };
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
+        if tool.mrtr_rounds > 0 {
+            return rpc(StatusCode::OK, &id, Ok(tool.mrtr_step(&params)));
+        }
         let args = params
             .get("arguments")
             .cloned()

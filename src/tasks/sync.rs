@@ -22,6 +22,10 @@ use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, U
 /// How long a call parked for input waits for the client's retry.
 pub const PARK_TTL: Duration = Duration::from_secs(600);
 
+/// How long to wait, after an input request, for more requests asked together with
+/// it (they belong in the same `InputRequiredResult`).
+const INPUT_GATHER: Duration = Duration::from_millis(50);
+
 /// What the synchronous phase saw next.
 pub(super) enum Step {
     /// The final response message.
@@ -220,8 +224,11 @@ impl Engine {
                     Some(CallEvent::Input(r)) => {
                         let mut reqs = Vec::new();
                         admit_request(&sc.caps, r, &mut reqs);
-                        // Several requests may be outstanding at once: take those already queued.
-                        while let Ok(ev) = sc.call.events.try_recv() {
+                        // Several requests may be outstanding at once: a server asking them
+                        // together sends them one after another, so take those that follow closely.
+                        while let Ok(Some(ev)) =
+                            tokio::time::timeout(INPUT_GATHER, sc.call.events.recv()).await
+                        {
                             match ev {
                                 CallEvent::Input(r) => admit_request(&sc.caps, r, &mut reqs),
                                 other => {
