@@ -84,7 +84,10 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, mut shutdown: watch
         });
     }
     tracing::info!("front door closed; waiting for open connections");
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
     }
 }

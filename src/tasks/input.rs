@@ -124,13 +124,21 @@ pub fn check_allowed(caps: &Value, method: &str) -> Result<(), RpcError> {
     }
 }
 
-/// The name a `requestState` is bound to: method plus tool name, prompt name or URI.
+/// What a `requestState` is bound to: method, tool name (or prompt name or URI), and
+/// a digest of the arguments, so a state is refused on a request it was not issued for.
 pub fn request_binding(method: &str, params: &serde_json::Map<String, Value>) -> String {
+    use sha2::Digest;
     let name = crate::mcp::name_param(method)
         .and_then(|p| params.get(p))
         .and_then(Value::as_str)
         .unwrap_or("");
-    format!("{method} {name}")
+    // serde_json maps are ordered by key, so equal arguments serialize the same.
+    let args = params
+        .get("arguments")
+        .map(Value::to_string)
+        .unwrap_or_default();
+    let digest = Sha256::digest(args.as_bytes());
+    format!("{method} {name} {}", B64.encode(&digest[..12]))
 }
 
 #[cfg(test)]
@@ -189,6 +197,25 @@ mod tests {
             other.open(&st, "alice", "tools/call deploy", 1).is_err(),
             "another process's key"
         );
+    }
+
+    #[test]
+    fn bindings_cover_the_arguments() {
+        let p = |v: Value| v.as_object().unwrap().clone();
+        let a = request_binding(
+            "tools/call",
+            &p(json!({"name": "rm", "arguments": {"f": "a", "g": 1}})),
+        );
+        let b = request_binding(
+            "tools/call",
+            &p(json!({"name": "rm", "arguments": {"g": 1, "f": "a"}})),
+        );
+        let c = request_binding(
+            "tools/call",
+            &p(json!({"name": "rm", "arguments": {"f": "b", "g": 1}})),
+        );
+        assert_eq!(a, b, "key order does not matter");
+        assert_ne!(a, c, "other arguments, other binding");
     }
 
     #[test]
