@@ -358,6 +358,8 @@ pub struct FixtureServer {
 #[derive(Default)]
 struct Session {
     calls: HashMap<String, tokio::task::AbortHandle>,
+    /// Open GET streams, for notifications that belong to no call.
+    streams: Vec<mpsc::Sender<StreamItem>>,
 }
 
 impl Default for FixtureServer {
@@ -497,6 +499,11 @@ impl FixtureServer {
                     ),
             )
             .tool(
+                Tool::new("test_trigger_tool_change")
+                    .description("Announces that the tool list changed (notifications/tools/list_changed).")
+                    .reply(|_| "tool list change announced".into()),
+            )
+            .tool(
                 Tool::new("test_logging_tool")
                     .description("Logs two messages while it works.")
                     .log("starting the work")
@@ -619,6 +626,18 @@ impl FixtureServer {
                 }
                 return plain(StatusCode::NOT_FOUND, "");
             }
+            Method::GET if self.era == FixtureEra::Legacy => {
+                let mut sessions = self.sessions.lock().expect("sessions");
+                let Some(s) = session.and_then(|s| sessions.get_mut(&s)) else {
+                    return plain(StatusCode::NOT_FOUND, "");
+                };
+                let (tx, rx) = mpsc::channel(16);
+                s.streams.push(tx);
+                return Response::builder()
+                    .header(header::CONTENT_TYPE, "text/event-stream")
+                    .body(body::sse(rx))
+                    .expect("valid response");
+            }
             _ => return plain(StatusCode::METHOD_NOT_ALLOWED, ""),
         }
         self.stats.headers.lock().expect("headers").push(headers);
@@ -701,7 +720,7 @@ impl FixtureServer {
                     &id,
                     Ok(json!({
                         "protocolVersion": version,
-                        "capabilities": {"tools": {"listChanged": false}},
+                        "capabilities": {"tools": {"listChanged": true}},
                         "serverInfo": {"name": self.name, "version": env!("CARGO_PKG_VERSION")},
                         "instructions": "A slow demo server: try slow_compute or generate_report.",
                     })),
@@ -786,6 +805,14 @@ impl FixtureServer {
             );
         };
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
+        if name == "test_trigger_tool_change" {
+            // The tool list "changed": tell every session's GET stream.
+            let n = jsonrpc::notification("notifications/tools/list_changed", json!({}));
+            for s in self.sessions.lock().expect("sessions").values_mut() {
+                s.streams
+                    .retain(|t| t.try_send(StreamItem::Message(n.clone())).is_ok());
+            }
+        }
         if tool.mrtr_rounds > 0 {
             return rpc(StatusCode::OK, &id, Ok(tool.mrtr_step(&params)));
         }

@@ -131,7 +131,7 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                         let _ = out_tx
                             .send(reply(Ok(json!({
                                 "protocolVersion": v,
-                                "capabilities": {"tools": {}},
+                                "capabilities": {"tools": {"listChanged": true}},
                                 "serverInfo": {"name": "tasklift-fixture-stdio", "version": env!("CARGO_PKG_VERSION")},
                             }))))
                             .await;
@@ -166,6 +166,13 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                                 .await;
                             continue;
                         };
+                        if name == "test_trigger_tool_change" {
+                            let n = jsonrpc::notification(
+                                "notifications/tools/list_changed",
+                                json!({}),
+                            );
+                            let _ = out_tx.send(n.to_string()).await;
+                        }
                         let args = params
                             .get("arguments")
                             .cloned()

@@ -74,7 +74,7 @@ impl Engine {
             .cloned()
             .unwrap_or_default();
         others.remove("taskIds");
-        let mut listening = if others.is_empty() {
+        let listening = if others.is_empty() {
             Listening::none()
         } else {
             match up.listen(&others, req, ctx).await {
@@ -96,6 +96,8 @@ impl Engine {
         );
         let engine = self.clone();
         tokio::spawn(async move {
+            // Own the whole value: dropping its canceller would end the upstream side.
+            let mut listening = listening;
             if tx.send(StreamItem::Message(ack)).await.is_err() {
                 return;
             }
