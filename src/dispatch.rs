@@ -55,7 +55,7 @@ pub async fn dispatch(
                 return json(Err(mcp::missing_tasks_capability(&req.method)));
             }
             let task_id = req.str_param("taskId").unwrap_or_default();
-            match engine.route(task_id, &mount.cfg.name) {
+            match engine.route(task_id, &ctx.principal, &mount.cfg.name) {
                 TaskRoute::Upstream => engine.relay(up, req, ctx, None).await,
                 TaskRoute::Local => json(
                     engine

@@ -50,14 +50,28 @@ pub struct Engine {
     pub(super) sealer: StateSealer,
     /// Every task change, for `subscriptions/listen` streams.
     changes: broadcast::Sender<TaskRecord>,
-    /// Task ids created by an upstream itself (passed through untouched), by upstream name.
-    upstream_tasks: DashMap<String, String>,
+    /// Task ids created by an upstream itself (passed through untouched). Kept in
+    /// memory: after a restart, `tasks/*` for them answer as unknown.
+    upstream_tasks: DashMap<String, UpstreamTask>,
     /// Time source.
     clock: Clock,
     /// How long a task failed at its TTL stays readable.
     pub(super) expired_grace: Duration,
     /// Interval between SSE keep-alives.
     pub(super) keepalive: Duration,
+}
+
+/// Longest time an upstream's own task id is remembered.
+const UPSTREAM_TASK_MAX_MS: u64 = 24 * 3600 * 1000;
+
+/// An upstream's own task handle that tasklift passes through.
+struct UpstreamTask {
+    /// The upstream that created it.
+    upstream: String,
+    /// The caller it was returned to.
+    owner: String,
+    /// When it is forgotten.
+    expires_at_ms: u64,
 }
 
 /// Where a `tasks/*` request should go.
@@ -267,20 +281,37 @@ impl Engine {
         self.drive(sc, task).await
     }
 
-    /// Remember a task id an upstream created itself, so `tasks/*` for it pass through.
-    pub fn note_upstream_task(&self, result: &Value, upstream: &str) {
+    /// Remember a task id an upstream created itself, so `tasks/*` for it pass
+    /// through, for its owner only, until the handle's `ttlMs` (at most a day) passes.
+    pub fn note_upstream_task(&self, result: &Value, upstream: &str, owner: &str) {
         if result.get("resultType").and_then(Value::as_str) == Some("task") {
             if let Some(id) = result.get("taskId").and_then(Value::as_str) {
-                self.upstream_tasks
-                    .insert(id.to_string(), upstream.to_string());
+                let ttl = result
+                    .get("ttlMs")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(UPSTREAM_TASK_MAX_MS)
+                    .min(UPSTREAM_TASK_MAX_MS);
+                let route = UpstreamTask {
+                    upstream: upstream.to_string(),
+                    owner: owner.to_string(),
+                    expires_at_ms: self.clock.now_ms() + ttl,
+                };
+                self.upstream_tasks.insert(id.to_string(), route);
             }
         }
     }
 
-    /// Where a `tasks/*` request for `task_id` on `upstream` goes.
-    pub fn route(&self, task_id: &str, upstream: &str) -> TaskRoute {
+    /// Where a `tasks/*` request for `task_id` from `owner` on `upstream` goes. Another
+    /// caller's upstream task is answered locally, that is, as unknown.
+    pub fn route(&self, task_id: &str, owner: &str, upstream: &str) -> TaskRoute {
         match self.upstream_tasks.get(task_id) {
-            Some(u) if u.value() == upstream => TaskRoute::Upstream,
+            Some(r)
+                if r.upstream == upstream
+                    && r.owner == owner
+                    && r.expires_at_ms > self.clock.now_ms() =>
+            {
+                TaskRoute::Upstream
+            }
             _ => TaskRoute::Local,
         }
     }
@@ -403,6 +434,8 @@ impl Engine {
                 break;
             }
         }
+        let now = self.clock.now_ms();
+        self.upstream_tasks.retain(|_, r| r.expires_at_ms > now);
         if deleted > 0 {
             tracing::debug!(deleted, "swept expired tasks");
         }

@@ -198,7 +198,7 @@ impl Engine {
                     Some(CallEvent::Done(outcome)) => {
                         sc.call.canceller.disarm();
                         if let Ok(r) = &outcome {
-                            self.note_upstream_task(r, &sc.upstream);
+                            self.note_upstream_task(r, &sc.upstream, &sc.owner);
                         }
                         let mut outcome = finalize_result(outcome);
                         if let (Ok(Value::Object(r)), Some((ttl, scope))) = (&mut outcome, &sc.cache_hint) {

@@ -180,3 +180,44 @@ async fn tasks_update_acks_and_ignores_keys_that_are_not_outstanding() {
     assert_eq!(t["result"]["content"][0]["text"], "job done");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn an_upstreams_own_task_is_reachable_only_by_its_caller() {
+    use crate::mock::{discover_result, MockReply, MockUpstream};
+    let handle = json!({
+        "resultType": "task", "taskId": "up-7", "status": "working",
+        "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": 60000,
+    });
+    let h1 = handle.clone();
+    let mock = MockUpstream::start(move |m| match m["method"].as_str().unwrap_or("") {
+        "server/discover" => MockReply::Result(discover_result(json!({}))),
+        "tools/call" => MockReply::Result(h1.clone()),
+        "tasks/get" => MockReply::Result(json!({"resultType": "complete", "taskId": "up-7", "status": "working",
+            "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": 60000})),
+        other => MockReply::Error(404, -32601, format!("Method not found: {other}")),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &mock.url, dir, |raw| {
+        raw.auth.mode = "bearer".into()
+    })
+    .await;
+    let alice = h.client_with(true, &[("authorization", "Bearer alice-token")]);
+    let bob = h.client_with(true, &[("authorization", "Bearer bob-token")]);
+    assert_eq!(
+        alice.call_tool("job", json!({})).await.unwrap().result,
+        handle
+    );
+    assert_eq!(alice.get_task("up-7").await.unwrap()["status"], "working");
+    let err = bob.get_task("up-7").await.unwrap_err().to_string();
+    assert!(
+        err.contains("-32602"),
+        "another caller must not reach the upstream's task: {err}"
+    );
+    assert_eq!(
+        mock.received("tasks/get").len(),
+        1,
+        "bob's request never reached the upstream"
+    );
+    h.stop().await;
+}
