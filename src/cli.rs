@@ -160,43 +160,15 @@ impl Overrides {
                 message: "give either --upstream URL or a command after --, not both".into(),
             });
         }
+        let path = self.path.clone().unwrap_or_else(|| "/mcp".into());
         if !self.command.is_empty() {
-            let path = self.path.clone().unwrap_or_else(|| "/mcp".into());
-            match raw.upstreams.iter_mut().find(|u| u.path == path) {
-                Some(u) => {
-                    u.command = self.command.clone();
-                    u.url.clear();
-                }
-                None => raw.upstreams.push(RawUpstream {
-                    command: self.command.clone(),
-                    path,
-                    name: if raw.upstreams.is_empty() {
-                        "default".into()
-                    } else {
-                        format!("upstream{}", raw.upstreams.len())
-                    },
-                    ..RawUpstream::default()
-                }),
-            }
+            let u = upstream_at(raw, &path);
+            u.command = self.command.clone();
+            u.url.clear();
         } else if let Some(url) = &self.upstream {
-            // The upstream at --path (default /mcp) gets this URL; it is created if absent.
-            let path = self.path.clone().unwrap_or_else(|| "/mcp".into());
-            match raw.upstreams.iter_mut().find(|u| u.path == path) {
-                Some(u) => {
-                    u.url = url.clone();
-                    u.command.clear();
-                }
-                None => raw.upstreams.push(RawUpstream {
-                    url: url.clone(),
-                    path,
-                    name: if raw.upstreams.is_empty() {
-                        "default".into()
-                    } else {
-                        format!("upstream{}", raw.upstreams.len())
-                    },
-                    ..RawUpstream::default()
-                }),
-            }
+            let u = upstream_at(raw, &path);
+            u.url = url.clone();
+            u.command.clear();
         } else if let Some(p) = &self.path {
             if let [only] = raw.upstreams.as_mut_slice() {
                 only.path = p.clone();
@@ -209,4 +181,25 @@ impl Overrides {
         }
         Ok(())
     }
+}
+
+/// The upstream mounted at `path`, created if absent (the first is named "default").
+fn upstream_at<'a>(raw: &'a mut RawConfig, path: &str) -> &'a mut RawUpstream {
+    let i = match raw.upstreams.iter().position(|u| u.path == path) {
+        Some(i) => i,
+        None => {
+            let name = if raw.upstreams.is_empty() {
+                "default".into()
+            } else {
+                format!("upstream{}", raw.upstreams.len())
+            };
+            raw.upstreams.push(RawUpstream {
+                path: path.to_string(),
+                name,
+                ..RawUpstream::default()
+            });
+            raw.upstreams.len() - 1
+        }
+    };
+    &mut raw.upstreams[i]
 }

@@ -446,6 +446,14 @@ impl Pool {
         }
     }
 
+    /// A ready child, as an upstream error when there is none.
+    async fn ready(&self) -> Result<Arc<Conn>, UpstreamError> {
+        self.pick().await.map_err(|e| UpstreamError::Unreachable {
+            name: self.name().to_string(),
+            message: e.message,
+        })
+    }
+
     /// `Some(explanation)` when every child keeps crashing.
     fn crash_looping(&self) -> Option<String> {
         let hs: Vec<Health> = self
@@ -656,14 +664,7 @@ impl Upstream for StdioUpstream {
         ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Listening> {
         Box::pin(async move {
-            let conn = self
-                .inner
-                .pick()
-                .await
-                .map_err(|e| UpstreamError::Unreachable {
-                    name: self.inner.name().to_string(),
-                    message: e.message,
-                })?;
+            let conn = self.inner.ready().await?;
             if conn.era.get() == Some(&Era::Modern) {
                 return listen_modern(self, filter, req, ctx).await;
             }
@@ -723,14 +724,7 @@ impl Upstream for StdioUpstream {
 
     fn era<'a>(&'a self, _ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
         Box::pin(async move {
-            let conn = self
-                .inner
-                .pick()
-                .await
-                .map_err(|e| UpstreamError::Unreachable {
-                    name: self.inner.name().to_string(),
-                    message: e.message,
-                })?;
+            let conn = self.inner.ready().await?;
             Ok(conn.era.get().cloned().unwrap_or(Era::Legacy))
         })
     }
@@ -780,14 +774,7 @@ impl Upstream for StdioUpstream {
 
     fn notify<'a>(&'a self, req: &'a Request, _ctx: &'a CallContext) -> UpstreamFuture<'a, ()> {
         Box::pin(async move {
-            let conn = self
-                .inner
-                .pick()
-                .await
-                .map_err(|e| UpstreamError::Unreachable {
-                    name: self.inner.name().to_string(),
-                    message: e.message,
-                })?;
+            let conn = self.inner.ready().await?;
             let msg = match conn.era.get() {
                 Some(Era::Modern) => req.to_value_with_id(None),
                 _ => legacy_request(req).to_value_with_id(None),
