@@ -1,6 +1,7 @@
 //! Wiring: open the store, recover orphaned tasks, build upstreams, bind the
 //! listener, and start the background loops. Shutdown order (`Running::shutdown`):
-//! 1. stop accepting and let open connections finish (the front door);
+//! 1. stop accepting, end `subscriptions/listen` streams with their completion
+//!    response, and let open connections finish (the front door);
 //! 2. stop the sweeper and the session reaper;
 //! 3. close legacy upstream sessions (DELETE) and stop stdio children (stdin closed,
 //!    then SIGTERM, then SIGKILL);
@@ -156,6 +157,7 @@ impl Running {
     /// Stop in the documented order.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
+        self.engine.close_streams();
         let _ = self.server.await;
         for b in self.background {
             let _ = b.await;

@@ -50,6 +50,8 @@ pub struct Engine {
     pub(super) sealer: StateSealer,
     /// Every task change, for `subscriptions/listen` streams.
     changes: broadcast::Sender<TaskRecord>,
+    /// Turns true at shutdown: listen streams end gracefully.
+    pub(super) closing: tokio::sync::watch::Sender<bool>,
     /// Task ids created by an upstream itself (passed through untouched). Kept in
     /// memory: after a restart, `tasks/*` for them answer as unknown.
     upstream_tasks: DashMap<String, UpstreamTask>,
@@ -113,6 +115,7 @@ impl Engine {
             parked: DashMap::new(),
             sealer: StateSealer::default(),
             changes: broadcast::channel(1024).0,
+            closing: tokio::sync::watch::channel(false).0,
             upstream_tasks: DashMap::new(),
             clock,
             expired_grace,
@@ -397,6 +400,12 @@ impl Engine {
                 format!("Method not found: {}", req.method),
             )),
         }
+    }
+
+    /// End every `subscriptions/listen` stream with its completion response (at
+    /// shutdown, so open streams do not hold the front door open).
+    pub fn close_streams(&self) {
+        self.closing.send_replace(true);
     }
 
     /// Tell `subscriptions/listen` streams about a change.

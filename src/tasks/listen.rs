@@ -111,11 +111,19 @@ impl Engine {
                     return;
                 }
             }
+            let mut closing = engine.closing.subscribe();
             let mut tick = tokio::time::interval(engine.keepalive);
             tick.tick().await;
             loop {
                 let item = tokio::select! {
                     _ = tx.closed() => return,
+                    _ = closing.changed() => {
+                        // Graceful closure: the response to the listen request ends it.
+                        let done = jsonrpc::response(Some(&sub), &Ok(json!({
+                            "resultType": "complete", "_meta": { SUBSCRIPTION_ID: sub.clone() }})));
+                        let _ = tx.send(StreamItem::Message(done)).await;
+                        return;
+                    }
                     _ = tick.tick() => StreamItem::KeepAlive,
                     Some(mut n) = listening.events.recv() => {
                         if !notification_wanted(&listening.agreed, &n) {

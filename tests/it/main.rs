@@ -19,6 +19,7 @@ mod input_state;
 mod input_task;
 mod lifecycle;
 mod listen;
+mod listen_upstream;
 mod rmcp_peer;
 mod rules;
 mod sessions;
