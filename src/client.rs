@@ -34,6 +34,8 @@ pub struct Client {
     pub tasks: bool,
     /// Extra headers (e.g. Authorization).
     pub headers: Vec<(http::HeaderName, HeaderValue)>,
+    /// Capabilities declared besides the Tasks extension (e.g. `elicitation`).
+    pub capabilities: serde_json::Map<String, Value>,
 }
 
 /// A response: the result plus the notifications that came before it.
@@ -56,16 +58,16 @@ impl Client {
             next_id: AtomicU64::new(1),
             tasks: true,
             headers: Vec::new(),
+            capabilities: serde_json::Map::new(),
         })
     }
 
     /// Send a request and read its answer (JSON or SSE).
     pub async fn request(&self, method: &str, mut params: Value) -> Result<Answer, ClientError> {
-        let caps = if self.tasks {
-            json!({"extensions": {TASKS_EXTENSION: {}}})
-        } else {
-            json!({})
-        };
+        let mut caps = Value::Object(self.capabilities.clone());
+        if self.tasks {
+            caps["extensions"] = json!({TASKS_EXTENSION: {}});
+        }
         let meta = params
             .as_object_mut()
             .map(mcp::meta_mut)

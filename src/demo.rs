@@ -34,6 +34,13 @@ pub async fn run(keep_data: bool) -> anyhow::Result<()> {
             ..Default::default()
         },
     );
+    up.tools.insert(
+        "confirm_delete".into(),
+        crate::config::RawToolRule {
+            mode: Some("always".into()),
+            ..Default::default()
+        },
+    );
     raw.upstreams.push(up);
     let proxy = crate::app::start(raw.validate()?)
         .await
@@ -66,7 +73,9 @@ fn text_of(result: &Value) -> String {
 }
 
 async fn walk(url: &str) -> anyhow::Result<()> {
-    let client = Client::new(url)?;
+    let mut client = Client::new(url)?;
+    // It can show the user a form (elicitation), so servers may ask it for input.
+    client.capabilities.insert("elicitation".into(), json!({}));
 
     println!("1. A fast call is answered directly");
     println!("   → tools/call greet {{\"name\": \"tasklift\"}}");
@@ -123,12 +132,45 @@ async fn walk(url: &str) -> anyhow::Result<()> {
     println!("   ← task {id} is {}", a.result["status"]);
     let t = poll(&client, &id, "   ").await?;
     println!("   ← failed with JSON-RPC error {}\n", t["error"]);
-    println!("Done: fast calls stay synchronous, slow calls become durable tasks you can poll or cancel.");
+    println!("5. A task that needs an answer from the user goes input_required");
+    println!("   → tools/call confirm_delete {{\"filename\": \"report.pdf\"}} (the server asks for confirmation)");
+    let a = client
+        .call_tool("confirm_delete", json!({"filename": "report.pdf"}))
+        .await?;
+    let id = a.result["taskId"]
+        .as_str()
+        .context("expected a task handle")?
+        .to_string();
+    let t = poll_until(&client, &id, "   ", |s| s == "input_required").await?;
+    let (key, request) = t["inputRequests"]
+        .as_object()
+        .and_then(|m| m.iter().next())
+        .context("inputRequests")?;
+    println!(
+        "   ← the server asks {}: {}",
+        request["method"], request["params"]["message"]
+    );
+    println!("   → tasks/update {{\"{key}\": accept, confirm = true}}");
+    let answer = json!({"taskId": id, "inputResponses": {key: {"action": "accept", "content": {"confirm": true}}}});
+    client.request("tasks/update", answer).await?;
+    let t = poll(&client, &id, "   ").await?;
+    println!("   ← completed: {}\n", text_of(&t["result"]));
+    println!("Done: fast calls stay synchronous, slow calls become durable tasks you can poll, answer or cancel.");
     Ok(())
 }
 
 /// Poll `tasks/get` at the suggested interval until the task is terminal, printing changes.
 async fn poll(client: &Client, id: &str, indent: &str) -> anyhow::Result<Value> {
+    poll_until(client, id, indent, |_| false).await
+}
+
+/// Poll until the task is terminal or its status satisfies `stop`.
+async fn poll_until(
+    client: &Client,
+    id: &str,
+    indent: &str,
+    stop: impl Fn(&str) -> bool,
+) -> anyhow::Result<Value> {
     let mut last = String::new();
     loop {
         let t = client.get_task(id).await?;
@@ -144,7 +186,7 @@ async fn poll(client: &Client, id: &str, indent: &str) -> anyhow::Result<Value> 
             println!("{indent}  tasks/get → {line}");
             last = line;
         }
-        if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
+        if stop(&status) || matches!(status.as_str(), "completed" | "failed" | "cancelled") {
             return Ok(t);
         }
         let wait = t["pollIntervalMs"].as_u64().unwrap_or(500);
