@@ -27,9 +27,9 @@ use tokio::sync::mpsc;
 
 use super::sse::SseParser;
 use super::{
-    agreed_by_capabilities, broken, discover_from_initialize, legacy_request, listen_modern,
-    modern_meta, CallContext, CallEvent, Canceller, Era, Listening, ServerRequest, Upstream,
-    UpstreamCall, UpstreamError, UpstreamFuture,
+    agreed_by_capabilities, broken, cancelled_notification, discover_from_initialize,
+    listen_modern, modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening,
+    ServerRequest, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
 use crate::config::{EraSetting, UpstreamConfig};
 use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError};
@@ -693,8 +693,8 @@ impl Shared {
         let id = self.upstream_id();
         match era {
             Era::Modern => {
-                let body =
-                    serde_json::to_vec(&req.to_value_with_id(Some(&id))).expect("serializes");
+                let body = serde_json::to_vec(&wire_message(&req, &Era::Modern, Some(&id)))
+                    .expect("serializes");
                 match self.post(body, modern_headers(&req), &ctx).await {
                     Ok(ans) => self.pump(ans, id, tx, None).await,
                     Err(e) => {
@@ -703,7 +703,7 @@ impl Shared {
                 }
             }
             Era::Legacy => {
-                let body = serde_json::to_vec(&legacy_request(&req).to_value_with_id(Some(&id)))
+                let body = serde_json::to_vec(&wire_message(&req, &Era::Legacy, Some(&id)))
                     .expect("serializes");
                 let mut stale = None;
                 for attempt in 0..2 {
@@ -833,11 +833,8 @@ impl Upstream for HttpUpstream {
                     return;
                 };
                 tokio::spawn(async move {
-                    let note = json!({
-                        "jsonrpc": "2.0", "method": mcp::method::CANCELLED,
-                        "params": {"requestId": ci.id, "reason": "cancelled by the client"},
-                    });
-                    let body = serde_json::to_vec(&note).expect("serializes");
+                    let body =
+                        serde_json::to_vec(&cancelled_notification(&ci.id)).expect("serializes");
                     match shared.post(body, ci.headers, &ci.ctx).await {
                         Ok(ans) => {
                             let _ = shared.read_all(ans.body).await;
@@ -859,10 +856,10 @@ impl Upstream for HttpUpstream {
         Box::pin(async move {
             let inner = &self.inner;
             let (body, headers) = match inner.era(ctx).await? {
-                Era::Modern => (req.to_value_with_id(None), modern_headers(req)),
+                Era::Modern => (wire_message(req, &Era::Modern, None), modern_headers(req)),
                 Era::Legacy => {
                     let s = inner.session(ctx, None).await?;
-                    (legacy_request(req).to_value_with_id(None), s.headers())
+                    (wire_message(req, &Era::Legacy, None), s.headers())
                 }
             };
             let ans = inner

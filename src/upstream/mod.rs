@@ -424,6 +424,23 @@ pub fn modern_meta() -> Value {
     })
 }
 
+/// A request (or, with no id, a notification) as sent to an upstream of `era`.
+pub fn wire_message(req: &Request, era: &Era, id: Option<&Value>) -> Value {
+    match era {
+        Era::Modern => req.to_value_with_id(id),
+        Era::Legacy => legacy_request(req).to_value_with_id(id),
+    }
+}
+
+/// The `notifications/cancelled` tasklift sends for its upstream request `id`
+/// (legacy sessions and stdio; modern HTTP closes the stream instead).
+pub fn cancelled_notification(id: &Value) -> Value {
+    json!({
+        "jsonrpc": "2.0", "method": mcp::method::CANCELLED,
+        "params": {"requestId": id, "reason": "cancelled by the client"},
+    })
+}
+
 /// A modern request reshaped for a legacy session: the per-request protocol fields
 /// live in the session there, so they are dropped; every other `_meta` key stays.
 pub fn legacy_request(req: &Request) -> Request {

@@ -26,9 +26,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    agreed_by_capabilities, discover_from_initialize, legacy_request, listen_modern, modern_meta,
-    CallContext, CallEvent, Canceller, Era, Listening, ServerRequest, Upstream, UpstreamCall,
-    UpstreamError, UpstreamFuture,
+    agreed_by_capabilities, cancelled_notification, discover_from_initialize, listen_modern,
+    modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening, ServerRequest,
+    Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
 use crate::config::{EraSetting, StdioConfig, Transport, UpstreamConfig};
 use crate::jsonrpc::{
@@ -109,6 +109,11 @@ struct Conn {
 }
 
 impl Conn {
+    /// The era the handshake found (legacy until it has run).
+    fn era(&self) -> &Era {
+        self.era.get().unwrap_or(&Era::Legacy)
+    }
+
     fn new(stdin: mpsc::Sender<String>) -> Self {
         Self {
             era: std::sync::OnceLock::new(),
@@ -665,7 +670,7 @@ impl Upstream for StdioUpstream {
     ) -> UpstreamFuture<'a, Listening> {
         Box::pin(async move {
             let conn = self.inner.ready().await?;
-            if conn.era.get() == Some(&Era::Modern) {
+            if conn.era() == &Era::Modern {
                 return listen_modern(self, filter, req, ctx).await;
             }
             let caps = conn
@@ -725,7 +730,7 @@ impl Upstream for StdioUpstream {
     fn era<'a>(&'a self, _ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
         Box::pin(async move {
             let conn = self.inner.ready().await?;
-            Ok(conn.era.get().cloned().unwrap_or(Era::Legacy))
+            Ok(conn.era().clone())
         })
     }
 
@@ -741,10 +746,7 @@ impl Upstream for StdioUpstream {
             };
             let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
             let idv = json!(id);
-            let msg = match conn.era.get() {
-                Some(Era::Modern) => req.to_value_with_id(Some(&idv)),
-                _ => legacy_request(req).to_value_with_id(Some(&idv)),
-            };
+            let msg = wire_message(req, conn.era(), Some(&idv));
             let token = req
                 .meta()
                 .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
@@ -760,9 +762,9 @@ impl Upstream for StdioUpstream {
             };
             let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
                 if conn.forget(id) {
-                    let note = json!({"jsonrpc": "2.0", "method": mcp::method::CANCELLED,
-                        "params": {"requestId": id, "reason": "cancelled by the client"}});
-                    let _ = conn.stdin.try_send(note.to_string());
+                    let _ = conn
+                        .stdin
+                        .try_send(cancelled_notification(&json!(id)).to_string());
                 }
             });
             Ok(UpstreamCall {
@@ -775,10 +777,7 @@ impl Upstream for StdioUpstream {
     fn notify<'a>(&'a self, req: &'a Request, _ctx: &'a CallContext) -> UpstreamFuture<'a, ()> {
         Box::pin(async move {
             let conn = self.inner.ready().await?;
-            let msg = match conn.era.get() {
-                Some(Era::Modern) => req.to_value_with_id(None),
-                _ => legacy_request(req).to_value_with_id(None),
-            };
+            let msg = wire_message(req, conn.era(), None);
             let _ = conn.stdin.send(msg.to_string()).await;
             Ok(())
         })
@@ -795,8 +794,8 @@ impl Upstream for StdioUpstream {
                 Err(e) => return Ok(Err(e)),
             };
             let info = conn.info.get().cloned().unwrap_or_default();
-            Ok(Ok(match conn.era.get() {
-                Some(Era::Modern) => info,
+            Ok(Ok(match conn.era() {
+                Era::Modern => info,
                 _ => discover_from_initialize(&info),
             }))
         })
