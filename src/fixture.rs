@@ -244,16 +244,17 @@ impl Tool {
         }
     }
 
-    /// Run the tool; `progress(done, total, message)` is called along the way.
+    /// Run the tool. `emit` sends the notifications it makes along the way: progress
+    /// (under `token`, when the caller gave one) and log messages.
     pub(crate) async fn run(
         &self,
         args: &Value,
-        progress: impl Fn(u32, u32, String),
+        token: Option<&Value>,
         asker: Option<Asker>,
-        log: impl Fn(Value),
+        emit: impl Fn(Value),
     ) -> Result<Value, RpcError> {
         for m in &self.logs {
-            log(jsonrpc::notification(
+            emit(jsonrpc::notification(
                 "notifications/message",
                 json!({"level": "info", "logger": self.name, "data": m}),
             ));
@@ -283,11 +284,14 @@ impl Tool {
             let step = total / self.progress_steps;
             for i in 1..=self.progress_steps {
                 tokio::time::sleep(step).await;
-                progress(
-                    i,
-                    self.progress_steps,
-                    format!("step {i} of {} done", self.progress_steps),
-                );
+                if let Some(t) = token {
+                    let steps = self.progress_steps;
+                    emit(jsonrpc::notification(
+                        "notifications/progress",
+                        json!({"progressToken": t, "progress": i, "total": steps,
+                            "message": format!("step {i} of {steps} done")}),
+                    ));
+                }
             }
         } else {
             tokio::time::sleep(total).await;
@@ -832,18 +836,11 @@ impl FixtureServer {
         let task = tokio::spawn(async move {
             stats.running.fetch_add(1, Ordering::Relaxed);
             let _running = Running(stats.clone());
-            let ptx = tx.clone();
-            let report = |done: u32, total: u32, message: String| {
-                if let Some(t) = &token {
-                    let n = jsonrpc::notification(
-                        "notifications/progress",
-                        json!({"progressToken": t, "progress": done, "total": total, "message": message}),
-                    );
-                    let _ = ptx.try_send(StreamItem::Message(n));
-                }
+            let emit = |n| {
+                let _ = ltx.try_send(StreamItem::Message(n));
             };
             let outcome = tokio::select! {
-                o = tool.run(&args, report, Some(asker), |n| { let _ = ltx.try_send(StreamItem::Message(n)); }) => o,
+                o = tool.run(&args, token.as_ref(), Some(asker), emit) => o,
                 _ = tx.closed() => {
                     stats.cancelled.fetch_add(1, Ordering::Relaxed);
                     return;

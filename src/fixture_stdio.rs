@@ -186,21 +186,11 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                         let asker = asker_on(ask_tx.clone(), asked.clone());
                         let task = tokio::spawn(async move {
                             let _permit = serial.acquire_owned().await;
-                            let ptx = tx.clone();
-                            let report = move |done: u32, total: u32, message: String| {
-                                if let Some(t) = &token {
-                                    let n = jsonrpc::notification(
-                                        "notifications/progress",
-                                        json!({"progressToken": t, "progress": done, "total": total, "message": message}),
-                                    );
-                                    let _ = ptx.try_send(n.to_string());
-                                }
+                            let etx = tx.clone();
+                            let emit = move |n: Value| {
+                                let _ = etx.try_send(n.to_string());
                             };
-                            let ltx = tx.clone();
-                            let log = move |n: Value| {
-                                let _ = ltx.try_send(n.to_string());
-                            };
-                            let outcome = tool.run(&args, report, Some(asker), log).await;
+                            let outcome = tool.run(&args, token.as_ref(), Some(asker), emit).await;
                             if name == "crash" {
                                 eprintln!("fixture: crashing on purpose");
                                 std::process::exit(7);
