@@ -201,3 +201,17 @@ pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> b
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Wait until the fixture saw exactly one call cancelled and none still running.
+pub async fn upstream_call_cancelled(stats: &tasklift::fixture::Stats) {
+    use std::sync::atomic::Ordering;
+    eventually(
+        "the upstream call is cancelled",
+        Duration::from_secs(10),
+        || {
+            stats.cancelled.load(Ordering::Relaxed) == 1
+                && stats.running.load(Ordering::Relaxed) == 0
+        },
+    )
+    .await;
+}

@@ -130,15 +130,7 @@ async fn a_client_that_disconnects_before_any_answer_cancels_the_upstream_call()
         })
         .await;
         drop(conn);
-        eventually(
-            "the upstream call is cancelled",
-            Duration::from_secs(10),
-            || {
-                stats.cancelled.load(Ordering::Relaxed) == 1
-                    && stats.running.load(Ordering::Relaxed) == 0
-            },
-        )
-        .await;
+        upstream_call_cancelled(&stats).await;
         assert_eq!(
             stored_tasks(&h).await,
             0,
@@ -160,15 +152,7 @@ async fn a_client_that_leaves_a_keepalive_stream_cancels_the_upstream_call() {
         .await;
     assert_eq!(stats.running.load(Ordering::Relaxed), 1);
     drop(s);
-    eventually(
-        "the upstream call is cancelled",
-        Duration::from_secs(10),
-        || {
-            stats.cancelled.load(Ordering::Relaxed) == 1
-                && stats.running.load(Ordering::Relaxed) == 0
-        },
-    )
-    .await;
+    upstream_call_cancelled(&stats).await;
     h.stop().await;
 }
 
@@ -194,15 +178,7 @@ async fn a_task_running_past_its_ttl_is_cancelled_upstream_and_failed() {
         t["error"]["message"].as_str().unwrap().contains("TTL"),
         "{t}"
     );
-    eventually(
-        "the upstream call is cancelled",
-        Duration::from_secs(10),
-        || {
-            stats.cancelled.load(Ordering::Relaxed) == 1
-                && stats.running.load(Ordering::Relaxed) == 0
-        },
-    )
-    .await;
+    upstream_call_cancelled(&stats).await;
     h.stop().await;
 }
 

@@ -207,15 +207,7 @@ async fn cancel_settles_and_cancels_upstream(modern: bool) {
     let got = settle(c.peer(), &id).await;
     assert_eq!(got.task.task.status, TaskStatus::Cancelled);
     assert!(matches!(got.task.payload, TaskPayload::Cancelled));
-    eventually(
-        "the upstream call is cancelled",
-        Duration::from_secs(5),
-        || {
-            stats.cancelled.load(Ordering::Relaxed) == 1
-                && stats.running.load(Ordering::Relaxed) == 0
-        },
-    )
-    .await;
+    upstream_call_cancelled(&stats).await;
     // Cancelling a terminal task is acknowledged too, and it stays cancelled.
     c.cancel_task(CancelTaskParams::new(id.clone()))
         .await
