@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::engine::{finalize_result, is_progress_for, Control, Engine, StopReason};
 use super::progress_message;
-use super::sync::admit_request;
+use super::sync::{admit_request, sleep_until_opt};
 use crate::jsonrpc::{Request, RpcError, INTERNAL_ERROR};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
@@ -44,6 +44,10 @@ impl Owner {
     }
 }
 
+/// Shortest time between two progress writes of one task: a chatty upstream must
+/// not turn every notification into a store write.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// A modern upstream's input round in progress.
 #[derive(Default)]
 struct Round {
@@ -74,14 +78,30 @@ impl Engine {
         let upstream = rec.upstream.clone();
         let mut legacy: HashMap<String, ServerRequest> = HashMap::new();
         let mut round = Round::default();
+        // Progress is written at most every PROGRESS_EVERY; a newer message waiting
+        // to be written is flushed when that time comes (or with the next change).
+        let mut last_progress_write = tokio::time::Instant::now() - PROGRESS_EVERY;
+        let mut progress_due: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
+                _ = sleep_until_opt(progress_due) => {
+                    progress_due = None;
+                    last_progress_write = tokio::time::Instant::now();
+                    self.record(&mut rec).await;
+                }
                 ev = o.next() => match ev {
                     Some(CallEvent::Notification(n)) => {
                         if is_progress_for(&n, &o.token) {
                             if let Some(m) = n.get("params").and_then(progress_message) {
                                 rec.status_message = Some(m);
-                                self.record(&mut rec).await;
+                                let due = last_progress_write + PROGRESS_EVERY;
+                                if tokio::time::Instant::now() >= due {
+                                    progress_due = None;
+                                    last_progress_write = tokio::time::Instant::now();
+                                    self.record(&mut rec).await;
+                                } else {
+                                    progress_due.get_or_insert(due);
+                                }
                             }
                         }
                     }

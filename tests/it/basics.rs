@@ -116,3 +116,45 @@ async fn several_upstreams_each_at_its_own_path() {
     second.stop().await;
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_burst_of_progress_ends_with_the_latest_message_visible() {
+    // Progress every 40 ms, the last three after the 300 ms threshold and within one
+    // write interval, then the tool waits: writes are spaced out, but the last message
+    // must still reach tasks/get while the task is working.
+    let gate = Arc::new(Notify::new());
+    let up = FixtureServer::new().tool(
+        Tool::new("bursty")
+            .sleep(Duration::from_millis(400))
+            .progress(10)
+            .gate(gate.clone()),
+    );
+    let h = Harness::start(up, |_| {}).await;
+    let c = h.client();
+    let id = c.call_tool("bursty", json!({})).await.unwrap().result["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let t = c.get_task(&id).await.unwrap();
+        assert_eq!(t["status"], "working");
+        if t["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("10/10"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "latest progress never shown: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gate.notify_one();
+    assert_eq!(
+        wait_terminal(&c, &id, Duration::from_secs(10)).await["status"],
+        "completed"
+    );
+    h.stop().await;
+}
