@@ -8,12 +8,15 @@
 //! Module map (a request flows top to bottom):
 //! - [`server`]: the hyper front door: routing, validation, SSE.
 //! - [`dispatch`]: which method goes where.
-//! - [`tasks`]: the engine (threshold race, background completion) and the sweeper.
-//! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras.
+//! - [`tasks`]: the engine (threshold race, MRTR parking, background owner, input
+//!   bridging, task notifications) and the sweeper.
+//! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras and
+//!   stdio child processes.
 //! - [`store`]: the `TaskStore` trait and its sled implementation.
 //! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
 //! - [`jsonrpc`], [`mcp`], [`reply`]: protocol types, no I/O.
-//! - [`fixture`], [`client`], [`demo`]: the bundled slow server, a small client, the demo.
+//! - [`fixture`], [`fixture_stdio`], [`client`], [`demo`]: the bundled slow server (HTTP
+//!   and stdio), a small client, the demo.
 #![forbid(unsafe_code)]
 
 pub mod app;
