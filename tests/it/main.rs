@@ -26,4 +26,5 @@ mod sessions;
 mod stdio;
 mod stdio_faults;
 mod stdio_peer;
+mod ts_clients;
 mod upstreams;
