@@ -11,6 +11,20 @@ pub enum StreamItem {
     Message(Value),
     /// A keep-alive comment.
     KeepAlive,
+    /// A JSON-RPC message with an SSE event id (resumable legacy streams).
+    Event {
+        /// The event id.
+        id: String,
+        /// The message.
+        message: Value,
+    },
+    /// A priming event: an id and the reconnection delay, no message (2025-11-25).
+    Prime {
+        /// The event id.
+        id: String,
+        /// The `retry` field, in milliseconds.
+        retry_ms: u64,
+    },
 }
 
 /// The answer to one POST.

@@ -48,6 +48,14 @@ impl Body for SseBody {
             Poll::Ready(Some(StreamItem::KeepAlive)) => Poll::Ready(Some(Ok(Frame::data(
                 Bytes::from_static(sse::KEEPALIVE.as_bytes()),
             )))),
+            Poll::Ready(Some(StreamItem::Event { id, message })) => {
+                let text = sse::encode_tagged(&id, Some(&message.to_string()), None);
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(text)))))
+            }
+            Poll::Ready(Some(StreamItem::Prime { id, retry_ms })) => {
+                let text = sse::encode_tagged(&id, None, Some(retry_ms));
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(text)))))
+            }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }

@@ -10,6 +10,10 @@ pub struct SseParser {
     data: Vec<String>,
     /// Whether the current event had any data line.
     has_data: bool,
+    /// The last event id seen (`id:`), for resuming the stream with `Last-Event-ID`.
+    pub last_event_id: Option<String>,
+    /// The reconnection delay the server asked for (`retry:`), in milliseconds.
+    pub retry_ms: Option<u64>,
 }
 
 impl SseParser {
@@ -34,8 +38,18 @@ impl SseParser {
                 self.data
                     .push(rest.strip_prefix(' ').unwrap_or(rest).to_string());
                 self.has_data = true;
+            } else if let Some(rest) = line.strip_prefix("id:") {
+                let id = rest.strip_prefix(' ').unwrap_or(rest);
+                // An id containing NUL is ignored, as the SSE standard says.
+                if !id.contains('\0') {
+                    self.last_event_id = Some(id.to_string());
+                }
+            } else if let Some(rest) = line.strip_prefix("retry:") {
+                if let Ok(ms) = rest.trim().parse() {
+                    self.retry_ms = Some(ms);
+                }
             }
-            // comments (":"), event:, id:, retry: carry nothing tasklift needs.
+            // comments (":") and event: carry nothing tasklift needs.
         }
         events
     }
@@ -74,6 +88,31 @@ pub fn encode_event(json: &str) -> String {
     s
 }
 
+/// Encode one SSE event with an id: a JSON message, or (with `json` empty) a
+/// priming event that only carries the id and the reconnection delay.
+pub fn encode_tagged(id: &str, json: Option<&str>, retry_ms: Option<u64>) -> String {
+    let mut s = String::with_capacity(json.map_or(0, str::len) + 48);
+    s.push_str("id: ");
+    s.push_str(id);
+    s.push('\n');
+    if let Some(ms) = retry_ms {
+        s.push_str(&format!("retry: {ms}\n"));
+    }
+    match json {
+        Some(json) => {
+            s.push_str("event: message\n");
+            for line in json.split('\n') {
+                s.push_str("data: ");
+                s.push_str(line);
+                s.push('\n');
+            }
+        }
+        None => s.push_str("data: \n"),
+    }
+    s.push('\n');
+    s
+}
+
 /// An SSE comment used as a keep-alive.
 pub const KEEPALIVE: &str = ": keep-alive\n\n";
 
@@ -94,6 +133,18 @@ mod tests {
         let mut p = SseParser::default();
         assert!(p.feed(b"data: last").is_empty());
         assert_eq!(p.finish().as_deref(), Some("last"));
+    }
+
+    #[test]
+    fn remembers_ids_and_retry() {
+        let mut p = SseParser::default();
+        let ev = p.feed(encode_tagged("s1_0", None, Some(500)).as_bytes());
+        assert_eq!(ev, vec![String::new()]);
+        assert_eq!(p.last_event_id.as_deref(), Some("s1_0"));
+        assert_eq!(p.retry_ms, Some(500));
+        let ev = p.feed(encode_tagged("s1_1", Some("{}"), None).as_bytes());
+        assert_eq!(ev, vec!["{}".to_string()]);
+        assert_eq!(p.last_event_id.as_deref(), Some("s1_1"));
     }
 
     #[test]
