@@ -97,6 +97,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             Mount {
                 cfg: u.clone(),
                 upstream: up,
+                sessions: Default::default(),
             },
         );
     }
@@ -116,8 +117,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         engine: engine.clone(),
         auth: Authenticator::new(cfg.auth.mode.clone(), key),
         cfg: cfg.server.clone(),
+        legacy: cfg.legacy.clone(),
     });
-    let server = tokio::spawn(server::serve(listener, state, rx.clone()));
+    let server = tokio::spawn(server::serve(listener, state.clone(), rx.clone()));
     let mut background = vec![tokio::spawn(sweeper::run(
         engine.clone(),
         cfg.tasks.sweep_interval,
@@ -139,6 +141,25 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             tokio::select! {
                 _ = tick.tick() => for u in &reaped { u.close_idle(false).await },
                 _ = rx2.changed() => return,
+            }
+        }
+    }));
+    // Legacy client sessions: close idle ones; at shutdown, close them all (with
+    // their upstream sessions) before the upstreams stop.
+    let every = (cfg.legacy.session_idle / 4).clamp(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(30),
+    );
+    let mut rx3 = rx.clone();
+    background.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => server::legacy::reap(&state, false).await,
+                _ = rx3.changed() => {
+                    server::legacy::reap(&state, true).await;
+                    return;
+                }
             }
         }
     }));

@@ -61,8 +61,48 @@ pub struct RawConfig {
     pub tasks: RawTasks,
     /// How callers are identified.
     pub auth: RawAuth,
+    /// Legacy clients (2025-03-26 … 2025-11-25) and their sessions.
+    pub legacy: RawLegacy,
     /// The servers tasklift fronts, each at its own path.
     pub upstreams: Vec<RawUpstream>,
+}
+
+/// `[legacy]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLegacy {
+    /// Serve legacy clients (`initialize`, sessions, the GET stream) beside modern ones.
+    pub enabled: bool,
+    /// A session unused for this long is closed (and its upstream session with it).
+    pub session_idle: String,
+    /// Most open sessions per principal; the least recently used idle one makes room.
+    pub max_sessions_per_principal: usize,
+    /// The `retry` delay tasklift's SSE streams suggest to 2025-11-25 clients.
+    pub sse_retry: String,
+}
+
+impl Default for RawLegacy {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            session_idle: "30m".into(),
+            max_sessions_per_principal: 64,
+            sse_retry: "1s".into(),
+        }
+    }
+}
+
+/// Validated `[legacy]`.
+#[derive(Debug, Clone)]
+pub struct LegacyConfig {
+    /// Serve legacy clients.
+    pub enabled: bool,
+    /// Idle time after which a session closes.
+    pub session_idle: Duration,
+    /// Session cap per principal.
+    pub max_sessions_per_principal: usize,
+    /// SSE `retry` for 2025-11-25 clients.
+    pub sse_retry: Duration,
 }
 
 /// `[server]`.
@@ -254,6 +294,8 @@ pub struct Config {
     pub tasks: TaskDefaults,
     /// Principal extraction.
     pub auth: AuthConfig,
+    /// Legacy clients and their sessions.
+    pub legacy: LegacyConfig,
     /// Upstreams, each with a distinct path.
     pub upstreams: Vec<UpstreamConfig>,
 }
@@ -514,6 +556,22 @@ impl RawConfig {
         if tasks.sweep_interval.is_zero() {
             return Err(invalid("tasks.sweep_interval", "must be greater than zero"));
         }
+        let l = &self.legacy;
+        let legacy = LegacyConfig {
+            enabled: l.enabled,
+            session_idle: parse_duration("legacy.session_idle", &l.session_idle)?,
+            max_sessions_per_principal: l.max_sessions_per_principal,
+            sse_retry: parse_duration("legacy.sse_retry", &l.sse_retry)?,
+        };
+        if legacy.session_idle.is_zero() {
+            return Err(invalid("legacy.session_idle", "must be greater than zero"));
+        }
+        if legacy.max_sessions_per_principal == 0 {
+            return Err(invalid(
+                "legacy.max_sessions_per_principal",
+                "must be at least 1",
+            ));
+        }
         let auth = AuthConfig {
             mode: parse_auth_mode(&self.auth.mode)?,
             hash_key: (!self.auth.hash_key.is_empty()).then(|| self.auth.hash_key.clone()),
@@ -554,6 +612,7 @@ impl RawConfig {
             },
             tasks,
             auth,
+            legacy,
             upstreams,
         })
     }

@@ -11,6 +11,7 @@ use crate::jsonrpc::{self, Request, RpcError, METHOD_NOT_FOUND};
 use crate::mcp::{self, method};
 use crate::reply::Reply;
 use crate::tasks::engine::{Engine, TaskRoute};
+use crate::session::Sessions;
 use crate::upstream::{CallContext, Era, Upstream};
 
 /// One upstream mounted at a path.
@@ -19,6 +20,8 @@ pub struct Mount {
     pub cfg: UpstreamConfig,
     /// The connection to it.
     pub upstream: Arc<dyn Upstream>,
+    /// Legacy client sessions opened at this path.
+    pub sessions: Sessions,
 }
 
 /// Handle one parsed message for a mount.
@@ -65,7 +68,9 @@ pub async fn dispatch(
             }
         }
         "subscriptions/listen" => engine.listen(up, &req, &ctx).await,
-        "initialize" | "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe" => {
+        "initialize" | "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
+            if ctx.session.is_none() =>
+        {
             json(Err(RpcError::new(
                 METHOD_NOT_FOUND,
                 format!(
@@ -85,6 +90,8 @@ pub async fn dispatch(
         ))),
         m => {
             let hint = match up.era(&ctx).await {
+                // Cache hints are for modern clients only.
+                _ if ctx.session.is_some() => None,
                 Ok(Era::Legacy) if mcp::is_cacheable_method(m) => {
                     Some((mount.cfg.list_ttl_ms, mount.cfg.list_cache_scope.clone()))
                 }

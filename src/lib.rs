@@ -32,6 +32,7 @@ pub mod jsonrpc;
 pub mod mcp;
 pub mod reply;
 pub mod server;
+pub mod session;
 pub mod store;
 pub mod tasks;
 pub mod upstream;

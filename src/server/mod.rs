@@ -6,6 +6,8 @@
 //! from JSON-RPC errors to HTTP statuses lives in `status_for`.
 
 pub mod body;
+pub mod legacy;
+mod legacy_tasks;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -27,7 +29,7 @@ use tracing::Instrument;
 
 use self::body::RespBody;
 use crate::auth::Authenticator;
-use crate::config::ServerConfig;
+use crate::config::{LegacyConfig, ServerConfig};
 use crate::dispatch::{dispatch, Mount};
 use crate::jsonrpc::{self, Request, RpcError, INVALID_REQUEST, PARSE_ERROR, REQUEST_TOO_LARGE};
 use crate::reply::Reply;
@@ -47,6 +49,8 @@ pub struct State {
     pub auth: Authenticator,
     /// Front-door settings.
     pub cfg: ServerConfig,
+    /// Legacy clients and their sessions.
+    pub legacy: LegacyConfig,
 }
 
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
@@ -138,6 +142,18 @@ async fn handle(
             RpcError::new(INVALID_REQUEST, format!("no MCP endpoint at {path}")),
         );
     };
+    let session_id = req
+        .headers()
+        .get(legacy::SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .filter(|_| state.legacy.enabled);
+    if let (Some(sid), true) = (
+        &session_id,
+        req.method() == Method::GET || req.method() == Method::DELETE,
+    ) {
+        return session_stream(&state, mount, req, sid, peer).await;
+    }
     if req.method() != Method::POST {
         let mut r = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -206,6 +222,32 @@ async fn handle(
             )
         }
     };
+    if state.legacy.enabled && (session_id.is_some() || legacy::is_legacy_initialize(&value)) {
+        let ctx = match context(&state, mount, &parts.headers, value.get("id")) {
+            Ok(c) => c,
+            Err(r) => return r,
+        };
+        let span = tracing::debug_span!("legacy", method = ?value.get("method"), client.addr = %peer, upstream = %mount.cfg.name);
+        return async {
+            match &session_id {
+                Some(sid) => match legacy::find_session(mount, sid, &ctx.principal) {
+                    Ok(s) => legacy::post(&state, mount, s, &parts.headers, value, ctx).await,
+                    Err(r) => r,
+                },
+                None => match Request::from_value(value) {
+                    Ok(req) if req.id.is_some() => legacy::initialize(&state, mount, req, ctx).await,
+                    Ok(_) => error_response(
+                        StatusCode::BAD_REQUEST,
+                        None,
+                        RpcError::new(INVALID_REQUEST, "Invalid request: initialize must be a request with an id"),
+                    ),
+                    Err(e) => error_response(StatusCode::BAD_REQUEST, None, e),
+                },
+            }
+        }
+        .instrument(span)
+        .await;
+    }
     let raw_id = value.get("id").cloned();
     let msg = match Request::from_value(value) {
         Ok(m) => m,
@@ -219,27 +261,9 @@ async fn handle(
                 return error_response(r.status, msg.id.as_ref(), r.error);
             }
         }
-        let principal = match state.auth.principal(&parts.headers) {
-            Ok(p) => p,
-            Err(e) => {
-                let mut r = error_response(
-                    StatusCode::UNAUTHORIZED,
-                    msg.id.as_ref(),
-                    RpcError::new(INVALID_REQUEST, format!("Unauthorized: {e}")),
-                );
-                r.headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return r;
-            }
-        };
-        let ctx = CallContext {
-            principal,
-            authorization: mount
-                .cfg
-                .forward_authorization
-                .then(|| parts.headers.get(header::AUTHORIZATION).cloned())
-                .flatten(),
-            forward_headers: forwarded_headers(&parts.headers),
+        let ctx = match context(&state, mount, &parts.headers, msg.id.as_ref()) {
+            Ok(c) => c,
+            Err(r) => return r,
         };
         match dispatch(&state.engine, mount, msg, ctx).await {
             Reply::Json(v) => json_response(status_for(&v), &v),
@@ -258,6 +282,69 @@ async fn handle(
     }
     .instrument(span)
     .await
+}
+
+/// Who is calling (or the 401), and what goes upstream with their calls.
+fn context(
+    state: &State,
+    mount: &Mount,
+    headers: &http::HeaderMap,
+    id: Option<&Value>,
+) -> Result<CallContext, Response<RespBody>> {
+    let principal = match state.auth.principal(headers) {
+        Ok(p) => p,
+        Err(e) => {
+            let mut r = error_response(
+                StatusCode::UNAUTHORIZED,
+                id,
+                RpcError::new(INVALID_REQUEST, format!("Unauthorized: {e}")),
+            );
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return Err(r);
+        }
+    };
+    Ok(CallContext {
+        principal,
+        authorization: mount
+            .cfg
+            .forward_authorization
+            .then(|| headers.get(header::AUTHORIZATION).cloned())
+            .flatten(),
+        forward_headers: forwarded_headers(headers),
+        session: None,
+    })
+}
+
+/// GET (the session's stream, or a resumed one) and DELETE in a legacy session.
+async fn session_stream(
+    state: &State,
+    mount: &Mount,
+    req: http::Request<Incoming>,
+    sid: &str,
+    peer: SocketAddr,
+) -> Response<RespBody> {
+    if !validate::origin_allowed(req.headers(), &state.cfg.allowed_origins) {
+        tracing::warn!(client.addr = %peer, "rejected a session request from a disallowed Origin");
+        return error_response(
+            StatusCode::FORBIDDEN,
+            None,
+            RpcError::new(INVALID_REQUEST, "Forbidden: this Origin is not allowed (see server.allowed_origins)"),
+        );
+    }
+    let ctx = match context(state, mount, req.headers(), None) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let s = match legacy::find_session(mount, sid, &ctx.principal) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if req.method() == Method::DELETE {
+        legacy::delete(mount, &s.id, ctx).await
+    } else {
+        legacy::get(mount, s, req.headers(), ctx)
+    }
 }
 
 /// Client headers passed upstream as they are: `Mcp-Param-*` and trace context.

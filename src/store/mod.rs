@@ -142,6 +142,14 @@ pub trait TaskStore: Send + Sync + 'static {
     fn expired(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<String>>;
     /// Every record still `working` or `input_required` (used once at start).
     fn unfinished(&self) -> StoreFuture<'_, Vec<TaskRecord>>;
+    /// The records of one owner on one upstream, oldest first, without outcomes
+    /// (for listings). Records past their expiry are left out.
+    fn list<'a>(
+        &'a self,
+        owner: &'a str,
+        upstream: &'a str,
+        now_ms: u64,
+    ) -> StoreFuture<'a, Vec<TaskRecord>>;
     /// Size figures.
     fn stats(&self) -> StoreFuture<'_, StoreStats>;
     /// Flush everything to disk (at shutdown).

@@ -335,6 +335,28 @@ impl TaskStore for SledStore {
         })
     }
 
+    fn list<'a>(
+        &'a self,
+        owner: &'a str,
+        upstream: &'a str,
+        now_ms: u64,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            for kv in self.inner.tasks.iter() {
+                let (k, v) = kv.map_err(db_err)?;
+                let id = String::from_utf8_lossy(&k).into_owned();
+                let mut rec = self.decode(&id, &v)?;
+                if rec.owner == owner && rec.upstream == upstream && rec.expires_at_ms > now_ms {
+                    rec.outcome = None;
+                    out.push(rec);
+                }
+            }
+            out.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+            Ok(out)
+        })
+    }
+
     fn stats(&self) -> StoreFuture<'_, StoreStats> {
         Box::pin(async move {
             let dir = self.inner.data_dir.clone();

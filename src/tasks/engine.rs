@@ -279,6 +279,7 @@ impl Engine {
             binding: request_binding(&req.method, &req.params),
             input_seq: 0,
             backlog: Default::default(),
+            session: ctx.session.clone(),
             origin: Some((upstream, req, ctx)),
         };
         self.drive(sc, task).await

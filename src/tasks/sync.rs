@@ -16,6 +16,7 @@ use super::input::{check_allowed, request_binding, StateClaims};
 use super::{create_task_result, progress_message};
 use crate::jsonrpc::{self, RpcError};
 use crate::reply::{Reply, StreamItem};
+use crate::session::ClientSession;
 use crate::store::{TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
 
@@ -70,6 +71,9 @@ pub(super) struct SyncCall {
     pub input_seq: u64,
     /// Events read ahead while collecting input requests.
     pub backlog: VecDeque<CallEvent>,
+    /// A legacy client's session: the upstream's requests go to the client as
+    /// requests on the response stream (instead of an MRTR `InputRequiredResult`).
+    pub session: Option<Arc<ClientSession>>,
     /// The request and where it went, so a task can retry it with MRTR answers.
     pub origin: Option<(Arc<dyn Upstream>, crate::jsonrpc::Request, CallContext)>,
 }
@@ -97,18 +101,21 @@ impl Engine {
                 .await
             {
                 Some(v) => return Reply::Json(v),
-                None => None,
+                None => vec![],
             },
-            Step::Input(reqs) => return Reply::Json(self.park(sc, task, reqs)),
-            Step::Relay(n) => Some(StreamItem::Message(n)),
-            Step::KeepAlive => Some(StreamItem::KeepAlive),
+            Step::Input(reqs) => match sc.session.clone() {
+                Some(s) => forward_input(&s, reqs),
+                None => return Reply::Json(self.park(sc, task, reqs)),
+            },
+            Step::Relay(n) => vec![StreamItem::Message(n)],
+            Step::KeepAlive => vec![StreamItem::KeepAlive],
         };
         // Phase 2: something must be streamed (progress or keep-alives).
         let (tx, rx) = mpsc::channel(32);
         let engine = self.clone();
         tokio::spawn(
             async move {
-                if let Some(item) = first {
+                for item in first {
                     if tx.send(item).await.is_err() {
                         return;
                     }
@@ -138,11 +145,22 @@ impl Engine {
                                 None => continue,
                             }
                         }
-                        Step::Input(reqs) => {
-                            let msg = engine.park(sc, task, reqs);
-                            let _ = tx.send(StreamItem::Message(msg)).await;
-                            return;
-                        }
+                        Step::Input(reqs) => match sc.session.clone() {
+                            Some(s) => {
+                                for item in forward_input(&s, reqs) {
+                                    if tx.send(item).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                last_send = tokio::time::Instant::now();
+                                continue;
+                            }
+                            None => {
+                                let msg = engine.park(sc, task, reqs);
+                                let _ = tx.send(StreamItem::Message(msg)).await;
+                                return;
+                            }
+                        },
                     };
                     let last = matches!(&item, StreamItem::Message(m) if m.get("method").is_none());
                     if tx.send(item).await.is_err() {
@@ -412,6 +430,17 @@ impl Engine {
         tokio::spawn(engine.own(rec, owner, control_rx).instrument(span));
         Some(jsonrpc::response(sc.id.as_ref(), &Ok(handle)))
     }
+}
+
+/// Send the upstream's requests to a legacy client on its response stream; its
+/// answers come back as POSTed responses and go upstream.
+fn forward_input(s: &ClientSession, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
+    reqs.into_iter()
+        .map(|r| {
+            let (method, params) = (r.method.clone(), r.params.clone());
+            StreamItem::Message(s.request(&method, params, Box::new(move |o| r.answer(o)), None))
+        })
+        .collect()
 }
 
 /// Keep a request the caller may be shown; answer the others upstream with an error.

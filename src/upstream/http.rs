@@ -41,6 +41,11 @@ type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes
 const MAX_JSON_BODY: usize = 256 * 1024 * 1024;
 
 /// `Mcp-Session-Id`.
+/// How many times one response stream is resumed after the server closed it.
+const MAX_RESUMES: u32 = 20;
+/// Longest `retry:` delay honoured before resuming a stream.
+const MAX_RESUME_DELAY_MS: u64 = 5_000;
+
 static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
 static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
@@ -346,6 +351,7 @@ impl Shared {
         }
         let mut parser = SseParser::default();
         let mut body = ans.body;
+        let mut resumes = 0;
         loop {
             let (events, ended) = match body.frame().await {
                 Some(Ok(frame)) => match frame.into_data() {
@@ -397,10 +403,53 @@ impl Shared {
                 }
             }
             if ended {
-                break;
+                // A legacy server may close a response stream mid-call and expect the
+                // client to resume it with `Last-Event-ID` on a GET (2025-11-25 SSE polling).
+                match (session, parser.last_event_id.clone()) {
+                    (Some(s), Some(last)) if resumes < MAX_RESUMES => {
+                        resumes += 1;
+                        let delay = parser.retry_ms.unwrap_or(0).min(MAX_RESUME_DELAY_MS);
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        match self.resume_stream(s, &last).await {
+                            Some(b) => {
+                                tracing::debug!(upstream = %name, last_event_id = %last, "resumed the upstream's response stream");
+                                body = b;
+                                parser = SseParser::default();
+                                parser.last_event_id = Some(last);
+                                continue;
+                            }
+                            None => break,
+                        }
+                    }
+                    _ => break,
+                }
             }
         }
         let _ = tx.send(CallEvent::Done(Err(broken(name)))).await;
+    }
+
+    /// Reopen a legacy response stream after `last` with a GET carrying `Last-Event-ID`.
+    async fn resume_stream(self: &Arc<Self>, s: &Session, last: &str) -> Option<Incoming> {
+        let mut h = s.headers();
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            HeaderName::from_static("last-event-id"),
+            HeaderValue::from_str(last).ok()?,
+        );
+        match self.send(Method::GET, None, h, &s.opener).await {
+            Ok(ans) if ans.status.is_success() => Some(ans.body),
+            Ok(ans) => {
+                tracing::warn!(upstream = %self.cfg.name, status = %ans.status, "the upstream refused to resume a response stream");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(upstream = %self.cfg.name, error = %e, "could not resume a response stream");
+                None
+            }
+        }
     }
 
     /// A responder that POSTs the answer to a server-to-client request on the session.
@@ -582,8 +631,15 @@ impl Shared {
         let mut h = Sha256::new();
         h.update(ctx.principal.as_bytes());
         h.update([0]);
-        if let Some(a) = &ctx.authorization {
-            h.update(a.as_bytes());
+        match &ctx.session {
+            // A legacy client gets an upstream session of its own, like it would
+            // have without tasklift in between (its credentials may be refreshed).
+            Some(s) => h.update(s.id.as_bytes()),
+            None => {
+                if let Some(a) = &ctx.authorization {
+                    h.update(a.as_bytes());
+                }
+            }
         }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -619,13 +675,22 @@ impl Shared {
             message: m,
         };
         let id = self.upstream_id();
+        // For a legacy client's own session: its version, capabilities and name.
+        let (version, caps, info) = match &ctx.session {
+            Some(s) if LEGACY_VERSIONS.contains(&s.protocol_version.as_str()) => (
+                s.protocol_version.as_str(),
+                s.capabilities.clone(),
+                s.client_info.clone(),
+            ),
+            _ => (
+                LEGACY_VERSIONS[0],
+                json!({}),
+                json!({"name": "tasklift", "version": env!("CARGO_PKG_VERSION")}),
+            ),
+        };
         let msg = json!({
             "jsonrpc": "2.0", "id": id, "method": mcp::method::INITIALIZE,
-            "params": {
-                "protocolVersion": LEGACY_VERSIONS[0],
-                "capabilities": {},
-                "clientInfo": {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
-            },
+            "params": {"protocolVersion": version, "capabilities": caps, "clientInfo": info},
         });
         let ans = self
             .post(
@@ -883,6 +948,30 @@ impl Upstream for HttpUpstream {
                     let s = inner.session(ctx, None).await?;
                     Ok(Ok(discover_from_initialize(&s.init)))
                 }
+            }
+        })
+    }
+
+    fn end_session<'a>(
+        &'a self,
+        ctx: &'a CallContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let Some((_, slot)) = inner.sessions.remove(&inner.session_key(ctx)) else {
+                return;
+            };
+            let Some(s) = slot.current.lock().await.take() else {
+                return;
+            };
+            if s.id.is_some() {
+                if let Ok(ans) = inner
+                    .send(Method::DELETE, None, s.headers(), &s.opener)
+                    .await
+                {
+                    let _ = inner.read_all(ans.body).await;
+                }
+                tracing::debug!(upstream = %inner.cfg.name, "closed the legacy session of an ended client session");
             }
         })
     }

@@ -33,6 +33,10 @@ pub struct CallContext {
     pub authorization: Option<::http::HeaderValue>,
     /// Headers from the client that are forwarded as they are (`Mcp-Param-*`, trace context).
     pub forward_headers: Vec<(::http::HeaderName, ::http::HeaderValue)>,
+    /// The legacy client's session on tasklift, when the caller is a legacy client.
+    /// A legacy upstream then gets a session of its own for it, opened with the
+    /// client's capabilities, and its requests to the client are relayed as requests.
+    pub session: Option<std::sync::Arc<crate::session::ClientSession>>,
 }
 
 /// Something an upstream sent about an in-flight request.
@@ -255,6 +259,13 @@ pub trait Upstream: Send + Sync + 'static {
         _ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Listening> {
         Box::pin(async { Ok(Listening::none()) })
+    }
+    /// A legacy client's session ended: release what the upstream kept for it.
+    fn end_session<'a>(
+        &'a self,
+        _ctx: &'a CallContext,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async {})
     }
     /// `Err(reason)` when the upstream cannot take calls now (reported by `/readyz`).
     fn health(&self) -> Result<(), String> {

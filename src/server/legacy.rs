@@ -1,0 +1,677 @@
+//! The front door for legacy clients (2025-03-26, 2025-06-18, 2025-11-25), beside
+//! the modern one on the same endpoint, as the 2026-07-28 versioning page describes
+//! for a dual-era server: an `initialize` without modern `_meta` opens a session on
+//! tasklift (its own `Mcp-Session-Id`); requests in it are served by the same
+//! pipeline as modern ones, with the session's state turned into per-request
+//! `_meta`, and answered the legacy way:
+//! - the upstream's requests to the client (elicitation, sampling, roots) go to the
+//!   client as JSON-RPC requests on the response stream, and its POSTed answers go
+//!   back upstream (a modern upstream's `InputRequiredResult` is answered the same way,
+//!   by retrying the call with the client's answers);
+//! - results lose the modern-only fields (`resultType`, cache hints);
+//! - streams carry event ids and survive a disconnect: the client resumes them with a
+//!   GET and `Last-Event-ID`, and only `notifications/cancelled` or the end of the
+//!   session stops the work;
+//! - the standalone GET stream carries the upstream's change notifications;
+//! - 2025-11-25 task-augmented `tools/call` and `tasks/*` ([`super::legacy_tasks`]).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::body::{self, RespBody};
+use super::{error_response, json_response, State};
+use crate::dispatch::{dispatch, Mount};
+use crate::jsonrpc::{self, Outcome, Request, RpcError, INVALID_PARAMS, INVALID_REQUEST};
+use crate::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
+use crate::reply::{Reply, StreamItem};
+use crate::session::ClientSession;
+use crate::upstream::{CallContext, Era};
+
+/// The header carrying a legacy session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// JSON-RPC code for an unknown or expired session (as the reference SDKs use).
+const SESSION_NOT_FOUND: i64 = -32001;
+/// JSON-RPC code for a request the client cancelled.
+const REQUEST_CANCELLED: i64 = -32800;
+
+/// Whether a message opens a legacy session: `initialize` without modern `_meta`.
+pub fn is_legacy_initialize(v: &Value) -> bool {
+    v.get("method").and_then(Value::as_str) == Some(mcp::method::INITIALIZE)
+        && v.get("params")
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(mcp::META_PROTOCOL_VERSION))
+            .is_none()
+}
+
+/// The session a request names, or the 404 a client must answer by initializing again.
+pub fn find_session(
+    mount: &Mount,
+    id: &str,
+    principal: &str,
+) -> Result<Arc<ClientSession>, Response<RespBody>> {
+    match mount.sessions.get(id, principal) {
+        Some(s) => {
+            s.touch();
+            Ok(s)
+        }
+        None => Err(error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            RpcError::new(
+                SESSION_NOT_FOUND,
+                "Session not found: it expired, was closed, or belongs to another caller; send initialize to open a new one",
+            ),
+        )),
+    }
+}
+
+/// The `_meta` a request in `s` carries through the modern pipeline.
+fn session_meta(s: &ClientSession) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(mcp::META_PROTOCOL_VERSION.into(), json!(MODERN_VERSION));
+    m.insert(mcp::META_CLIENT_INFO.into(), s.client_info.clone());
+    m.insert(mcp::META_CLIENT_CAPABILITIES.into(), s.capabilities.clone());
+    // Without logging/setLevel a legacy server may send any log message.
+    m.insert(
+        "io.modelcontextprotocol/logLevel".into(),
+        json!(s.log_level().unwrap_or_else(|| "debug".into())),
+    );
+    m
+}
+
+/// A request from a session, reshaped for the modern pipeline: the session's state
+/// becomes per-request `_meta` (the client's own `_meta` keys, like `progressToken`, stay).
+pub fn modernize(s: &ClientSession, mut req: Request) -> Request {
+    let meta = mcp::meta_mut(&mut req.params);
+    for (k, v) in session_meta(s) {
+        meta.insert(k, v);
+    }
+    req
+}
+
+/// A message as a legacy client should see it: no `resultType`, and no cache hints
+/// on the results of list and read methods.
+pub fn legacy_shape(method: &str, mut msg: Value) -> Value {
+    if let Some(Value::Object(r)) = msg.get_mut("result") {
+        r.remove("resultType");
+        if mcp::is_cacheable_method(method) {
+            r.remove("ttlMs");
+            r.remove("cacheScope");
+        }
+    }
+    if let Some(Value::Object(p)) = msg.get_mut("params") {
+        if let Some(Value::Object(m)) = p.get_mut("_meta") {
+            m.remove("io.modelcontextprotocol/subscriptionId");
+            if m.is_empty() {
+                p.remove("_meta");
+            }
+        }
+    }
+    msg
+}
+
+/// An SSE response.
+pub fn sse(rx: mpsc::Receiver<StreamItem>) -> Response<RespBody> {
+    sse_response(rx, None)
+}
+
+fn sse_response(rx: mpsc::Receiver<StreamItem>, session: Option<&str>) -> Response<RespBody> {
+    let mut r = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(body::sse(rx))
+        .expect("valid response");
+    if let Some(id) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
+        r.headers_mut().insert(SESSION_HEADER, id);
+    }
+    r
+}
+
+fn accepted() -> Response<RespBody> {
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .body(body::full(Bytes::new()))
+        .expect("valid response")
+}
+
+fn ok(id: Option<&Value>, outcome: Outcome) -> Response<RespBody> {
+    let v = jsonrpc::response(id, &outcome);
+    let status = match &outcome {
+        Err(e) if e.code == INVALID_REQUEST => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    };
+    json_response(status, &v)
+}
+
+/// `initialize` without a session: open one, with the upstream's capabilities.
+pub async fn initialize(
+    state: &State,
+    mount: &Mount,
+    req: Request,
+    mut ctx: CallContext,
+) -> Response<RespBody> {
+    let id = req.id.clone();
+    let Some(requested) = req.str_param("protocolVersion").map(str::to_string) else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            id.as_ref(),
+            RpcError::new(INVALID_PARAMS, "Invalid params: protocolVersion is required"),
+        );
+    };
+    // A version tasklift does not speak gets the latest it does, as initialize says.
+    let version = if LEGACY_VERSIONS.contains(&requested.as_str()) {
+        requested
+    } else {
+        LEGACY_VERSIONS[0].to_string()
+    };
+    let caps = req
+        .params
+        .get("capabilities")
+        .filter(|c| c.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let info = req
+        .params
+        .get("clientInfo")
+        .cloned()
+        .unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
+    let s = ClientSession::new(ctx.principal.clone(), version.clone(), caps, info);
+    if let Err(e) = mount
+        .sessions
+        .insert(s.clone(), state.legacy.max_sessions_per_principal)
+    {
+        return error_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            id.as_ref(),
+            RpcError::new(
+                INVALID_REQUEST,
+                format!("Too many sessions: {e} (legacy.max_sessions_per_principal); close one with DELETE"),
+            ),
+        );
+    }
+    ctx.session = Some(s.clone());
+    let discover = modernize(
+        &s,
+        Request {
+            id: Some(json!("tasklift-initialize")),
+            method: mcp::method::DISCOVER.into(),
+            params: Map::new(),
+        },
+    );
+    let found = match mount.upstream.discover(&discover, &ctx).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(e.to_rpc()),
+    };
+    let d = match found {
+        Ok(d) => d,
+        Err(e) => {
+            mount.sessions.remove(&s.id);
+            mount.upstream.end_session(&ctx).await;
+            tracing::warn!(upstream = %mount.cfg.name, error = %e, "a legacy client could not be initialized");
+            return ok(id.as_ref(), Err(e));
+        }
+    };
+    let mut caps = d.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+    if let Value::Object(c) = &mut caps {
+        c.remove("extensions");
+        c.remove("tasks");
+        if s.polls() {
+            // 2025-11-25 tasks, served by tasklift whatever the upstream does.
+            c.insert(
+                "tasks".into(),
+                json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+            );
+        }
+    }
+    let server_info = d
+        .get("_meta")
+        .and_then(|m| m.get(mcp::META_SERVER_INFO))
+        .cloned()
+        .unwrap_or_else(|| json!({"name": "tasklift", "version": env!("CARGO_PKG_VERSION")}));
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": caps,
+        "serverInfo": server_info,
+    });
+    if let Some(i) = d.get("instructions") {
+        result["instructions"] = i.clone();
+    }
+    tracing::info!(session = %s.id, version = %s.protocol_version, upstream = %mount.cfg.name, "legacy client session opened");
+    let mut r = json_response(StatusCode::OK, &jsonrpc::response(id.as_ref(), &Ok(result)));
+    r.headers_mut().insert(
+        SESSION_HEADER,
+        HeaderValue::from_str(&s.id).expect("uuid is header-safe"),
+    );
+    r
+}
+
+/// A POST in a session: a response to tasklift's request, a notification, or a request.
+pub async fn post(
+    state: &Arc<State>,
+    mount: &Mount,
+    s: Arc<ClientSession>,
+    headers: &HeaderMap,
+    value: Value,
+    mut ctx: CallContext,
+) -> Response<RespBody> {
+    if let Some(v) = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+    {
+        if !LEGACY_VERSIONS.contains(&v.trim()) {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                value.get("id"),
+                RpcError::new(
+                    INVALID_REQUEST,
+                    format!(
+                        "Unsupported MCP-Protocol-Version {v:?} in a legacy session (negotiated {})",
+                        s.protocol_version
+                    ),
+                ),
+            );
+        }
+    }
+    if value.is_array() {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            RpcError::new(
+                INVALID_REQUEST,
+                "Invalid request: JSON-RPC batches are not supported; send one message per POST",
+            ),
+        );
+    }
+    // The client answering one of tasklift's requests.
+    if value.get("method").is_none()
+        && (value.get("result").is_some() || value.get("error").is_some())
+    {
+        let id = value.get("id").cloned().unwrap_or(Value::Null);
+        let outcome = match value.get("error") {
+            Some(e) => Err(RpcError::from_value(e)),
+            None => Ok(value.get("result").cloned().unwrap_or(Value::Null)),
+        };
+        if !s.answer(&id, outcome) {
+            tracing::debug!(session = %s.id, %id, "a response to no outstanding request; ignored");
+        }
+        return accepted();
+    }
+    let req = match Request::from_value(value.clone()) {
+        Ok(r) => r,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, value.get("id"), e),
+    };
+    ctx.session = Some(s.clone());
+    if req.id.is_none() {
+        return notification(mount, &s, req, ctx).await;
+    }
+    let id = req.id.clone();
+    match req.method.as_str() {
+        mcp::method::INITIALIZE => ok(
+            id.as_ref(),
+            Err(RpcError::new(
+                INVALID_REQUEST,
+                "Invalid request: this session is already initialized",
+            )),
+        ),
+        "ping" => ok(id.as_ref(), Ok(json!({}))),
+        "logging/setLevel" => {
+            let Some(level) = req.str_param("level") else {
+                return ok(
+                    id.as_ref(),
+                    Err(RpcError::new(INVALID_PARAMS, "Invalid params: level is required")),
+                );
+            };
+            s.set_log_level(level.to_string());
+            // A legacy upstream filters too; a modern one gets the level per request.
+            match mount.upstream.era(&ctx).await {
+                Ok(Era::Legacy) => call(state, mount, &s, req, ctx).await,
+                _ => ok(id.as_ref(), Ok(json!({}))),
+            }
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            let Some(uri) = req.str_param("uri") else {
+                return ok(
+                    id.as_ref(),
+                    Err(RpcError::new(INVALID_PARAMS, "Invalid params: uri is required")),
+                );
+            };
+            if s.subscribe(uri, req.method == "resources/subscribe") {
+                listen(mount, &s, &ctx, true);
+            }
+            ok(id.as_ref(), Ok(json!({})))
+        }
+        "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel" => {
+            super::legacy_tasks::task_method(state, mount, &s, req, ctx).await
+        }
+        mcp::method::TOOLS_CALL if req.params.contains_key("task") && s.polls() => {
+            super::legacy_tasks::create(state, mount, &s, req, ctx).await
+        }
+        _ => {
+            let mut req = req;
+            // `task` means nothing before 2025-11-25.
+            req.params.remove("task");
+            call(state, mount, &s, req, ctx).await
+        }
+    }
+}
+
+/// A notification from the client.
+async fn notification(
+    mount: &Mount,
+    s: &Arc<ClientSession>,
+    req: Request,
+    ctx: CallContext,
+) -> Response<RespBody> {
+    match req.method.as_str() {
+        // tasklift initialized the upstream side itself.
+        mcp::method::INITIALIZED => {}
+        mcp::method::CANCELLED => {
+            if let Some(rid) = req.params.get("requestId") {
+                if !s.cancel_request(rid) {
+                    tracing::debug!(session = %s.id, %rid, "cancellation for a request that is not in flight");
+                }
+            }
+        }
+        _ => {
+            let req = modernize(s, req);
+            if let Err(e) = mount.upstream.notify(&req, &ctx).await {
+                tracing::warn!(error = %e, method = %req.method, "could not forward a notification");
+            }
+        }
+    }
+    accepted()
+}
+
+/// Serve a request through the shared pipeline and answer it the legacy way.
+async fn call(
+    state: &Arc<State>,
+    mount: &Mount,
+    s: &Arc<ClientSession>,
+    req: Request,
+    ctx: CallContext,
+) -> Response<RespBody> {
+    let id = req.id.clone().expect("requests have ids");
+    let method = req.method.clone();
+    let shape = shaper(mount, s, &method);
+    let cancelled = s.start_request(&id);
+    let _busy = s.busy();
+    let req = modernize(s, req);
+    let reply = tokio::select! {
+        r = dispatch(&state.engine, mount, req.clone(), ctx.clone()) => r,
+        _ = cancelled.notified() => {
+            s.end_request(&id);
+            return ok(Some(&id), Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")));
+        }
+    };
+    match reply {
+        Reply::Json(v) if !is_input_required(&v) => {
+            s.end_request(&id);
+            json_response(super::status_for(&v), &shape(v))
+        }
+        Reply::Accepted => {
+            s.end_request(&id);
+            accepted()
+        }
+        reply => {
+            let rx = continue_call(state.clone(), mount.cfg.path.clone(), s.clone(), req, ctx, reply, cancelled);
+            let rx = s.resumable(rx, state.legacy.sse_retry.as_millis() as u64, shape);
+            sse_response(rx, None)
+        }
+    }
+}
+
+/// How results of `method` are shaped for this session.
+fn shaper(mount: &Mount, s: &ClientSession, method: &str) -> impl Fn(Value) -> Value + Send + 'static {
+    let method = method.to_string();
+    let tasks = s.polls().then(|| mount.cfg.clone());
+    move |v| {
+        let mut v = legacy_shape(&method, v);
+        if let (Some(cfg), "tools/list") = (&tasks, method.as_str()) {
+            super::legacy_tasks::mark_task_support(&mut v, cfg);
+        }
+        v
+    }
+}
+
+fn is_input_required(v: &Value) -> bool {
+    v.get("result")
+        .and_then(|r| r.get("resultType"))
+        .and_then(Value::as_str)
+        == Some("input_required")
+}
+
+/// Carry a streamed reply to its end. When the answer is an `InputRequiredResult`
+/// (a modern upstream asking for input), ask the client with real requests on the
+/// stream and retry the call with its answers, as a 2026-07-28 client would.
+fn continue_call(
+    state: Arc<State>,
+    path: String,
+    s: Arc<ClientSession>,
+    mut req: Request,
+    ctx: CallContext,
+    first: Reply,
+    cancelled: Arc<tokio::sync::Notify>,
+) -> mpsc::Receiver<StreamItem> {
+    let (tx, rx) = mpsc::channel(32);
+    let id = req.id.clone().expect("requests have ids");
+    tokio::spawn(async move {
+        let mut reply = Some(first);
+        let mut closed = s.closed();
+        let work = async {
+            loop {
+                let r = match reply.take() {
+                    Some(r) => r,
+                    None => {
+                        let Some(mount) = state.mounts.get(&path) else { return };
+                        dispatch(&state.engine, mount, req.clone(), ctx.clone()).await
+                    }
+                };
+                let last = match r {
+                    Reply::Json(v) => v,
+                    Reply::Accepted => return,
+                    Reply::Stream(mut inner) => {
+                        let mut last = None;
+                        while let Some(item) = inner.recv().await {
+                            match item {
+                                StreamItem::Message(m) if m.get("method").is_none() => {
+                                    last = Some(m);
+                                    break;
+                                }
+                                other => {
+                                    if tx.send(other).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                        match last {
+                            Some(m) => m,
+                            None => return,
+                        }
+                    }
+                };
+                if !is_input_required(&last) {
+                    let _ = tx.send(StreamItem::Message(last)).await;
+                    return;
+                }
+                // Ask the client each input request and wait for every answer.
+                let result = &last["result"];
+                let asks = result
+                    .get("inputRequests")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                let mut answers = Map::new();
+                let mut waiting = Vec::new();
+                for (key, ask) in asks {
+                    let (otx, orx) = tokio::sync::oneshot::channel();
+                    let method = ask.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+                    let params = ask.get("params").cloned().unwrap_or_else(|| json!({}));
+                    let msg = s.request(&method, params, Box::new(move |o| { let _ = otx.send(o); }), None);
+                    if tx.send(StreamItem::Message(msg)).await.is_err() {
+                        return;
+                    }
+                    waiting.push((key, orx));
+                }
+                for (key, orx) in waiting {
+                    match orx.await {
+                        Ok(Ok(v)) => {
+                            answers.insert(key, v);
+                        }
+                        Ok(Err(e)) => {
+                            let _ = tx.send(StreamItem::Message(jsonrpc::response(Some(&id), &Err(e)))).await;
+                            return;
+                        }
+                        Err(_) => return,
+                    }
+                }
+                req.params.insert("inputResponses".into(), Value::Object(answers));
+                if let Some(st) = result.get("requestState") {
+                    req.params.insert("requestState".into(), st.clone());
+                }
+            }
+        };
+        tokio::select! {
+            _ = work => {}
+            _ = cancelled.notified() => {
+                let _ = tx.send(StreamItem::Message(jsonrpc::response(Some(&id), &Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled"))))).await;
+            }
+            _ = crate::session::ended(&mut closed) => {}
+        }
+        s.end_request(&id);
+    });
+    rx
+}
+
+/// Relay the upstream's change notifications (list changes, subscribed resources) to
+/// the session's GET stream; `restart` re-reads the subscriptions.
+pub fn listen(mount: &Mount, s: &Arc<ClientSession>, ctx: &CallContext, restart: bool) {
+    let mut slot = s.listener.lock().expect("lock");
+    if slot.is_some() && !restart {
+        return;
+    }
+    if let Some(old) = slot.take() {
+        old.abort();
+    }
+    let mut filter = Map::new();
+    for k in ["toolsListChanged", "promptsListChanged", "resourcesListChanged"] {
+        filter.insert(k.into(), json!(true));
+    }
+    let subs = s.subscriptions();
+    if !subs.is_empty() {
+        filter.insert("resourceSubscriptions".into(), json!(subs));
+    }
+    let up = mount.upstream.clone();
+    let ses = s.clone();
+    let ctx = ctx.clone();
+    let task = tokio::spawn(async move {
+        let req = modernize(
+            &ses,
+            Request {
+                id: Some(json!(format!("tasklift-listen-{}", ses.id))),
+                method: "subscriptions/listen".into(),
+                params: Map::new(),
+            },
+        );
+        let mut l = match up.listen(&filter, &req, &ctx).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::info!(error = %e, "no change notifications from the upstream for a legacy session");
+                return;
+            }
+        };
+        while let Some(n) = l.events.recv().await {
+            if crate::upstream::notification_wanted(&filter, &n) {
+                ses.notify(legacy_shape("", n)).await;
+            }
+        }
+    });
+    *slot = Some(task.abort_handle());
+}
+
+/// GET in a session: the standalone stream, or a stream resumed after `Last-Event-ID`.
+pub fn get(mount: &Mount, s: Arc<ClientSession>, headers: &HeaderMap, ctx: CallContext) -> Response<RespBody> {
+    let accepts_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|a| a.contains("text/event-stream") || a.contains("*/*"));
+    if !accepts_sse {
+        return error_response(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            RpcError::new(INVALID_REQUEST, "Not Acceptable: the GET stream is text/event-stream"),
+        );
+    }
+    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let mut ctx = ctx;
+    ctx.session = Some(s.clone());
+    listen(mount, &s, &ctx, false);
+    let rx = s.open_stream(last);
+    // Keep-alives while the stream is open, so proxies in between keep it.
+    let (tx, out) = mpsc::channel(64);
+    let busy = s.busy();
+    let mut closed = s.closed();
+    tokio::spawn(async move {
+        let _busy = busy;
+        let mut rx = rx;
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(15));
+        tick.tick().await;
+        loop {
+            let item = tokio::select! {
+                i = rx.recv() => match i { Some(i) => i, None => return },
+                _ = tick.tick() => StreamItem::KeepAlive,
+                _ = crate::session::ended(&mut closed) => return,
+            };
+            if tx.send(item).await.is_err() {
+                return;
+            }
+        }
+    });
+    sse_response(out, None)
+}
+
+/// DELETE: end the session, and the upstream's session for it.
+pub async fn delete(mount: &Mount, id: &str, ctx: CallContext) -> Response<RespBody> {
+    match mount.sessions.remove(id) {
+        Some(s) => {
+            let mut ctx = ctx;
+            ctx.session = Some(s.clone());
+            mount.upstream.end_session(&ctx).await;
+            tracing::info!(session = %s.id, "legacy client session closed by the client");
+            Response::builder()
+                .status(StatusCode::OK)
+                .body(body::full(Bytes::new()))
+                .expect("valid response")
+        }
+        None => error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            RpcError::new(SESSION_NOT_FOUND, "Session not found"),
+        ),
+    }
+}
+
+/// Close sessions idle longer than the configured time (and their upstream sessions).
+pub async fn reap(state: &State, all: bool) {
+    let idle_ms = if all { 0 } else { state.legacy.session_idle.as_millis() as u64 };
+    for mount in state.mounts.values() {
+        let stale = if all { mount.sessions.all() } else { mount.sessions.idle(idle_ms) };
+        for s in stale {
+            mount.sessions.remove(&s.id);
+            let ctx = CallContext {
+                principal: s.principal.clone(),
+                session: Some(s.clone()),
+                ..CallContext::default()
+            };
+            mount.upstream.end_session(&ctx).await;
+            tracing::info!(session = %s.id, "legacy client session closed after being idle");
+        }
+    }
+}

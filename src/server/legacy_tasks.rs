@@ -1,0 +1,414 @@
+//! 2025-11-25 tasks for legacy clients: a `tools/call` with `params.task` gets a
+//! `CreateTaskResult` (`{"task": {...}}`) at once, and `tasks/get`, blocking
+//! `tasks/result`, `tasks/list` (the caller's own tasks) and `tasks/cancel` are served
+//! from the same store and engine as the 2026-07-28 extension. A task waiting for
+//! input asks the client on the `tasks/result` stream, with the
+//! `io.modelcontextprotocol/related-task` metadata, and the answers go to the task
+//! as a `tasks/update` would.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use http::{Response, StatusCode};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::body::RespBody;
+use super::legacy::{legacy_shape, modernize};
+use super::{json_response, State};
+use crate::config::{ToolMode, UpstreamConfig};
+use crate::dispatch::Mount;
+use crate::jsonrpc::{self, Outcome, Request, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::mcp;
+use crate::reply::{Reply, StreamItem};
+use crate::session::ClientSession;
+use crate::tasks::{detailed_task, Engine};
+use crate::upstream::CallContext;
+
+/// `_meta` key tying a message to its task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// Tasks per `tasks/list` page.
+const PAGE: usize = 50;
+/// How often a blocked `tasks/result` looks at its task.
+const RESULT_POLL: Duration = Duration::from_millis(100);
+/// Shortest TTL a client may ask for.
+const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// Add `execution.taskSupport` to each tool of a `tools/list` response, from the
+/// tool's rule: `never` is forbidden, `required` required, anything else optional.
+pub fn mark_task_support(msg: &mut Value, cfg: &UpstreamConfig) {
+    let Some(Value::Array(tools)) = msg.get_mut("result").and_then(|r| r.get_mut("tools")) else {
+        return;
+    };
+    for t in tools {
+        let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+        let support = match cfg.policy(name).mode {
+            ToolMode::Never => "forbidden",
+            ToolMode::Required => "required",
+            _ => "optional",
+        };
+        if let Value::Object(o) = t {
+            let ex = o.entry("execution").or_insert_with(|| json!({}));
+            if let Value::Object(e) = ex {
+                e.insert("taskSupport".into(), json!(support));
+            }
+        }
+    }
+}
+
+/// A 2026-07-28 task shape (`CreateTaskResult`, `DetailedTask`) as a 2025-11-25 `Task`.
+fn legacy_task(t: &Value) -> Value {
+    let mut o = Map::new();
+    for (from, to) in [
+        ("taskId", "taskId"),
+        ("status", "status"),
+        ("statusMessage", "statusMessage"),
+        ("createdAt", "createdAt"),
+        ("lastUpdatedAt", "lastUpdatedAt"),
+        ("ttlMs", "ttl"),
+        ("pollIntervalMs", "pollInterval"),
+    ] {
+        if let Some(v) = t.get(from) {
+            o.insert(to.into(), v.clone());
+        }
+    }
+    Value::Object(o)
+}
+
+fn is_terminal(t: &Value) -> bool {
+    matches!(
+        t.get("status").and_then(Value::as_str),
+        Some("completed" | "failed" | "cancelled")
+    )
+}
+
+fn respond(id: Option<&Value>, outcome: Outcome) -> Response<RespBody> {
+    json_response(StatusCode::OK, &jsonrpc::response(id, &outcome))
+}
+
+/// `tools/call` with `params.task`: a task right away, as 2025-11-25 requires.
+pub async fn create(
+    state: &Arc<State>,
+    mount: &Mount,
+    s: &Arc<ClientSession>,
+    req: Request,
+    ctx: CallContext,
+) -> Response<RespBody> {
+    let id = req.id.clone();
+    let name = req.str_param("name").unwrap_or_default().to_string();
+    let mut policy = mount.cfg.policy(&name).clone();
+    if policy.mode == ToolMode::Never {
+        return respond(
+            id.as_ref(),
+            Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("Method not found: tool {name:?} does not run as a task (its execution.taskSupport is \"forbidden\")"),
+            )),
+        );
+    }
+    if let Some(ms) = req
+        .params
+        .get("task")
+        .and_then(|t| t.get("ttl"))
+        .and_then(Value::as_u64)
+    {
+        policy.ttl = Duration::from_millis(ms).clamp(MIN_TTL, policy.ttl.max(MIN_TTL));
+    }
+    policy.threshold = Duration::ZERO;
+    policy.mode = ToolMode::Always;
+    let mut req = modernize(s, req);
+    req.params.remove("task");
+    if let Some(Value::Object(caps)) =
+        mcp::meta_mut(&mut req.params).get_mut(mcp::META_CLIENT_CAPABILITIES)
+    {
+        let ext = caps.entry("extensions").or_insert_with(|| json!({}));
+        if let Value::Object(e) = ext {
+            e.insert(mcp::TASKS_EXTENSION.into(), json!({}));
+        }
+    }
+    match state
+        .engine
+        .call_tool(mount.upstream.clone(), &policy, req, ctx)
+        .await
+    {
+        Reply::Json(v) => {
+            let created = v
+                .get("result")
+                .filter(|r| r.get("resultType").and_then(Value::as_str) == Some("task"));
+            match created {
+                Some(r) => {
+                    tracing::info!(task.id = ?r.get("taskId"), tool = %name, "2025-11-25 task created");
+                    respond(id.as_ref(), Ok(json!({ "task": legacy_task(r) })))
+                }
+                None => json_response(StatusCode::OK, &legacy_shape("tools/call", v)),
+            }
+        }
+        // The task could not be stored: the call went on synchronously.
+        Reply::Stream(rx) => {
+            let rx = s.resumable(rx, state.legacy.sse_retry.as_millis() as u64, |v| {
+                legacy_shape("tools/call", v)
+            });
+            super::legacy::sse(rx)
+        }
+        Reply::Accepted => respond(id.as_ref(), Ok(json!({}))),
+    }
+}
+
+/// A modern `tasks/*` request for the engine.
+fn modern(method: &str, task_id: &str, extra: Map<String, Value>) -> Request {
+    let mut params = extra;
+    params.insert("taskId".into(), json!(task_id));
+    Request {
+        id: Some(json!("tasklift")),
+        method: method.into(),
+        params,
+    }
+}
+
+/// `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`.
+pub async fn task_method(
+    state: &Arc<State>,
+    mount: &Mount,
+    s: &Arc<ClientSession>,
+    req: Request,
+    ctx: CallContext,
+) -> Response<RespBody> {
+    let id = req.id.clone();
+    let engine = &state.engine;
+    let (owner, upstream) = (ctx.principal.as_str(), mount.cfg.name.as_str());
+    if req.method == "tasks/list" {
+        return respond(id.as_ref(), list(engine, owner, upstream, &req).await);
+    }
+    let Some(task_id) = req.str_param("taskId").map(str::to_string) else {
+        return respond(
+            id.as_ref(),
+            Err(RpcError::new(INVALID_PARAMS, "Invalid params: taskId is required")),
+        );
+    };
+    let get = modern(mcp::method::TASKS_GET, &task_id, Map::new());
+    let current = match engine.task_method(&get, owner, upstream).await {
+        Ok(t) => t,
+        Err(e) => return respond(id.as_ref(), Err(e)),
+    };
+    match req.method.as_str() {
+        "tasks/get" => respond(id.as_ref(), Ok(legacy_task(&current))),
+        "tasks/cancel" => {
+            if is_terminal(&current) {
+                return respond(
+                    id.as_ref(),
+                    Err(RpcError::new(
+                        INVALID_PARAMS,
+                        format!(
+                            "Cannot cancel task: it is already {}",
+                            current["status"].as_str().unwrap_or("finished")
+                        ),
+                    )),
+                );
+            }
+            let cancel = modern(mcp::method::TASKS_CANCEL, &task_id, Map::new());
+            if let Err(e) = engine.task_method(&cancel, owner, upstream).await {
+                return respond(id.as_ref(), Err(e));
+            }
+            // The task is `cancelled` before the answer leaves, as 2025-11-25 requires.
+            let mut t = current;
+            for _ in 0..50 {
+                match engine.task_method(&get, owner, upstream).await {
+                    Ok(now) if is_terminal(&now) => {
+                        t = now;
+                        break;
+                    }
+                    Ok(now) => t = now,
+                    Err(_) => break,
+                }
+                tokio::time::sleep(RESULT_POLL).await;
+            }
+            respond(id.as_ref(), Ok(legacy_task(&t)))
+        }
+        _ => {
+            if is_terminal(&current) {
+                return respond(id.as_ref(), final_outcome(&current));
+            }
+            let rx = wait_result(
+                engine.clone(),
+                s.clone(),
+                task_id,
+                owner.to_string(),
+                upstream.to_string(),
+                id.clone().unwrap_or(Value::Null),
+                state.cfg.keepalive_interval,
+            );
+            let rx = s.resumable(rx, state.legacy.sse_retry.as_millis() as u64, |v| v);
+            super::legacy::sse(rx)
+        }
+    }
+}
+
+/// What `tasks/result` returns for a finished task: exactly what the call would have.
+fn final_outcome(t: &Value) -> Outcome {
+    let task_id = t.get("taskId").cloned().unwrap_or(Value::Null);
+    if let Some(e) = t.get("error") {
+        return Err(RpcError::from_value(e));
+    }
+    match (t.get("status").and_then(Value::as_str), t.get("result")) {
+        (_, Some(r)) => {
+            let mut r = r.clone();
+            if let Value::Object(o) = &mut r {
+                o.remove("resultType");
+                let meta = o.entry("_meta").or_insert_with(|| json!({}));
+                if let Value::Object(m) = meta {
+                    m.insert(RELATED_TASK.into(), json!({ "taskId": task_id }));
+                }
+            }
+            Ok(r)
+        }
+        (Some("cancelled"), None) => Err(RpcError::new(
+            jsonrpc::INTERNAL_ERROR,
+            "The task was cancelled before it produced a result",
+        )),
+        _ => Err(RpcError::new(
+            jsonrpc::INTERNAL_ERROR,
+            "The task ended without a result",
+        )),
+    }
+}
+
+/// A blocked `tasks/result`: relays the task's input requests to the client and
+/// ends with the call's outcome.
+fn wait_result(
+    engine: Arc<Engine>,
+    s: Arc<ClientSession>,
+    task_id: String,
+    owner: String,
+    upstream: String,
+    id: Value,
+    keepalive: Duration,
+) -> mpsc::Receiver<StreamItem> {
+    let (tx, rx) = mpsc::channel(32);
+    tokio::spawn(async move {
+        let get = modern(mcp::method::TASKS_GET, &task_id, Map::new());
+        let mut asked = HashSet::new();
+        let mut last_send = tokio::time::Instant::now();
+        loop {
+            let t = match engine.task_method(&get, &owner, &upstream).await {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = tx.send(StreamItem::Message(jsonrpc::response(Some(&id), &Err(e)))).await;
+                    return;
+                }
+            };
+            if is_terminal(&t) {
+                let _ = tx
+                    .send(StreamItem::Message(jsonrpc::response(Some(&id), &final_outcome(&t))))
+                    .await;
+                return;
+            }
+            if let Some(Value::Object(asks)) = t.get("inputRequests") {
+                for (key, ask) in asks {
+                    if !asked.insert(key.clone()) {
+                        continue;
+                    }
+                    let method = ask.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+                    let params = ask.get("params").cloned().unwrap_or_else(|| json!({}));
+                    let answer = answer_to_task(&engine, &task_id, &owner, &upstream, key, &method);
+                    let msg = s.request(&method, params, answer, Some(&task_id));
+                    if tx.send(StreamItem::Message(msg)).await.is_err() {
+                        return;
+                    }
+                    last_send = tokio::time::Instant::now();
+                }
+            }
+            if last_send.elapsed() >= keepalive {
+                if tx.send(StreamItem::KeepAlive).await.is_err() {
+                    return;
+                }
+                last_send = tokio::time::Instant::now();
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(RESULT_POLL) => {}
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    rx
+}
+
+/// Deliver the client's answer to one input request of a task, as `tasks/update`.
+fn answer_to_task(
+    engine: &Arc<Engine>,
+    task_id: &str,
+    owner: &str,
+    upstream: &str,
+    key: &str,
+    method: &str,
+) -> crate::session::Responder {
+    let (engine, task_id, owner, upstream, key) = (
+        engine.clone(),
+        task_id.to_string(),
+        owner.to_string(),
+        upstream.to_string(),
+        key.to_string(),
+    );
+    let method = method.to_string();
+    Box::new(move |outcome| {
+        let value = match outcome {
+            Ok(v) => v,
+            // tasks/update carries results only: a refused elicitation is a cancel.
+            Err(e) if method == "elicitation/create" => {
+                tracing::info!(error = %e, "the client refused an elicitation for a task");
+                json!({"action": "cancel"})
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, %method, "the client answered a task's request with an error; the task keeps waiting");
+                return;
+            }
+        };
+        tokio::spawn(async move {
+            let mut answers = Map::new();
+            answers.insert(key, value);
+            let mut extra = Map::new();
+            extra.insert("inputResponses".into(), Value::Object(answers));
+            let update = modern(mcp::method::TASKS_UPDATE, &task_id, extra);
+            if let Err(e) = engine.task_method(&update, &owner, &upstream).await {
+                tracing::warn!(error = %e, "could not give a task the client's answer");
+            }
+        });
+    })
+}
+
+/// `tasks/list`: the caller's tasks on this upstream, oldest first, in pages.
+async fn list(engine: &Engine, owner: &str, upstream: &str, req: &Request) -> Outcome {
+    let after = match req.str_param("cursor") {
+        None => None,
+        Some(c) => Some(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(c)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| RpcError::new(INVALID_PARAMS, "Invalid params: unknown cursor"))?,
+        ),
+    };
+    let recs = engine
+        .store()
+        .list(owner, upstream, engine.clock().now_ms())
+        .await
+        .map_err(|e| RpcError::new(jsonrpc::INTERNAL_ERROR, format!("tasklift could not read its task store: {e}")))?;
+    let start = match &after {
+        Some(a) => recs.iter().position(|r| &r.id == a).map_or(recs.len(), |i| i + 1),
+        None => 0,
+    };
+    let page: Vec<Value> = recs
+        .iter()
+        .skip(start)
+        .take(PAGE)
+        .map(|r| legacy_task(&detailed_task(r)))
+        .collect();
+    let mut out = json!({ "tasks": page });
+    if start + PAGE < recs.len() {
+        let last = &recs[start + PAGE - 1].id;
+        out["nextCursor"] =
+            json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last.as_bytes()));
+    }
+    Ok(out)
+}

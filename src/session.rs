@@ -1,0 +1,545 @@
+//! Legacy client sessions on tasklift's front door (2025-03-26 … 2025-11-25): what a
+//! client declared at `initialize`, the server-to-client requests waiting for its
+//! answer, and the event logs that let it resume a stream with `Last-Event-ID`.
+//!
+//! No HTTP here: `server::legacy` speaks the transport, the engine and upstreams
+//! read what they need through [`ClientSession`].
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use dashmap::DashMap;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::jsonrpc::Outcome;
+use crate::reply::StreamItem;
+
+/// Events kept per stream for resumption.
+const LOG_EVENTS: usize = 512;
+/// The stream number of the session's standalone GET stream.
+pub const STANDALONE: u64 = 0;
+
+/// Answers a server-to-client request once the client responds.
+pub type Responder = Box<dyn FnOnce(Outcome) + Send>;
+
+/// One legacy client's session.
+pub struct ClientSession {
+    /// The `Mcp-Session-Id` tasklift issued.
+    pub id: String,
+    /// The principal that opened it; nobody else may use it.
+    pub principal: String,
+    /// The negotiated legacy protocol version.
+    pub protocol_version: String,
+    /// The client's declared capabilities.
+    pub capabilities: Value,
+    /// The client's `clientInfo`.
+    pub client_info: Value,
+    /// When it was opened.
+    created: Instant,
+    /// Milliseconds since `created` of the last request.
+    last_seen: AtomicU64,
+    /// Open POST calls and GET streams: a session in use is never idle.
+    active: AtomicUsize,
+    /// The level set with `logging/setLevel`.
+    log_level: Mutex<Option<String>>,
+    /// URIs the client subscribed to.
+    subscriptions: Mutex<BTreeSet<String>>,
+    /// Ids for tasklift's requests to the client.
+    next_request: AtomicU64,
+    /// Server-to-client requests waiting for the client's answer, by JSON id.
+    pending: Mutex<HashMap<String, Responder>>,
+    /// The client's in-flight requests, by JSON id, for `notifications/cancelled`.
+    inflight: DashMap<String, Arc<Notify>>,
+    /// Event logs of this session's streams.
+    streams: Mutex<HashMap<u64, StreamLog>>,
+    /// Stream numbers.
+    next_stream: AtomicU64,
+    /// Turns true when the session ends: its streams stop and calls are cancelled.
+    closed: watch::Sender<bool>,
+    /// The task relaying the upstream's change notifications to the GET stream.
+    pub(crate) listener: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for ClientSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSession")
+            .field("id", &self.id)
+            .field("protocol_version", &self.protocol_version)
+            .finish()
+    }
+}
+
+/// The events of one stream, kept for resumption.
+#[derive(Default)]
+struct StreamLog {
+    /// (sequence number, message).
+    events: VecDeque<(u64, Value)>,
+    /// The next sequence number.
+    next_seq: u64,
+    /// The connection currently reading it, if any.
+    live: Option<mpsc::Sender<StreamItem>>,
+    /// No more events will come.
+    done: bool,
+}
+
+/// An SSE event id: stream number and sequence.
+fn event_id(stream: u64, seq: u64) -> String {
+    format!("{stream}_{seq}")
+}
+
+/// Parse an event id made by [`event_id`].
+fn parse_event_id(id: &str) -> Option<(u64, u64)> {
+    let (a, b) = id.split_once('_')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+impl ClientSession {
+    /// A new session.
+    pub fn new(
+        principal: String,
+        protocol_version: String,
+        capabilities: Value,
+        client_info: Value,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            principal,
+            protocol_version,
+            capabilities,
+            client_info,
+            created: Instant::now(),
+            last_seen: AtomicU64::new(0),
+            active: AtomicUsize::new(0),
+            log_level: Mutex::new(None),
+            subscriptions: Mutex::new(BTreeSet::new()),
+            next_request: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            inflight: DashMap::new(),
+            streams: Mutex::new(HashMap::new()),
+            next_stream: AtomicU64::new(STANDALONE + 1),
+            closed: watch::channel(false).0,
+            listener: Mutex::new(None),
+        })
+    }
+
+    /// Whether the client's revision has SSE polling (priming events, `retry`).
+    pub fn polls(&self) -> bool {
+        self.protocol_version.as_str() >= "2025-11-25"
+    }
+
+    /// Note a request now.
+    pub fn touch(&self) {
+        self.last_seen
+            .store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last request, or 0 while a call or stream is open.
+    pub fn idle_ms(&self) -> u64 {
+        if self.active.load(Ordering::Relaxed) > 0 {
+            return 0;
+        }
+        (self.created.elapsed().as_millis() as u64)
+            .saturating_sub(self.last_seen.load(Ordering::Relaxed))
+    }
+
+    /// Mark a call or stream open until the guard drops.
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+
+    /// The level from `logging/setLevel`, if any.
+    pub fn log_level(&self) -> Option<String> {
+        self.log_level.lock().expect("lock").clone()
+    }
+
+    /// Set the log level.
+    pub fn set_log_level(&self, level: String) {
+        *self.log_level.lock().expect("lock") = Some(level);
+    }
+
+    /// Add or remove a subscribed URI; true if the set changed.
+    pub fn subscribe(&self, uri: &str, on: bool) -> bool {
+        let mut s = self.subscriptions.lock().expect("lock");
+        if on {
+            s.insert(uri.to_string())
+        } else {
+            s.remove(uri)
+        }
+    }
+
+    /// The subscribed URIs.
+    pub fn subscriptions(&self) -> Vec<String> {
+        self.subscriptions
+            .lock()
+            .expect("lock")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the client declared a capability (`elicitation`, `sampling`, …).
+    pub fn declares(&self, cap: &str) -> bool {
+        self.capabilities.get(cap).is_some_and(Value::is_object)
+    }
+
+    /// Whether the client declared 2025-11-25 task support for tool calls
+    /// (`capabilities.tasks`, or under `experimental`).
+    pub fn declares_tasks(&self) -> bool {
+        self.capabilities.get("tasks").is_some()
+            || self
+                .capabilities
+                .get("experimental")
+                .and_then(|e| e.get("tasks"))
+                .is_some()
+    }
+
+    /// Turn a server-to-client request into a message for the client, remembering
+    /// how to deliver its answer.
+    pub fn request(&self, method: &str, mut params: Value, answer: Responder, task: Option<&str>) -> Value {
+        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        if let (Some(t), Value::Object(p)) = (task, &mut params) {
+            let meta = p.entry("_meta").or_insert_with(|| json!({}));
+            if let Value::Object(m) = meta {
+                m.insert(
+                    "io.modelcontextprotocol/related-task".into(),
+                    json!({ "taskId": t }),
+                );
+            }
+        }
+        self.pending
+            .lock()
+            .expect("lock")
+            .insert(json!(id).to_string(), answer);
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    }
+
+    /// The client answered one of tasklift's requests; false if none was waiting.
+    pub fn answer(&self, id: &Value, outcome: Outcome) -> bool {
+        let waiting = self.pending.lock().expect("lock").remove(&id.to_string());
+        match waiting {
+            Some(r) => {
+                r(outcome);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Register an in-flight client request; `notifications/cancelled` wakes the
+    /// returned handle.
+    pub fn start_request(&self, id: &Value) -> Arc<Notify> {
+        let n = Arc::new(Notify::new());
+        self.inflight.insert(id.to_string(), n.clone());
+        n
+    }
+
+    /// The request ended.
+    pub fn end_request(&self, id: &Value) {
+        self.inflight.remove(&id.to_string());
+    }
+
+    /// `notifications/cancelled` for one of the client's requests.
+    pub fn cancel_request(&self, id: &Value) -> bool {
+        match self.inflight.get(&id.to_string()) {
+            Some(n) => {
+                n.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A handle that turns true when the session ends.
+    pub fn closed(&self) -> watch::Receiver<bool> {
+        self.closed.subscribe()
+    }
+
+    /// End the session: streams stop, calls are cancelled, waiting requests fail.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
+        let waiting = std::mem::take(&mut *self.pending.lock().expect("lock"));
+        drop(waiting);
+        for n in self.inflight.iter() {
+            n.notify_one();
+        }
+        if let Some(l) = self.listener.lock().expect("lock").take() {
+            l.abort();
+        }
+        self.streams.lock().expect("lock").clear();
+    }
+
+    /// Carry a response stream through a resumable log: every message gets an event
+    /// id, a disconnect does not stop the work behind it (legacy clients cancel
+    /// explicitly), and a GET with `Last-Event-ID` picks it up again. `shape` turns
+    /// each message into what this client should see.
+    pub fn resumable(
+        self: &Arc<Self>,
+        mut rx: mpsc::Receiver<StreamItem>,
+        retry_ms: u64,
+        shape: impl Fn(Value) -> Value + Send + 'static,
+    ) -> mpsc::Receiver<StreamItem> {
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let (tx, out) = mpsc::channel(64);
+        if self.polls() {
+            let _ = tx.try_send(StreamItem::Prime {
+                id: event_id(stream, 0),
+                retry_ms,
+            });
+        }
+        self.streams.lock().expect("lock").insert(
+            stream,
+            StreamLog {
+                next_seq: 1,
+                live: Some(tx),
+                ..StreamLog::default()
+            },
+        );
+        let me = self.clone();
+        let busy = self.busy();
+        let mut closed = self.closed();
+        tokio::spawn(async move {
+            let _busy = busy;
+            loop {
+                let item = tokio::select! {
+                    item = rx.recv() => item,
+                    _ = ended(&mut closed) => None,
+                };
+                match item {
+                    Some(StreamItem::Message(v)) => me.push(stream, shape(v)).await,
+                    Some(StreamItem::KeepAlive) => {
+                        let live = me.live(stream);
+                        if let Some(l) = live {
+                            let _ = l.send(StreamItem::KeepAlive).await;
+                        }
+                    }
+                    Some(other) => {
+                        let live = me.live(stream);
+                        if let Some(l) = live {
+                            let _ = l.send(other).await;
+                        }
+                    }
+                    None => break,
+                }
+            }
+            let mut streams = me.streams.lock().expect("lock");
+            if let Some(log) = streams.get_mut(&stream) {
+                log.done = true;
+                log.live = None;
+            }
+        });
+        out
+    }
+
+    fn live(&self, stream: u64) -> Option<mpsc::Sender<StreamItem>> {
+        self.streams
+            .lock()
+            .expect("lock")
+            .get(&stream)
+            .and_then(|l| l.live.clone())
+    }
+
+    /// Append a message to a stream's log and send it to whoever reads the stream.
+    async fn push(&self, stream: u64, msg: Value) {
+        let (live, id) = {
+            let mut streams = self.streams.lock().expect("lock");
+            let log = streams.entry(stream).or_default();
+            let seq = log.next_seq.max(1);
+            log.next_seq = seq + 1;
+            log.events.push_back((seq, msg.clone()));
+            if log.events.len() > LOG_EVENTS {
+                log.events.pop_front();
+            }
+            (log.live.clone(), event_id(stream, seq))
+        };
+        if let Some(l) = live {
+            if l.send(StreamItem::Event { id, message: msg }).await.is_err() {
+                // The client went away; the log keeps the event for its return.
+                let mut streams = self.streams.lock().expect("lock");
+                if let Some(log) = streams.get_mut(&stream) {
+                    if log.live.as_ref().is_some_and(|x| x.same_channel(&l)) {
+                        log.live = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A message for the standalone GET stream (kept if nobody listens yet).
+    pub async fn notify(&self, msg: Value) {
+        self.push(STANDALONE, msg).await;
+    }
+
+    /// Open the standalone GET stream, or resume a stream after `last_event_id`.
+    /// Replaces any connection already reading that stream.
+    pub fn open_stream(&self, last_event_id: Option<&str>) -> mpsc::Receiver<StreamItem> {
+        let (stream, after) = last_event_id
+            .and_then(parse_event_id)
+            .unwrap_or((STANDALONE, u64::MAX));
+        let mut streams = self.streams.lock().expect("lock");
+        let (stream, after) = if streams.contains_key(&stream) || stream == STANDALONE {
+            (stream, after)
+        } else {
+            // Unknown or forgotten stream: the standalone stream, from now on.
+            (STANDALONE, u64::MAX)
+        };
+        let log = streams.entry(stream).or_default();
+        let replay: Vec<(u64, Value)> = log
+            .events
+            .iter()
+            .filter(|(s, _)| after != u64::MAX && *s > after)
+            .cloned()
+            .collect();
+        let (tx, rx) = mpsc::channel(replay.len() + 64);
+        for (seq, message) in replay {
+            let _ = tx.try_send(StreamItem::Event {
+                id: event_id(stream, seq),
+                message,
+            });
+        }
+        if !log.done {
+            log.live = Some(tx);
+        }
+        rx
+    }
+}
+
+/// Resolves when a session's `closed` handle turns true.
+pub async fn ended(closed: &mut watch::Receiver<bool>) {
+    let _ = closed.wait_for(|c| *c).await;
+}
+
+/// Keeps a session busy (never idle) while alive.
+pub struct Busy(Arc<ClientSession>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// All legacy sessions, bounded per principal.
+#[derive(Default)]
+pub struct Sessions {
+    by_id: DashMap<String, Arc<ClientSession>>,
+}
+
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("this caller already has {0} open sessions, all in use")]
+pub struct TooManySessions(pub usize);
+
+impl Sessions {
+    /// The session with this id, if it belongs to `principal`.
+    pub fn get(&self, id: &str, principal: &str) -> Option<Arc<ClientSession>> {
+        self.by_id
+            .get(id)
+            .map(|s| s.value().clone())
+            .filter(|s| s.principal == principal)
+    }
+
+    /// Add a session, closing the principal's least recently used idle session when
+    /// it is at `max` already.
+    pub fn insert(&self, s: Arc<ClientSession>, max: usize) -> Result<(), TooManySessions> {
+        let mine: Vec<Arc<ClientSession>> = self
+            .by_id
+            .iter()
+            .filter(|e| e.principal == s.principal)
+            .map(|e| e.value().clone())
+            .collect();
+        if mine.len() >= max {
+            let oldest = mine
+                .iter()
+                .filter(|x| x.idle_ms() > 0)
+                .max_by_key(|x| x.idle_ms())
+                .cloned();
+            match oldest {
+                Some(o) => {
+                    tracing::info!(session = %o.id, "session cap reached; closing the caller's least recently used session");
+                    self.remove(&o.id);
+                }
+                None => return Err(TooManySessions(mine.len())),
+            }
+        }
+        s.touch();
+        self.by_id.insert(s.id.clone(), s);
+        Ok(())
+    }
+
+    /// End and forget a session.
+    pub fn remove(&self, id: &str) -> Option<Arc<ClientSession>> {
+        let (_, s) = self.by_id.remove(id)?;
+        s.close();
+        Some(s)
+    }
+
+    /// Sessions idle for at least `idle_ms`.
+    pub fn idle(&self, idle_ms: u64) -> Vec<Arc<ClientSession>> {
+        self.by_id
+            .iter()
+            .filter(|s| s.idle_ms() >= idle_ms)
+            .map(|s| s.value().clone())
+            .collect()
+    }
+
+    /// Every session (for shutdown).
+    pub fn all(&self) -> Vec<Arc<ClientSession>> {
+        self.by_id.iter().map(|s| s.value().clone()).collect()
+    }
+
+    /// Number of open sessions.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stream_resumes_after_the_last_event_seen() {
+        let s = ClientSession::new("p".into(), "2025-11-25".into(), json!({}), json!({}));
+        let (tx, rx) = mpsc::channel(8);
+        let mut out = s.resumable(rx, 100, |v| v);
+        assert!(matches!(out.recv().await, Some(StreamItem::Prime { .. })));
+        tx.send(StreamItem::Message(json!({"n": 1}))).await.unwrap();
+        let first = match out.recv().await {
+            Some(StreamItem::Event { id, .. }) => id,
+            other => panic!("{other:?}"),
+        };
+        drop(out); // the client goes away; the work goes on
+        tx.send(StreamItem::Message(json!({"n": 2}))).await.unwrap();
+        drop(tx);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let mut again = s.open_stream(Some(&first));
+        match again.recv().await {
+            Some(StreamItem::Event { message, .. }) => assert_eq!(message, json!({"n": 2})),
+            other => panic!("{other:?}"),
+        }
+        assert!(again.recv().await.is_none(), "the stream was done");
+    }
+
+    #[test]
+    fn the_cap_closes_the_least_recently_used_idle_session() {
+        let all = Sessions::default();
+        let a = ClientSession::new("p".into(), "2025-06-18".into(), json!({}), json!({}));
+        let b = ClientSession::new("p".into(), "2025-06-18".into(), json!({}), json!({}));
+        all.insert(a.clone(), 1).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        all.insert(b.clone(), 1).unwrap();
+        assert!(all.get(&a.id, "p").is_none());
+        assert!(all.get(&b.id, "q").is_none(), "another principal cannot use it");
+        let _busy = b.busy();
+        let c = ClientSession::new("p".into(), "2025-06-18".into(), json!({}), json!({}));
+        assert!(all.insert(c, 1).is_err(), "a busy session is never evicted");
+    }
+}
