@@ -121,7 +121,6 @@ async fn legacy_client_against_the_fixture() {
 /// The legacy client through tasklift: initialize, sessions and server-to-client
 /// elicitation relayed to a 2025-era client.
 #[tokio::test]
-#[ignore = "needs the legacy front door (issue 5)"]
 async fn legacy_client_through_tasklift() {
     let Some((node, dir)) = ts_clients_or_skip() else {
         return;
