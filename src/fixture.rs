@@ -6,30 +6,43 @@
 //! progress on SSE, `notifications/cancelled`, DELETE) or `modern` (2026-07-28:
 //! stateless, `server/discover`, closing the stream cancels). Tools are built with
 //! [`Tool`]: sleep, report progress, wait for a test's gate, fail either way.
+//!
+//! Legacy response streams are resumable: each starts with a priming event (an id
+//! and a `retry` delay), every event has an id `s{stream}-{n}`, and a GET with
+//! `Last-Event-ID` replays what followed and carries the stream on. On a loopback
+//! address the server refuses foreign `Host` and `Origin` headers (DNS rebinding).
+//! [`FixtureServer::demo`] also offers the conformance content of
+//! [`crate::fixture_content`].
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Method, Response, StatusCode};
-use http_body_util::BodyExt;
+use http_body::{Body, Frame};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
+use crate::fixture_content::{self, Answer, Content, Peer};
 use crate::jsonrpc::{
     self, Incoming as Msg, RpcError, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND,
 };
-use crate::reply::StreamItem;
-use crate::server::body::{self, RespBody};
 
+/// A boxed future, as scripted tools and requests that ask the client return.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// What a tool computes from its arguments.
 type ReplyFn = Arc<dyn Fn(&Value) -> String + Send + Sync>;
 /// Which requests a tool sends the client, from its arguments.
@@ -37,6 +50,12 @@ type AsksFn = Arc<dyn Fn(&Value) -> Vec<(String, Value)> + Send + Sync>;
 /// The result text from the arguments and the client's answers (an error fails the call).
 type AnswersFn =
     Arc<dyn Fn(&Value, &[Result<Value, RpcError>]) -> Result<String, RpcError> + Send + Sync>;
+/// A tool's whole behaviour, for tools the builder steps do not describe.
+type ScriptFn = Arc<dyn Fn(ToolCx) -> BoxFuture<Result<Value, RpcError>> + Send + Sync>;
+/// What a call announces to other streams, from its arguments.
+type BroadcastFn = Arc<dyn Fn(&Value) -> Vec<Broadcast> + Send + Sync>;
+/// Sends a message to the client on the request's channel; false if it was not sent.
+pub(crate) type Outlet = Arc<dyn Fn(Value) -> bool + Send + Sync>;
 /// Requests sent to clients, waiting for their answers, by request id.
 pub type Asked = Arc<Mutex<HashMap<String, tokio::sync::oneshot::Sender<Result<Value, RpcError>>>>>;
 /// Sends a request to the client and waits for its answer.
@@ -49,6 +68,91 @@ pub type Asker = Arc<
         + Send
         + Sync,
 >;
+
+/// A notification a tool call sends beyond its own stream.
+pub(crate) enum Broadcast {
+    /// To every client (on its standalone GET stream, or stdout).
+    All(Value),
+    /// To the clients subscribed to `uri`.
+    Subscribers {
+        /// The resource.
+        uri: String,
+        /// The notification.
+        message: Value,
+    },
+}
+
+/// What a running tool can do besides computing its result.
+pub(crate) struct ToolCx {
+    /// The call's arguments.
+    pub args: Value,
+    /// The caller's progress token, if it gave one.
+    pub token: Option<Value>,
+    /// Asks the client something (legacy: a request on the call's stream).
+    pub asker: Option<Asker>,
+    /// Sends a notification on the call's stream.
+    pub emit: Outlet,
+    /// Closes the call's connection without ending its stream (legacy HTTP only).
+    pub close: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl ToolCx {
+    /// Ask the client and wait for its answer.
+    pub async fn ask(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        match &self.asker {
+            Some(a) => a(method.into(), params).await,
+            None => Err(RpcError::new(METHOD_NOT_FOUND, "no client to ask")),
+        }
+    }
+
+    /// Ask several things at once (all requests go out before any answer is awaited).
+    pub async fn ask_all<S: Into<String>>(
+        &self,
+        asks: Vec<(S, Value)>,
+    ) -> Vec<Result<Value, RpcError>> {
+        let mut pending = Vec::new();
+        for (method, params) in asks {
+            pending.push(match &self.asker {
+                Some(a) => tokio::spawn(a(method.into(), params)),
+                None => {
+                    tokio::spawn(async { Err(RpcError::new(METHOD_NOT_FOUND, "no client to ask")) })
+                }
+            });
+        }
+        let mut answers = Vec::new();
+        for p in pending {
+            answers.push(
+                p.await
+                    .unwrap_or_else(|e| Err(RpcError::new(INTERNAL_ERROR, e.to_string()))),
+            );
+        }
+        answers
+    }
+
+    /// Send a log message (`notifications/message`).
+    pub fn log(&self, level: &str, data: &str) {
+        (self.emit)(jsonrpc::notification(
+            "notifications/message",
+            json!({"level": level, "logger": "fixture", "data": data}),
+        ));
+    }
+
+    /// Report progress, when the caller gave a token.
+    pub fn progress(&self, progress: u64, total: u64, message: &str) {
+        if let Some(t) = &self.token {
+            (self.emit)(jsonrpc::notification(
+                "notifications/progress",
+                json!({"progressToken": t, "progress": progress, "total": total, "message": message}),
+            ));
+        }
+    }
+
+    /// Close the call's connection, leaving the client to resume the stream; false
+    /// where there is no such thing.
+    pub fn close_stream(&self) -> bool {
+        self.close.as_ref().is_some_and(|c| c())
+    }
+}
 
 /// A fixture tool.
 #[derive(Clone)]
@@ -80,6 +184,10 @@ pub struct Tool {
     logs: Vec<String>,
     /// Modern input rounds (`InputRequiredResult`) before the result; 0: none.
     mrtr_rounds: u32,
+    /// Runs instead of the steps above.
+    script: Option<ScriptFn>,
+    /// Notifications for other streams, sent when the tool is called.
+    broadcast: Option<BroadcastFn>,
 }
 
 impl Tool {
@@ -112,7 +220,33 @@ impl Tool {
             on_answers: None,
             logs: Vec::new(),
             mrtr_rounds: 0,
+            script: None,
+            broadcast: None,
         }
+    }
+
+    /// Run `f` instead of the builder's steps (sleep, asks, progress, reply).
+    pub(crate) fn script<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolCx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, RpcError>> + Send + 'static,
+    {
+        self.script = Some(Arc::new(move |cx| Box::pin(f(cx))));
+        self
+    }
+
+    /// When called, announce what `f` returns on other streams.
+    pub(crate) fn broadcast(
+        mut self,
+        f: impl Fn(&Value) -> Vec<Broadcast> + Send + Sync + 'static,
+    ) -> Self {
+        self.broadcast = Some(Arc::new(f));
+        self
+    }
+
+    /// What a call with these arguments announces on other streams.
+    pub(crate) fn broadcasts(&self, args: &Value) -> Vec<Broadcast> {
+        self.broadcast.as_ref().map(|f| f(args)).unwrap_or_default()
     }
 
     /// Send this log message (level info) while running.
@@ -244,39 +378,22 @@ impl Tool {
         }
     }
 
-    /// Run the tool. `emit` sends the notifications it makes along the way: progress
-    /// (under `token`, when the caller gave one) and log messages.
-    pub(crate) async fn run(
-        &self,
-        args: &Value,
-        token: Option<&Value>,
-        asker: Option<Asker>,
-        emit: impl Fn(Value),
-    ) -> Result<Value, RpcError> {
+    /// Run the tool. `cx.emit` sends the notifications it makes along the way:
+    /// progress (under `cx.token`, when the caller gave one) and log messages.
+    pub(crate) async fn run(&self, cx: ToolCx) -> Result<Value, RpcError> {
+        if let Some(script) = &self.script {
+            return script(cx).await;
+        }
+        let (args, token) = (&cx.args, cx.token.as_ref());
         for m in &self.logs {
-            emit(jsonrpc::notification(
+            (cx.emit)(jsonrpc::notification(
                 "notifications/message",
                 json!({"level": "info", "logger": self.name, "data": m}),
             ));
         }
         let mut answered = None;
         if let (Some(asks), Some(on_answers)) = (&self.asks, &self.on_answers) {
-            let mut pending = Vec::new();
-            for (method, params) in asks(args) {
-                pending.push(match &asker {
-                    Some(a) => tokio::spawn(a(method, params)),
-                    None => tokio::spawn(async {
-                        Err(RpcError::new(METHOD_NOT_FOUND, "no client to ask"))
-                    }),
-                });
-            }
-            let mut answers = Vec::new();
-            for p in pending {
-                answers.push(
-                    p.await
-                        .unwrap_or_else(|e| Err(RpcError::new(INTERNAL_ERROR, e.to_string()))),
-                );
-            }
+            let answers = cx.ask_all(asks(args)).await;
             answered = Some(on_answers(args, &answers)?);
         }
         let total = self.running_time(args);
@@ -286,7 +403,7 @@ impl Tool {
                 tokio::time::sleep(step).await;
                 if let Some(t) = token {
                     let steps = self.progress_steps;
-                    emit(jsonrpc::notification(
+                    (cx.emit)(jsonrpc::notification(
                         "notifications/progress",
                         json!({"progressToken": t, "progress": i, "total": steps,
                             "message": format!("step {i} of {steps} done")}),
@@ -350,20 +467,213 @@ pub struct FixtureServer {
     era: FixtureEra,
     tools: Vec<Tool>,
     stats: Arc<Stats>,
-    sessions: Arc<Mutex<HashMap<String, Session>>>,
+    sessions: Sessions,
     addr: Option<SocketAddr>,
     stop: Option<watch::Sender<bool>>,
     /// Requests sent to clients, waiting for their answers, by request id.
     asked: Asked,
     name: String,
+    /// Resources, prompts, completion and log levels (legacy era only), if offered.
+    content: Option<Arc<Content>>,
+    /// Numbers response streams (their event ids start with `s{n}-`).
+    next_stream: Arc<AtomicU64>,
 }
+
+type Sessions = Arc<Mutex<HashMap<String, Session>>>;
 
 /// A legacy session: its running calls, by JSON-RPC id, to cancel.
 #[derive(Default)]
 struct Session {
     calls: HashMap<String, tokio::task::AbortHandle>,
     /// Open GET streams, for notifications that belong to no call.
-    streams: Vec<mpsc::Sender<StreamItem>>,
+    streams: Vec<mpsc::UnboundedSender<Bytes>>,
+    /// Log level and resource subscriptions.
+    peer: Peer,
+    /// Response streams a client may resume with `Last-Event-ID`, by stream id.
+    replays: HashMap<String, Arc<Mutex<Replay>>>,
+}
+
+/// The reconnection delay response streams ask for (`retry`), in milliseconds.
+const RETRY_MS: u64 = 500;
+
+/// One response stream: what was sent on it, and the connection carrying it now.
+#[derive(Default)]
+struct Replay {
+    /// Events sent, by number (legacy streams only; the priming event is number 0).
+    events: Vec<(u64, Bytes)>,
+    seq: u64,
+    /// The connection the stream goes out on; none while the client is away.
+    conn: Option<mpsc::UnboundedSender<Bytes>>,
+    /// Counts connections, so a closing one only detaches itself.
+    conn_gen: u64,
+    /// The final response went out.
+    done: bool,
+    /// The server closed a connection (or the client resumed): a connection that
+    /// goes away no longer cancels the request.
+    detached: bool,
+}
+
+/// The sending side of a response stream.
+#[derive(Clone)]
+struct OutStream {
+    /// The stream id, when it is resumable (legacy sessions).
+    id: Option<String>,
+    state: Arc<Mutex<Replay>>,
+    /// Where it is registered for resumption: the sessions and the session id.
+    home: Option<(Sessions, String)>,
+}
+
+impl OutStream {
+    /// Send `msg` (buffered while the client is away); `last` ends the stream.
+    fn send(&self, msg: &Value, last: bool) -> bool {
+        let mut r = self.state.lock().expect("replay");
+        if r.done {
+            return false;
+        }
+        r.seq += 1;
+        let event_id = self.id.as_ref().map(|id| format!("{id}-{}", r.seq));
+        let ev = sse_event(event_id.as_deref(), msg);
+        if self.id.is_some() {
+            let n = r.seq;
+            r.events.push((n, ev.clone()));
+        }
+        let delivered = r.conn.as_ref().is_some_and(|c| c.send(ev).is_ok());
+        if last {
+            r.done = true;
+            r.conn = None;
+            drop(r);
+            if delivered {
+                self.forget();
+            }
+        }
+        true
+    }
+
+    /// Close the connection but not the stream; false if it cannot be resumed.
+    fn close(&self) -> bool {
+        let mut r = self.state.lock().expect("replay");
+        if self.id.is_none() || r.done {
+            return false;
+        }
+        r.detached = true;
+        r.conn = None;
+        true
+    }
+
+    /// Whether the request lost its only connection before answering.
+    fn abandoned(&self) -> bool {
+        let r = self.state.lock().expect("replay");
+        !r.done && !r.detached
+    }
+
+    /// Stop keeping the stream for resumption.
+    fn forget(&self) {
+        if let (Some(id), Some((sessions, sid))) = (&self.id, &self.home) {
+            if let Some(s) = sessions.lock().expect("sessions").get_mut(sid) {
+                s.replays.remove(id);
+            }
+        }
+    }
+}
+
+/// What a streamed request gets to work with.
+struct StreamCx {
+    emit: Outlet,
+    asker: Asker,
+    close: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+}
+
+/// One SSE event, with an id if given.
+fn sse_event(id: Option<&str>, msg: &Value) -> Bytes {
+    let mut s = String::new();
+    if let Some(id) = id {
+        s.push_str(&format!("id: {id}\n"));
+    }
+    s.push_str(&format!("event: message\ndata: {msg}\n\n"));
+    Bytes::from(s)
+}
+
+/// The event that opens a resumable stream: an id, the retry delay, empty data.
+fn priming_event(id: &str) -> Bytes {
+    Bytes::from(format!("id: {id}\nretry: {RETRY_MS}\ndata: \n\n"))
+}
+
+/// `s{n}-{seq}` → (`s{n}`, seq).
+fn parse_event_id(id: &str) -> Option<(&str, u64)> {
+    let (stream, seq) = id.rsplit_once('-')?;
+    Some((stream, seq.parse().ok()?))
+}
+
+/// The body of every fixture response.
+type FixtureBody = BoxBody<Bytes, Infallible>;
+
+/// An SSE body fed by a channel of encoded events; says so on `gone` when hyper drops
+/// it (the stream ended, or the client went away).
+struct EventBody {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    gone: Option<oneshot::Sender<()>>,
+}
+
+impl Body for EventBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+impl Drop for EventBody {
+    fn drop(&mut self) {
+        if let Some(g) = self.gone.take() {
+            let _ = g.send(());
+        }
+    }
+}
+
+fn sse_response(
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    gone: Option<oneshot::Sender<()>>,
+) -> Response<FixtureBody> {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(EventBody { rx, gone }.boxed())
+        .expect("valid response")
+}
+
+/// Whether a `Host` value (`name[:port]`) names this machine.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().map(|h| format!("[{h}]")),
+        None => host.split(':').next().map(str::to_string),
+    };
+    matches!(
+        name.as_deref().map(str::to_ascii_lowercase).as_deref(),
+        Some("localhost" | "127.0.0.1" | "[::1]")
+    )
+}
+
+/// Why a request to a loopback server is refused (DNS rebinding), if it is.
+fn foreign_request(headers: &HashMap<String, String>) -> Option<String> {
+    if let Some(h) = headers.get("host") {
+        if !loopback_host(h) {
+            return Some(format!("Host {h:?} is not this machine"));
+        }
+    }
+    if let Some(o) = headers.get("origin") {
+        let local = o
+            .strip_prefix("http://")
+            .or_else(|| o.strip_prefix("https://"))
+            .is_some_and(|rest| loopback_host(rest.split('/').next().unwrap_or("")));
+        if !local {
+            return Some(format!("Origin {o:?} is not allowed"));
+        }
+    }
+    None
 }
 
 impl Default for FixtureServer {
@@ -384,6 +694,8 @@ impl FixtureServer {
             stop: None,
             asked: Arc::default(),
             name: "tasklift-fixture".into(),
+            content: None,
+            next_stream: Arc::default(),
         }
     }
 
@@ -407,7 +719,8 @@ impl FixtureServer {
 
     /// The server behind `tasklift demo` and the conformance run: `greet` (instant),
     /// `slow_compute` (seconds, with progress), `generate_report`, `failing_job`
-    /// (ends with `isError`) and `protocol_error_job` (ends with a JSON-RPC error).
+    /// (ends with `isError`) and `protocol_error_job` (ends with a JSON-RPC error),
+    /// tools that ask the client, and the conformance content ([`Self::with_content`]).
     pub fn demo() -> Self {
         Self::new()
             .tool(
@@ -505,6 +818,7 @@ impl FixtureServer {
             .tool(
                 Tool::new("test_trigger_tool_change")
                     .description("Announces that the tool list changed (notifications/tools/list_changed).")
+                    .broadcast(|_| vec![Broadcast::All(jsonrpc::notification("notifications/tools/list_changed", json!({})))])
                     .reply(|_| "tool list change announced".into()),
             )
             .tool(
@@ -539,6 +853,21 @@ impl FixtureServer {
                     .sleep(Duration::from_millis(500))
                     .rpc_error(INTERNAL_ERROR, "protocol_error_job always fails at the protocol level"),
             )
+            .with_content()
+    }
+
+    /// Also offer the conformance content: its tools, resources, prompts, completion
+    /// and log levels (see [`crate::fixture_content`]).
+    pub fn with_content(mut self) -> Self {
+        let content = Arc::new(Content::default());
+        self.tools.extend(fixture_content::tools(&content));
+        self.content = Some(content);
+        self
+    }
+
+    /// The content, if offered.
+    pub(crate) fn content(&self) -> Option<&Arc<Content>> {
+        self.content.as_ref()
     }
 
     /// The tools, for serving them over another transport.
@@ -601,7 +930,7 @@ impl FixtureServer {
         }
     }
 
-    async fn handle(&self, req: http::Request<Incoming>) -> Response<RespBody> {
+    async fn handle(&self, req: http::Request<Incoming>) -> Response<FixtureBody> {
         let headers: HashMap<String, String> = req
             .headers()
             .iter()
@@ -612,6 +941,15 @@ impl FixtureServer {
                 )
             })
             .collect();
+        if self.addr.is_some_and(|a| a.ip().is_loopback()) {
+            if let Some(why) = foreign_request(&headers) {
+                return rpc(
+                    StatusCode::FORBIDDEN,
+                    &Value::Null,
+                    Err(RpcError::new(-32000, format!("Forbidden: {why}"))),
+                );
+            }
+        }
         let session = headers.get("mcp-session-id").cloned();
         match *req.method() {
             Method::POST => {}
@@ -632,15 +970,29 @@ impl FixtureServer {
             }
             Method::GET if self.era == FixtureEra::Legacy => {
                 let mut sessions = self.sessions.lock().expect("sessions");
-                let Some(s) = session.and_then(|s| sessions.get_mut(&s)) else {
+                let Some(s) = session.as_ref().and_then(|s| sessions.get_mut(s)) else {
                     return plain(StatusCode::NOT_FOUND, "");
                 };
-                let (tx, rx) = mpsc::channel(16);
+                if let Some(last) = headers.get("last-event-id") {
+                    let replay = parse_event_id(last)
+                        .and_then(|(stream, seq)| Some((stream, seq, s.replays.get(stream)?)));
+                    let Some((stream, seq, replay)) = replay else {
+                        return plain(StatusCode::BAD_REQUEST, "unknown Last-Event-ID");
+                    };
+                    let (stream, replay) = (stream.to_string(), replay.clone());
+                    drop(sessions);
+                    let (response, finished) = reattach(&replay, seq);
+                    if finished {
+                        let mut sessions = self.sessions.lock().expect("sessions");
+                        if let Some(s) = session.as_ref().and_then(|s| sessions.get_mut(s)) {
+                            s.replays.remove(&stream);
+                        }
+                    }
+                    return response;
+                }
+                let (tx, rx) = mpsc::unbounded_channel();
                 s.streams.push(tx);
-                return Response::builder()
-                    .header(header::CONTENT_TYPE, "text/event-stream")
-                    .body(body::sse(rx))
-                    .expect("valid response");
+                return sse_response(rx, None);
             }
             _ => return plain(StatusCode::METHOD_NOT_ALLOWED, ""),
         }
@@ -701,7 +1053,7 @@ impl FixtureServer {
         id: Value,
         method: &str,
         params: Value,
-    ) -> Response<RespBody> {
+    ) -> Response<FixtureBody> {
         if self.era == FixtureEra::Legacy {
             if method == "initialize" {
                 self.stats.initializes.fetch_add(1, Ordering::Relaxed);
@@ -724,7 +1076,7 @@ impl FixtureServer {
                     &id,
                     Ok(json!({
                         "protocolVersion": version,
-                        "capabilities": {"tools": {"listChanged": true}},
+                        "capabilities": self.capabilities(),
                         "serverInfo": {"name": self.name, "version": env!("CARGO_PKG_VERSION")},
                         "instructions": "A slow demo server: try slow_compute or generate_report.",
                     })),
@@ -733,25 +1085,35 @@ impl FixtureServer {
                     .insert("mcp-session-id", sid.parse().expect("uuid is header-safe"));
                 return r;
             }
-            match &session {
-                None => {
-                    return rpc(
-                        StatusCode::BAD_REQUEST,
-                        &id,
-                        Err(RpcError::new(
-                            -32000,
-                            "Bad Request: No valid session ID provided",
-                        )),
-                    )
-                }
-                Some(s) if !self.sessions.lock().expect("sessions").contains_key(s) => {
+            let Some(sid) = &session else {
+                return rpc(
+                    StatusCode::BAD_REQUEST,
+                    &id,
+                    Err(RpcError::new(
+                        -32000,
+                        "Bad Request: No valid session ID provided",
+                    )),
+                );
+            };
+            let answer = {
+                let mut sessions = self.sessions.lock().expect("sessions");
+                let Some(s) = sessions.get_mut(sid) else {
                     return rpc(
                         StatusCode::NOT_FOUND,
                         &id,
                         Err(RpcError::new(-32001, "Session not found")),
-                    )
+                    );
+                };
+                self.content
+                    .as_ref()
+                    .and_then(|c| c.answer(method, &params, &mut s.peer))
+            };
+            match answer {
+                Some(Answer::Now(outcome)) => return rpc(StatusCode::OK, &id, outcome),
+                Some(Answer::Asking(work)) => {
+                    return self.streamed(session, id, move |cx| work(cx.asker))
                 }
-                Some(_) => {}
+                None => {}
             }
         }
         match method {
@@ -766,11 +1128,7 @@ impl FixtureServer {
             ),
             "ping" => rpc(StatusCode::OK, &id, Ok(json!({}))),
             "tools/list" => {
-                let tools: Vec<Value> = self
-                    .tools
-                    .iter()
-                    .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.schema}))
-                    .collect();
+                let tools: Vec<Value> = self.tools.iter().map(Tool::listing).collect();
                 rpc(StatusCode::OK, &id, Ok(json!({"tools": tools})))
             }
             "tools/call" => self.call(session, id, params).await,
@@ -793,7 +1151,52 @@ impl FixtureServer {
         }
     }
 
-    async fn call(&self, session: Option<String>, id: Value, params: Value) -> Response<RespBody> {
+    /// The legacy `initialize` capabilities.
+    pub(crate) fn capabilities(&self) -> Value {
+        match &self.content {
+            Some(_) => fixture_content::capabilities(),
+            None => json!({"tools": {"listChanged": true}}),
+        }
+    }
+
+    /// Send a call's announcements: each message on one standalone GET stream of every
+    /// session it is for (never the same message on two streams of a session, as
+    /// 2025-11-25 requires).
+    fn broadcast(&self, announcements: Vec<Broadcast>) {
+        if announcements.is_empty() {
+            return;
+        }
+        let mut sessions = self.sessions.lock().expect("sessions");
+        for b in announcements {
+            for s in sessions.values_mut() {
+                let msg = match &b {
+                    Broadcast::All(m) => m,
+                    Broadcast::Subscribers { uri, message }
+                        if s.peer.subscriptions.contains(uri) =>
+                    {
+                        message
+                    }
+                    Broadcast::Subscribers { .. } => continue,
+                };
+                // The newest stream: an older one may be a connection the client
+                // dropped without the server noticing yet.
+                let ev = sse_event(None, msg);
+                while let Some(t) = s.streams.last() {
+                    if t.send(ev.clone()).is_ok() {
+                        break;
+                    }
+                    s.streams.pop();
+                }
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        session: Option<String>,
+        id: Value,
+        params: Value,
+    ) -> Response<FixtureBody> {
         let name = params
             .get("name")
             .and_then(Value::as_str)
@@ -809,52 +1212,112 @@ impl FixtureServer {
             );
         };
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
-        if name == "test_trigger_tool_change" {
-            // The tool list "changed": tell every session's GET stream.
-            let n = jsonrpc::notification("notifications/tools/list_changed", json!({}));
-            for s in self.sessions.lock().expect("sessions").values_mut() {
-                s.streams
-                    .retain(|t| t.try_send(StreamItem::Message(n.clone())).is_ok());
-            }
-        }
-        if tool.mrtr_rounds > 0 {
-            return rpc(StatusCode::OK, &id, Ok(tool.mrtr_step(&params)));
-        }
         let args = params
             .get("arguments")
             .cloned()
             .unwrap_or_else(|| json!({}));
+        self.broadcast(tool.broadcasts(&args));
+        if tool.mrtr_rounds > 0 {
+            return rpc(StatusCode::OK, &id, Ok(tool.mrtr_step(&params)));
+        }
         let token = params
             .get("_meta")
             .and_then(|m| m.get("progressToken"))
             .cloned();
-        let (tx, rx) = mpsc::channel::<StreamItem>(16);
         let stats = self.stats.clone();
+        self.streamed(session, id, move |s| {
+            Box::pin(async move {
+                stats.running.fetch_add(1, Ordering::Relaxed);
+                let _running = Running(stats);
+                let cx = ToolCx {
+                    args,
+                    token,
+                    asker: Some(s.asker),
+                    emit: s.emit,
+                    close: s.close,
+                };
+                tool.run(cx).await
+            })
+        })
+    }
+
+    /// Answer request `id` with an SSE stream: `work` runs in the background and its
+    /// outcome is the last event. A legacy session's stream is resumable; a client
+    /// that goes away while the stream is attached cancels the work.
+    fn streamed(
+        &self,
+        session: Option<String>,
+        id: Value,
+        work: impl FnOnce(StreamCx) -> BoxFuture<Result<Value, RpcError>>,
+    ) -> Response<FixtureBody> {
+        let resumable = self.era == FixtureEra::Legacy && session.is_some();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (gone_tx, gone_rx) = oneshot::channel();
+        let stream_id =
+            resumable.then(|| format!("s{}", self.next_stream.fetch_add(1, Ordering::Relaxed)));
+        if let Some(sid) = &stream_id {
+            let _ = tx.send(priming_event(&format!("{sid}-0")));
+        }
+        let out = OutStream {
+            id: stream_id.clone(),
+            state: Arc::new(Mutex::new(Replay {
+                conn: Some(tx),
+                ..Replay::default()
+            })),
+            home: session
+                .clone()
+                .filter(|_| resumable)
+                .map(|s| (self.sessions.clone(), s)),
+        };
+        // Log messages below the session's level stay unsent.
+        let peer = Peer {
+            level: session.as_ref().and_then(|s| {
+                let sessions = self.sessions.lock().expect("sessions");
+                let s = sessions.get(s)?;
+                s.peer.level.clone()
+            }),
+            ..Peer::default()
+        };
+        let emit: Outlet = {
+            let out = out.clone();
+            Arc::new(move |m: Value| peer.wants(&m) && out.send(&m, false))
+        };
+        let asker = {
+            let out = out.clone();
+            asker_on(
+                Arc::new(move |m: Value| out.send(&m, false)),
+                self.asked.clone(),
+            )
+        };
+        let close = stream_id.as_ref().map(|_| {
+            let out = out.clone();
+            Arc::new(move || out.close()) as Arc<dyn Fn() -> bool + Send + Sync>
+        });
+        let fut = work(StreamCx { emit, asker, close });
+        // Registered before the work starts: a stream that ends at once forgets itself.
+        if let (Some(s), Some(sid)) = (&session, stream_id) {
+            if let Some(sess) = self.sessions.lock().expect("sessions").get_mut(s) {
+                sess.replays.insert(sid, out.state.clone());
+            }
+        }
+        let done = out.clone();
         let rid = id.clone();
-        let asker = asker_on(tx.clone(), self.asked.clone());
-        let ltx = tx.clone();
         let task = tokio::spawn(async move {
-            stats.running.fetch_add(1, Ordering::Relaxed);
-            let _running = Running(stats.clone());
-            let emit = |n| {
-                let _ = ltx.try_send(StreamItem::Message(n));
-            };
-            let outcome = tokio::select! {
-                o = tool.run(&args, token.as_ref(), Some(asker), emit) => o,
-                _ = tx.closed() => {
-                    stats.cancelled.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-            };
-            let _ = tx
-                .send(StreamItem::Message(jsonrpc::response(Some(&rid), &outcome)))
-                .await;
+            let outcome = fut.await;
+            done.send(&jsonrpc::response(Some(&rid), &outcome), true);
         });
         if let Some(s) = &session {
             if let Some(sess) = self.sessions.lock().expect("sessions").get_mut(s) {
                 sess.calls.insert(id.to_string(), task.abort_handle());
             }
         }
+        let abort = task.abort_handle();
+        tokio::spawn(async move {
+            let _ = gone_rx.await;
+            if out.abandoned() {
+                abort.abort();
+            }
+        });
         let stats = self.stats.clone();
         tokio::spawn(async move {
             if let Err(e) = task.await {
@@ -863,23 +1326,49 @@ impl FixtureServer {
                 }
             }
         });
-        Response::builder()
-            .header(header::CONTENT_TYPE, "text/event-stream")
-            .body(body::sse(rx))
-            .expect("valid response")
+        sse_response(rx, Some(gone_tx))
     }
 }
 
-/// An asker that writes requests to `out` and waits for answers registered in `asked`.
-pub(crate) fn asker_on(out: mpsc::Sender<StreamItem>, asked: Asked) -> Asker {
+/// Carry a stream on over a new connection (a GET with `Last-Event-ID`): the events
+/// after `seq`, then whatever comes. Also says whether the stream had already ended
+/// (it is then replayed whole and needs keeping no longer).
+fn reattach(replay: &Arc<Mutex<Replay>>, seq: u64) -> (Response<FixtureBody>, bool) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut r = replay.lock().expect("replay");
+    for (_, ev) in r.events.iter().filter(|(n, _)| *n > seq) {
+        let _ = tx.send(ev.clone());
+    }
+    if r.done {
+        return (sse_response(rx, None), true);
+    }
+    let (gone_tx, gone_rx) = oneshot::channel();
+    r.conn_gen += 1;
+    let generation = r.conn_gen;
+    r.conn = Some(tx);
+    r.detached = true;
+    drop(r);
+    let replay = replay.clone();
+    tokio::spawn(async move {
+        let _ = gone_rx.await;
+        let mut r = replay.lock().expect("replay");
+        if r.conn_gen == generation {
+            r.conn = None;
+        }
+    });
+    (sse_response(rx, Some(gone_tx)), false)
+}
+
+/// An asker that sends requests with `send` and waits for answers registered in `asked`.
+pub(crate) fn asker_on(send: Outlet, asked: Asked) -> Asker {
     Arc::new(move |method: String, params: Value| {
         let id = format!("ask-{}", uuid::Uuid::new_v4().simple());
         let (otx, orx) = tokio::sync::oneshot::channel();
         asked.lock().expect("asked").insert(id.clone(), otx);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let out = out.clone();
+        let sent = send(msg);
         Box::pin(async move {
-            if out.send(StreamItem::Message(msg)).await.is_err() {
+            if !sent {
                 return Err(RpcError::new(INTERNAL_ERROR, "the client went away"));
             }
             orx.await
@@ -897,19 +1386,111 @@ impl Drop for Running {
     }
 }
 
-fn plain(status: StatusCode, text: &'static str) -> Response<RespBody> {
+fn plain(status: StatusCode, text: &'static str) -> Response<FixtureBody> {
     Response::builder()
         .status(status)
-        .body(body::full(Bytes::from_static(text.as_bytes())))
+        .body(Full::new(Bytes::from_static(text.as_bytes())).boxed())
         .expect("valid response")
 }
 
-fn rpc(status: StatusCode, id: &Value, outcome: Result<Value, RpcError>) -> Response<RespBody> {
+fn rpc(status: StatusCode, id: &Value, outcome: Result<Value, RpcError>) -> Response<FixtureBody> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(body::full(
-            jsonrpc::response(Some(id), &outcome).to_string(),
-        ))
+        .body(
+            Full::new(Bytes::from(
+                jsonrpc::response(Some(id), &outcome).to_string(),
+            ))
+            .boxed(),
+        )
         .expect("valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// One HTTP/1.1 exchange on a fresh connection; the raw response, read to the end.
+    async fn exchange(addr: SocketAddr, head: &str, body: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "{head}\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
+            .await
+            .expect("the response ends")
+            .unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_closed_stream_resumes_with_last_event_id() {
+        let f = FixtureServer::demo()
+            .start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = f.addr.unwrap();
+        let init = exchange(addr, "POST /mcp HTTP/1.1", r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).await;
+        let sid = init
+            .lines()
+            .find_map(|l| l.strip_prefix("mcp-session-id: "))
+            .expect("a session")
+            .to_string();
+        let call = exchange(
+            addr,
+            &format!("POST /mcp HTTP/1.1\r\nMcp-Session-Id: {sid}"),
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_reconnection","arguments":{}}}"#,
+        )
+        .await;
+        assert!(call.contains("id: s0-0\nretry: 500\ndata: \n\n"), "{call}");
+        assert!(
+            !call.contains("\"result\""),
+            "closed before answering: {call}"
+        );
+        let resumed = exchange(
+            addr,
+            &format!("GET /mcp HTTP/1.1\r\nMcp-Session-Id: {sid}\r\nLast-Event-ID: s0-0"),
+            "",
+        )
+        .await;
+        assert!(resumed.contains("id: s0-1\n"), "{resumed}");
+        assert!(
+            resumed.contains(r#""id":2,"jsonrpc":"2.0","result""#),
+            "{resumed}"
+        );
+        f.stop().await;
+    }
+
+    #[tokio::test]
+    async fn foreign_origins_and_hosts_are_forbidden() {
+        let f = FixtureServer::new()
+            .start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = f.addr.unwrap();
+        let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let r = exchange(
+            addr,
+            "POST /mcp HTTP/1.1\r\nOrigin: http://evil.example.com",
+            ping,
+        )
+        .await;
+        assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+        let r = exchange(
+            addr,
+            "POST /mcp HTTP/1.1\r\nOrigin: http://localhost:5173",
+            ping,
+        )
+        .await;
+        assert!(!r.starts_with("HTTP/1.1 403"), "{r}");
+        assert!(
+            foreign_request(&HashMap::from([("host".into(), "evil.example.com".into())])).is_some()
+        );
+        assert!(foreign_request(&HashMap::from([("host".into(), "[::1]:80".into())])).is_none());
+        f.stop().await;
+    }
 }

@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::fixture::{asker_on, Asked, FixtureServer, Tool};
+use crate::fixture::{asker_on, Asked, Broadcast, FixtureServer, Outlet, Tool, ToolCx};
+use crate::fixture_content::{Answer, Peer};
 use crate::jsonrpc::{self, Incoming as Msg, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND};
-use crate::reply::StreamItem;
 
 /// How the stdio fixture behaves.
 #[derive(Debug, Clone, Default)]
@@ -67,6 +67,14 @@ pub fn stdio_fixture() -> FixtureServer {
         )
 }
 
+/// Sends a tool's notifications to stdout (log messages only at or above the peer's level).
+fn emitter(out: &mpsc::Sender<String>, peer: &Arc<Mutex<Peer>>) -> Outlet {
+    let (out, peer) = (out.clone(), peer.clone());
+    Arc::new(move |n: Value| {
+        peer.lock().expect("peer").wants(&n) && out.try_send(n.to_string()).is_ok()
+    })
+}
+
 /// Serve `server`'s tools on stdin/stdout until stdin closes.
 pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result<()> {
     log_event(&opts, &format!("start {}", std::process::id()));
@@ -102,13 +110,27 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
     let serial = Arc::new(Semaphore::new(if opts.serial { 1 } else { 1024 }));
     // Requests to the client go out on stdout like everything else.
     let asked: Asked = Arc::default();
-    let (ask_tx, mut ask_rx) = mpsc::channel::<StreamItem>(64);
+    let (ask_tx, mut ask_rx) = mpsc::unbounded_channel::<Value>();
     let out2 = out_tx.clone();
     tokio::spawn(async move {
-        while let Some(StreamItem::Message(m)) = ask_rx.recv().await {
+        while let Some(m) = ask_rx.recv().await {
             let _ = out2.send(m.to_string()).await;
         }
     });
+    let asker = || {
+        let ask_tx = ask_tx.clone();
+        asker_on(
+            Arc::new(move |m: Value| ask_tx.send(m).is_ok()),
+            asked.clone(),
+        )
+    };
+    // The one client's log level and subscriptions.
+    let peer: Arc<Mutex<Peer>> = Arc::default();
+    let capabilities = if opts.modern {
+        json!({"tools": {}})
+    } else {
+        server.capabilities()
+    };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let Some(msg) = serde_json::from_str::<Value>(&line)
@@ -131,7 +153,7 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                         let _ = out_tx
                             .send(reply(Ok(json!({
                                 "protocolVersion": v,
-                                "capabilities": {"tools": {"listChanged": true}},
+                                "capabilities": capabilities,
                                 "serverInfo": {"name": "tasklift-fixture-stdio", "version": env!("CARGO_PKG_VERSION")},
                             }))))
                             .await;
@@ -140,7 +162,7 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                         let _ = out_tx
                             .send(reply(Ok(json!({
                                 "resultType": "complete", "supportedVersions": ["2026-07-28"],
-                                "capabilities": {"tools": {}}, "ttlMs": 0, "cacheScope": "public",
+                                "capabilities": capabilities, "ttlMs": 0, "cacheScope": "public",
                                 "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "tasklift-fixture-stdio", "version": "1"}},
                             }))))
                             .await;
@@ -166,31 +188,38 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                                 .await;
                             continue;
                         };
-                        if name == "test_trigger_tool_change" {
-                            let n = jsonrpc::notification(
-                                "notifications/tools/list_changed",
-                                json!({}),
-                            );
-                            let _ = out_tx.send(n.to_string()).await;
-                        }
                         let args = params
                             .get("arguments")
                             .cloned()
                             .unwrap_or_else(|| json!({}));
+                        for b in tool.broadcasts(&args) {
+                            let n = match b {
+                                Broadcast::All(n) => n,
+                                Broadcast::Subscribers { uri, message } => {
+                                    if !peer.lock().expect("peer").subscriptions.contains(&uri) {
+                                        continue;
+                                    }
+                                    message
+                                }
+                            };
+                            let _ = out_tx.send(n.to_string()).await;
+                        }
                         let token = params
                             .get("_meta")
                             .and_then(|m| m.get("progressToken"))
                             .cloned();
                         let (tx, id2, garbage, serial) =
                             (out_tx.clone(), id.clone(), opts.garbage, serial.clone());
-                        let asker = asker_on(ask_tx.clone(), asked.clone());
+                        let cx = ToolCx {
+                            args,
+                            token,
+                            asker: Some(asker()),
+                            emit: emitter(&tx, &peer),
+                            close: None,
+                        };
                         let task = tokio::spawn(async move {
                             let _permit = serial.acquire_owned().await;
-                            let etx = tx.clone();
-                            let emit = move |n: Value| {
-                                let _ = etx.try_send(n.to_string());
-                            };
-                            let outcome = tool.run(&args, token.as_ref(), Some(asker), emit).await;
+                            let outcome = tool.run(cx).await;
                             if name == "crash" {
                                 eprintln!("fixture: crashing on purpose");
                                 std::process::exit(7);
@@ -209,6 +238,36 @@ pub async fn serve(server: FixtureServer, opts: StdioOptions) -> std::io::Result
                     }
                     "ping" => {
                         let _ = out_tx.send(reply(Ok(json!({})))).await;
+                    }
+                    m if !opts.modern && server.content().is_some() => {
+                        let content = server.content().expect("checked");
+                        let answer = content.answer(m, &params, &mut peer.lock().expect("peer"));
+                        match answer {
+                            Some(Answer::Now(outcome)) => {
+                                let _ = out_tx.send(reply(outcome)).await;
+                            }
+                            Some(Answer::Asking(work)) => {
+                                let (tx, id2, fut) = (out_tx.clone(), id.clone(), work(asker()));
+                                let task = tokio::spawn(async move {
+                                    let outcome = fut.await;
+                                    let _ = tx
+                                        .send(jsonrpc::response(Some(&id2), &outcome).to_string())
+                                        .await;
+                                });
+                                running
+                                    .lock()
+                                    .expect("running")
+                                    .insert(id.to_string(), task.abort_handle());
+                            }
+                            None => {
+                                let _ = out_tx
+                                    .send(reply(Err(RpcError::new(
+                                        METHOD_NOT_FOUND,
+                                        format!("Method not found: {method}"),
+                                    ))))
+                                    .await;
+                            }
+                        }
                     }
                     _ => {
                         let _ = out_tx

@@ -15,8 +15,9 @@
 //! - [`store`]: the `TaskStore` trait and its sled implementation.
 //! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
 //! - [`jsonrpc`], [`mcp`], [`reply`]: protocol types, no I/O.
-//! - [`fixture`], [`fixture_stdio`], [`client`], [`demo`]: the bundled slow server (HTTP
-//!   and stdio), a small client, the demo.
+//! - [`fixture`], [`fixture_stdio`], [`fixture_content`], [`client`], [`demo`]: the bundled
+//!   slow server (HTTP and stdio, and the conformance content both serve), a small
+//!   client, the demo.
 #![forbid(unsafe_code)]
 
 pub mod app;
@@ -27,6 +28,7 @@ pub mod config;
 pub mod demo;
 pub mod dispatch;
 pub mod fixture;
+pub mod fixture_content;
 pub mod fixture_stdio;
 pub mod jsonrpc;
 pub mod mcp;
