@@ -10,8 +10,8 @@ use crate::config::UpstreamConfig;
 use crate::jsonrpc::{self, Request, RpcError, METHOD_NOT_FOUND};
 use crate::mcp::{self, method};
 use crate::reply::Reply;
-use crate::tasks::engine::{Engine, TaskRoute};
 use crate::session::Sessions;
+use crate::tasks::engine::{Engine, TaskRoute};
 use crate::upstream::{CallContext, Era, Upstream};
 
 /// One upstream mounted at a path.
@@ -22,6 +22,8 @@ pub struct Mount {
     pub upstream: Arc<dyn Upstream>,
     /// Legacy client sessions opened at this path.
     pub sessions: Sessions,
+    /// The upstream's `x-mcp-header` annotations, for checking `Mcp-Param-*` headers.
+    pub tool_headers: crate::server::params::ToolHeaders,
 }
 
 /// Handle one parsed message for a mount.

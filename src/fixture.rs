@@ -58,9 +58,11 @@ type BroadcastFn = Arc<dyn Fn(&Value) -> Vec<Broadcast> + Send + Sync>;
 pub(crate) type Outlet = Arc<dyn Fn(Value) -> bool + Send + Sync>;
 /// Requests sent to clients, waiting for their answers, by request id.
 pub type Asked = Arc<Mutex<HashMap<String, tokio::sync::oneshot::Sender<Result<Value, RpcError>>>>>;
-/// Sends a request to the client and waits for its answer.
+/// Sends a request to the client and waits for its answer. The first argument names
+/// the request (its JSON-RPC id); `None` numbers it.
 pub type Asker = Arc<
     dyn Fn(
+            Option<String>,
             String,
             Value,
         )
@@ -100,7 +102,21 @@ impl ToolCx {
     /// Ask the client and wait for its answer.
     pub async fn ask(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         match &self.asker {
-            Some(a) => a(method.into(), params).await,
+            Some(a) => a(None, method.into(), params).await,
+            None => Err(RpcError::new(METHOD_NOT_FOUND, "no client to ask")),
+        }
+    }
+
+    /// Ask with a named request: its JSON-RPC id is `name` (a bridge to 2026-07-28
+    /// may use it as the `inputRequests` key). Names must not repeat while outstanding.
+    pub async fn ask_named(
+        &self,
+        name: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, RpcError> {
+        match &self.asker {
+            Some(a) => a(Some(name.into()), method.into(), params).await,
             None => Err(RpcError::new(METHOD_NOT_FOUND, "no client to ask")),
         }
     }
@@ -113,7 +129,7 @@ impl ToolCx {
         let mut pending = Vec::new();
         for (method, params) in asks {
             pending.push(match &self.asker {
-                Some(a) => tokio::spawn(a(method.into(), params)),
+                Some(a) => tokio::spawn(a(None, method.into(), params)),
                 None => {
                     tokio::spawn(async { Err(RpcError::new(METHOD_NOT_FOUND, "no client to ask")) })
                 }
@@ -1361,10 +1377,17 @@ fn reattach(replay: &Arc<Mutex<Replay>>, seq: u64) -> (Response<FixtureBody>, bo
 
 /// An asker that sends requests with `send` and waits for answers registered in `asked`.
 pub(crate) fn asker_on(send: Outlet, asked: Asked) -> Asker {
-    Arc::new(move |method: String, params: Value| {
-        let id = format!("ask-{}", uuid::Uuid::new_v4().simple());
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    Arc::new(move |name: Option<String>, method: String, params: Value| {
+        let (key, id) = match name {
+            Some(n) => (n.clone(), json!(n)),
+            None => {
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (n.to_string(), json!(n))
+            }
+        };
         let (otx, orx) = tokio::sync::oneshot::channel();
-        asked.lock().expect("asked").insert(id.clone(), otx);
+        asked.lock().expect("asked").insert(key, otx);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let sent = send(msg);
         Box::pin(async move {

@@ -217,6 +217,7 @@ impl Content {
             "test_input_required_result_prompt" => Answer::Asking(Box::new(|asker: Asker| {
                 Box::pin(async move {
                     let a = asker(
+                        None,
                         "elicitation/create".into(),
                         elicitation(
                             "What context should the prompt use?",
@@ -587,8 +588,10 @@ pub(crate) fn tools(content: &Arc<Content>) -> Vec<Tool> {
         Tool::new("test_input_required_result_elicitation")
             .description("Asks the user's name (elicitation), then greets them.")
             .script(|cx| async move {
+                // The request is named: through tasklift its inputRequests key is "user_name".
                 let a = cx
-                    .ask(
+                    .ask_named(
+                        "user_name",
                         "elicitation/create",
                         elicitation("What is your name?", json!({"name": {"type": "string"}}), &["name"]),
                     )

@@ -199,7 +199,13 @@ impl ClientSession {
 
     /// Turn a server-to-client request into a message for the client, remembering
     /// how to deliver its answer.
-    pub fn request(&self, method: &str, mut params: Value, answer: Responder, task: Option<&str>) -> Value {
+    pub fn request(
+        &self,
+        method: &str,
+        mut params: Value,
+        answer: Responder,
+        task: Option<&str>,
+    ) -> Value {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         if let (Some(t), Value::Object(p)) = (task, &mut params) {
             let meta = p.entry("_meta").or_insert_with(|| json!({}));
@@ -356,7 +362,10 @@ impl ClientSession {
             (log.live.clone(), event_id(stream, seq))
         };
         if let Some(l) = live {
-            if l.send(StreamItem::Event { id, message: msg }).await.is_err() {
+            if l.send(StreamItem::Event { id, message: msg })
+                .await
+                .is_err()
+            {
                 // The client went away; the log keeps the event for its return.
                 let mut streams = self.streams.lock().expect("lock");
                 if let Some(log) = streams.get_mut(&stream) {
@@ -417,6 +426,8 @@ pub struct Busy(Arc<ClientSession>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
+        // Idle time counts from the end of the last call or stream, not its start.
+        self.0.touch();
         self.0.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -442,14 +453,20 @@ impl Sessions {
     }
 
     /// Add a session, closing the principal's least recently used idle session when
-    /// it is at `max` already.
-    pub fn insert(&self, s: Arc<ClientSession>, max: usize) -> Result<(), TooManySessions> {
+    /// it is at `max` already; returns the session it closed (its upstream session
+    /// is the caller's to end).
+    pub fn insert(
+        &self,
+        s: Arc<ClientSession>,
+        max: usize,
+    ) -> Result<Option<Arc<ClientSession>>, TooManySessions> {
         let mine: Vec<Arc<ClientSession>> = self
             .by_id
             .iter()
             .filter(|e| e.principal == s.principal)
             .map(|e| e.value().clone())
             .collect();
+        let mut evicted = None;
         if mine.len() >= max {
             let oldest = mine
                 .iter()
@@ -459,14 +476,14 @@ impl Sessions {
             match oldest {
                 Some(o) => {
                     tracing::info!(session = %o.id, "session cap reached; closing the caller's least recently used session");
-                    self.remove(&o.id);
+                    evicted = self.remove(&o.id);
                 }
                 None => return Err(TooManySessions(mine.len())),
             }
         }
         s.touch();
         self.by_id.insert(s.id.clone(), s);
-        Ok(())
+        Ok(evicted)
     }
 
     /// End and forget a session.
@@ -537,7 +554,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         all.insert(b.clone(), 1).unwrap();
         assert!(all.get(&a.id, "p").is_none());
-        assert!(all.get(&b.id, "q").is_none(), "another principal cannot use it");
+        assert!(
+            all.get(&b.id, "q").is_none(),
+            "another principal cannot use it"
+        );
         let _busy = b.busy();
         let c = ClientSession::new("p".into(), "2025-06-18".into(), json!({}), json!({}));
         assert!(all.insert(c, 1).is_err(), "a busy session is never evicted");

@@ -52,20 +52,20 @@ pub fn find_session(
     mount: &Mount,
     id: &str,
     principal: &str,
-) -> Result<Arc<ClientSession>, Response<RespBody>> {
+) -> Result<Arc<ClientSession>, Box<Response<RespBody>>> {
     match mount.sessions.get(id, principal) {
         Some(s) => {
             s.touch();
             Ok(s)
         }
-        None => Err(error_response(
+        None => Err(Box::new(error_response(
             StatusCode::NOT_FOUND,
             None,
             RpcError::new(
                 SESSION_NOT_FOUND,
                 "Session not found: it expired, was closed, or belongs to another caller; send initialize to open a new one",
             ),
-        )),
+        ))),
     }
 }
 
@@ -161,7 +161,10 @@ pub async fn initialize(
         return error_response(
             StatusCode::BAD_REQUEST,
             id.as_ref(),
-            RpcError::new(INVALID_PARAMS, "Invalid params: protocolVersion is required"),
+            RpcError::new(
+                INVALID_PARAMS,
+                "Invalid params: protocolVersion is required",
+            ),
         );
     };
     // A version tasklift does not speak gets the latest it does, as initialize says.
@@ -182,18 +185,25 @@ pub async fn initialize(
         .cloned()
         .unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
     let s = ClientSession::new(ctx.principal.clone(), version.clone(), caps, info);
-    if let Err(e) = mount
+    let evicted = match mount
         .sessions
         .insert(s.clone(), state.legacy.max_sessions_per_principal)
     {
-        return error_response(
+        Ok(evicted) => evicted,
+        Err(e) => return error_response(
             StatusCode::TOO_MANY_REQUESTS,
             id.as_ref(),
             RpcError::new(
                 INVALID_REQUEST,
                 format!("Too many sessions: {e} (legacy.max_sessions_per_principal); close one with DELETE"),
             ),
-        );
+        ),
+    };
+    // The session the cap closed ends upstream too, as after DELETE.
+    if let Some(old) = evicted {
+        let mut octx = ctx.clone();
+        octx.session = Some(old);
+        mount.upstream.end_session(&octx).await;
     }
     ctx.session = Some(s.clone());
     let discover = modernize(
@@ -325,7 +335,10 @@ pub async fn post(
             let Some(level) = req.str_param("level") else {
                 return ok(
                     id.as_ref(),
-                    Err(RpcError::new(INVALID_PARAMS, "Invalid params: level is required")),
+                    Err(RpcError::new(
+                        INVALID_PARAMS,
+                        "Invalid params: level is required",
+                    )),
                 );
             };
             s.set_log_level(level.to_string());
@@ -339,7 +352,10 @@ pub async fn post(
             let Some(uri) = req.str_param("uri") else {
                 return ok(
                     id.as_ref(),
-                    Err(RpcError::new(INVALID_PARAMS, "Invalid params: uri is required")),
+                    Err(RpcError::new(
+                        INVALID_PARAMS,
+                        "Invalid params: uri is required",
+                    )),
                 );
             };
             if s.subscribe(uri, req.method == "resources/subscribe") {
@@ -352,6 +368,16 @@ pub async fn post(
         }
         mcp::method::TOOLS_CALL if req.params.contains_key("task") && s.polls() => {
             super::legacy_tasks::create(state, mount, &s, req, ctx).await
+        }
+        mcp::method::TOOLS_CALL if s.polls() && super::legacy_tasks::task_required(mount, &req) => {
+            let name = req.str_param("name").unwrap_or_default();
+            ok(
+                id.as_ref(),
+                Err(RpcError::new(
+                    jsonrpc::METHOD_NOT_FOUND,
+                    format!("Method not found: tool {name:?} runs only as a task (its execution.taskSupport is \"required\"); call it with params.task"),
+                )),
+            )
         }
         _ => {
             let mut req = req;
@@ -413,14 +439,24 @@ async fn call(
     match reply {
         Reply::Json(v) if !is_input_required(&v) => {
             s.end_request(&id);
-            json_response(super::status_for(&v), &shape(v))
+            // Legacy transports carry JSON-RPC errors with 200: a 404 would tell the
+            // client its session is gone.
+            json_response(StatusCode::OK, &shape(v))
         }
         Reply::Accepted => {
             s.end_request(&id);
             accepted()
         }
         reply => {
-            let rx = continue_call(state.clone(), mount.cfg.path.clone(), s.clone(), req, ctx, reply, cancelled);
+            let rx = continue_call(
+                state.clone(),
+                mount.cfg.path.clone(),
+                s.clone(),
+                req,
+                ctx,
+                reply,
+                cancelled,
+            );
             let rx = s.resumable(rx, state.legacy.sse_retry.as_millis() as u64, shape);
             sse_response(rx, None)
         }
@@ -428,7 +464,11 @@ async fn call(
 }
 
 /// How results of `method` are shaped for this session.
-fn shaper(mount: &Mount, s: &ClientSession, method: &str) -> impl Fn(Value) -> Value + Send + 'static {
+fn shaper(
+    mount: &Mount,
+    s: &ClientSession,
+    method: &str,
+) -> impl Fn(Value) -> Value + Send + 'static {
     let method = method.to_string();
     let tasks = s.polls().then(|| mount.cfg.clone());
     move |v| {
@@ -469,7 +509,9 @@ fn continue_call(
                 let r = match reply.take() {
                     Some(r) => r,
                     None => {
-                        let Some(mount) = state.mounts.get(&path) else { return };
+                        let Some(mount) = state.mounts.get(&path) else {
+                            return;
+                        };
                         dispatch(&state.engine, mount, req.clone(), ctx.clone()).await
                     }
                 };
@@ -512,9 +554,20 @@ fn continue_call(
                 let mut waiting = Vec::new();
                 for (key, ask) in asks {
                     let (otx, orx) = tokio::sync::oneshot::channel();
-                    let method = ask.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+                    let method = ask
+                        .get("method")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
                     let params = ask.get("params").cloned().unwrap_or_else(|| json!({}));
-                    let msg = s.request(&method, params, Box::new(move |o| { let _ = otx.send(o); }), None);
+                    let msg = s.request(
+                        &method,
+                        params,
+                        Box::new(move |o| {
+                            let _ = otx.send(o);
+                        }),
+                        None,
+                    );
                     if tx.send(StreamItem::Message(msg)).await.is_err() {
                         return;
                     }
@@ -526,13 +579,16 @@ fn continue_call(
                             answers.insert(key, v);
                         }
                         Ok(Err(e)) => {
-                            let _ = tx.send(StreamItem::Message(jsonrpc::response(Some(&id), &Err(e)))).await;
+                            let _ = tx
+                                .send(StreamItem::Message(jsonrpc::response(Some(&id), &Err(e))))
+                                .await;
                             return;
                         }
                         Err(_) => return,
                     }
                 }
-                req.params.insert("inputResponses".into(), Value::Object(answers));
+                req.params
+                    .insert("inputResponses".into(), Value::Object(answers));
                 if let Some(st) = result.get("requestState") {
                     req.params.insert("requestState".into(), st.clone());
                 }
@@ -561,7 +617,11 @@ pub fn listen(mount: &Mount, s: &Arc<ClientSession>, ctx: &CallContext, restart:
         old.abort();
     }
     let mut filter = Map::new();
-    for k in ["toolsListChanged", "promptsListChanged", "resourcesListChanged"] {
+    for k in [
+        "toolsListChanged",
+        "promptsListChanged",
+        "resourcesListChanged",
+    ] {
         filter.insert(k.into(), json!(true));
     }
     let subs = s.subscriptions();
@@ -597,7 +657,12 @@ pub fn listen(mount: &Mount, s: &Arc<ClientSession>, ctx: &CallContext, restart:
 }
 
 /// GET in a session: the standalone stream, or a stream resumed after `Last-Event-ID`.
-pub fn get(mount: &Mount, s: Arc<ClientSession>, headers: &HeaderMap, ctx: CallContext) -> Response<RespBody> {
+pub fn get(
+    mount: &Mount,
+    s: Arc<ClientSession>,
+    headers: &HeaderMap,
+    ctx: CallContext,
+) -> Response<RespBody> {
     let accepts_sse = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -606,7 +671,10 @@ pub fn get(mount: &Mount, s: Arc<ClientSession>, headers: &HeaderMap, ctx: CallC
         return error_response(
             StatusCode::NOT_ACCEPTABLE,
             None,
-            RpcError::new(INVALID_REQUEST, "Not Acceptable: the GET stream is text/event-stream"),
+            RpcError::new(
+                INVALID_REQUEST,
+                "Not Acceptable: the GET stream is text/event-stream",
+            ),
         );
     }
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
@@ -660,9 +728,17 @@ pub async fn delete(mount: &Mount, id: &str, ctx: CallContext) -> Response<RespB
 
 /// Close sessions idle longer than the configured time (and their upstream sessions).
 pub async fn reap(state: &State, all: bool) {
-    let idle_ms = if all { 0 } else { state.legacy.session_idle.as_millis() as u64 };
+    let idle_ms = if all {
+        0
+    } else {
+        state.legacy.session_idle.as_millis() as u64
+    };
     for mount in state.mounts.values() {
-        let stale = if all { mount.sessions.all() } else { mount.sessions.idle(idle_ms) };
+        let stale = if all {
+            mount.sessions.all()
+        } else {
+            mount.sessions.idle(idle_ms)
+        };
         for s in stale {
             mount.sessions.remove(&s.id);
             let ctx = CallContext {

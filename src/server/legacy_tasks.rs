@@ -58,6 +58,13 @@ pub fn mark_task_support(msg: &mut Value, cfg: &UpstreamConfig) {
     }
 }
 
+/// Whether the rule of the tool a `tools/call` names makes it a task always
+/// (`taskSupport: "required"`): 2025-11-25 wants -32601 for a call without `task`.
+pub fn task_required(mount: &Mount, req: &Request) -> bool {
+    let name = req.str_param("name").unwrap_or_default();
+    mount.cfg.policy(name).mode == ToolMode::Required
+}
+
 /// A 2026-07-28 task shape (`CreateTaskResult`, `DetailedTask`) as a 2025-11-25 `Task`.
 fn legacy_task(t: &Value) -> Value {
     let mut o = Map::new();
@@ -184,7 +191,10 @@ pub async fn task_method(
     let Some(task_id) = req.str_param("taskId").map(str::to_string) else {
         return respond(
             id.as_ref(),
-            Err(RpcError::new(INVALID_PARAMS, "Invalid params: taskId is required")),
+            Err(RpcError::new(
+                INVALID_PARAMS,
+                "Invalid params: taskId is required",
+            )),
         );
     };
     let get = modern(mcp::method::TASKS_GET, &task_id, Map::new());
@@ -294,13 +304,18 @@ fn wait_result(
             let t = match engine.task_method(&get, &owner, &upstream).await {
                 Ok(t) => t,
                 Err(e) => {
-                    let _ = tx.send(StreamItem::Message(jsonrpc::response(Some(&id), &Err(e)))).await;
+                    let _ = tx
+                        .send(StreamItem::Message(jsonrpc::response(Some(&id), &Err(e))))
+                        .await;
                     return;
                 }
             };
             if is_terminal(&t) {
                 let _ = tx
-                    .send(StreamItem::Message(jsonrpc::response(Some(&id), &final_outcome(&t))))
+                    .send(StreamItem::Message(jsonrpc::response(
+                        Some(&id),
+                        &final_outcome(&t),
+                    )))
                     .await;
                 return;
             }
@@ -309,7 +324,11 @@ fn wait_result(
                     if !asked.insert(key.clone()) {
                         continue;
                     }
-                    let method = ask.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+                    let method = ask
+                        .get("method")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
                     let params = ask.get("params").cloned().unwrap_or_else(|| json!({}));
                     let answer = answer_to_task(&engine, &task_id, &owner, &upstream, key, &method);
                     let msg = s.request(&method, params, answer, Some(&task_id));
@@ -393,9 +412,17 @@ async fn list(engine: &Engine, owner: &str, upstream: &str, req: &Request) -> Ou
         .store()
         .list(owner, upstream, engine.clock().now_ms())
         .await
-        .map_err(|e| RpcError::new(jsonrpc::INTERNAL_ERROR, format!("tasklift could not read its task store: {e}")))?;
+        .map_err(|e| {
+            RpcError::new(
+                jsonrpc::INTERNAL_ERROR,
+                format!("tasklift could not read its task store: {e}"),
+            )
+        })?;
     let start = match &after {
-        Some(a) => recs.iter().position(|r| &r.id == a).map_or(recs.len(), |i| i + 1),
+        Some(a) => recs
+            .iter()
+            .position(|r| &r.id == a)
+            .map_or(recs.len(), |i| i + 1),
         None => 0,
     };
     let page: Vec<Value> = recs

@@ -8,6 +8,7 @@
 pub mod body;
 pub mod legacy;
 mod legacy_tasks;
+pub mod params;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -225,21 +226,26 @@ async fn handle(
     if state.legacy.enabled && (session_id.is_some() || legacy::is_legacy_initialize(&value)) {
         let ctx = match context(&state, mount, &parts.headers, value.get("id")) {
             Ok(c) => c,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         let span = tracing::debug_span!("legacy", method = ?value.get("method"), client.addr = %peer, upstream = %mount.cfg.name);
         return async {
             match &session_id {
                 Some(sid) => match legacy::find_session(mount, sid, &ctx.principal) {
                     Ok(s) => legacy::post(&state, mount, s, &parts.headers, value, ctx).await,
-                    Err(r) => r,
+                    Err(r) => *r,
                 },
                 None => match Request::from_value(value) {
-                    Ok(req) if req.id.is_some() => legacy::initialize(&state, mount, req, ctx).await,
+                    Ok(req) if req.id.is_some() => {
+                        legacy::initialize(&state, mount, req, ctx).await
+                    }
                     Ok(_) => error_response(
                         StatusCode::BAD_REQUEST,
                         None,
-                        RpcError::new(INVALID_REQUEST, "Invalid request: initialize must be a request with an id"),
+                        RpcError::new(
+                            INVALID_REQUEST,
+                            "Invalid request: initialize must be a request with an id",
+                        ),
                     ),
                     Err(e) => error_response(StatusCode::BAD_REQUEST, None, e),
                 },
@@ -263,8 +269,18 @@ async fn handle(
         }
         let ctx = match context(&state, mount, &parts.headers, msg.id.as_ref()) {
             Ok(c) => c,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
+        if msg.method == crate::mcp::method::TOOLS_CALL {
+            let checked = mount
+                .tool_headers
+                .check(mount.upstream.as_ref(), &parts.headers, &msg, &ctx)
+                .await;
+            if let Err(r) = checked {
+                tracing::debug!(error = %r.error, "rejected at the front door");
+                return error_response(r.status, msg.id.as_ref(), r.error);
+            }
+        }
         match dispatch(&state.engine, mount, msg, ctx).await {
             Reply::Json(v) => json_response(status_for(&v), &v),
             Reply::Accepted => Response::builder()
@@ -290,7 +306,7 @@ fn context(
     mount: &Mount,
     headers: &http::HeaderMap,
     id: Option<&Value>,
-) -> Result<CallContext, Response<RespBody>> {
+) -> Result<CallContext, Box<Response<RespBody>>> {
     let principal = match state.auth.principal(headers) {
         Ok(p) => p,
         Err(e) => {
@@ -301,7 +317,7 @@ fn context(
             );
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return Err(r);
+            return Err(Box::new(r));
         }
     };
     Ok(CallContext {
@@ -329,16 +345,19 @@ async fn session_stream(
         return error_response(
             StatusCode::FORBIDDEN,
             None,
-            RpcError::new(INVALID_REQUEST, "Forbidden: this Origin is not allowed (see server.allowed_origins)"),
+            RpcError::new(
+                INVALID_REQUEST,
+                "Forbidden: this Origin is not allowed (see server.allowed_origins)",
+            ),
         );
     }
     let ctx = match context(state, mount, req.headers(), None) {
         Ok(c) => c,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let s = match legacy::find_session(mount, sid, &ctx.principal) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if req.method() == Method::DELETE {
         legacy::delete(mount, &s.id, ctx).await

@@ -277,7 +277,7 @@ impl Engine {
                 .map(str::to_string),
             owner: ctx.principal.clone(),
             binding: request_binding(&req.method, &req.params),
-            input_seq: 0,
+            input_keys: Default::default(),
             backlog: Default::default(),
             session: ctx.session.clone(),
             origin: Some((upstream, req, ctx)),

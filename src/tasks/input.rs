@@ -141,6 +141,35 @@ pub fn request_binding(method: &str, params: &serde_json::Map<String, Value>) ->
     format!("{method} {name} {}", B64.encode(&digest[..12]))
 }
 
+/// `inputRequests` keys for one call or task: unique for its whole life. A request
+/// the upstream named (see [`ServerRequest::keyed_by`]) keeps its name the first time.
+///
+/// [`ServerRequest::keyed_by`]: crate::upstream::ServerRequest::keyed_by
+#[derive(Debug, Default, Clone)]
+pub struct InputKeys {
+    /// Keys handed out so far.
+    used: std::collections::HashSet<String>,
+    /// Counter for `input-N`.
+    seq: u64,
+}
+
+impl InputKeys {
+    /// The key for the next request.
+    pub fn next(&mut self, r: &crate::upstream::ServerRequest) -> String {
+        if let Some(k) = r.key.as_ref().filter(|k| !self.used.contains(*k)) {
+            self.used.insert(k.clone());
+            return k.clone();
+        }
+        loop {
+            self.seq += 1;
+            let k = format!("input-{}", self.seq);
+            if self.used.insert(k.clone()) {
+                return k;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,7 @@ pub(super) struct Owner {
     /// The client's capabilities at creation (which requests it may be shown).
     pub caps: Value,
     /// Input keys handed out so far.
-    pub input_seq: u64,
+    pub input_keys: super::input::InputKeys,
     /// The original request, for retrying a modern upstream with answers.
     pub origin: Option<(Arc<dyn Upstream>, Request, CallContext)>,
 }
@@ -109,8 +109,7 @@ impl Engine {
                         let mut admitted = Vec::new();
                         admit_request(&o.caps, r, &mut admitted);
                         for r in admitted {
-                            o.input_seq += 1;
-                            let key = format!("input-{}", o.input_seq);
+                            let key = o.input_keys.next(&r);
                             rec.input_requests.insert(key.clone(), r.as_input_request());
                             legacy.insert(key, r);
                         }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::engine::{finalize_result, is_progress_for, Control, Engine, TaskSpec};
-use super::input::{check_allowed, request_binding, StateClaims};
+use super::input::{check_allowed, request_binding, InputKeys, StateClaims};
 use super::{create_task_result, progress_message};
 use crate::jsonrpc::{self, RpcError};
 use crate::reply::{Reply, StreamItem};
@@ -68,7 +68,7 @@ pub(super) struct SyncCall {
     /// Method and name the call was made for (binds its `requestState`).
     pub binding: String,
     /// Input request keys handed out so far (keys stay unique for the call's life).
-    pub input_seq: u64,
+    pub input_keys: InputKeys,
     /// Events read ahead while collecting input requests.
     pub backlog: VecDeque<CallEvent>,
     /// A legacy client's session: the upstream's requests go to the client as
@@ -282,8 +282,7 @@ impl Engine {
     ) -> Value {
         let mut waiting = HashMap::new();
         for r in reqs {
-            sc.input_seq += 1;
-            let key = format!("input-{}", sc.input_seq);
+            let key = sc.input_keys.next(&r);
             waiting.insert(key, (r.as_input_request(), r));
         }
         let id = sc.id.clone();
@@ -422,7 +421,7 @@ impl Engine {
             backlog: std::mem::take(&mut sc.backlog),
             token: sc.token.clone(),
             caps: sc.caps.clone(),
-            input_seq: sc.input_seq,
+            input_keys: std::mem::take(&mut sc.input_keys),
             origin: sc.origin.take(),
         };
         let engine = self.clone();

@@ -365,6 +365,10 @@ impl Shared {
                 None => (parser.finish().into_iter().collect(), true),
             };
             for data in events {
+                // A priming event (an id, no data) only sets the resumption point.
+                if data.trim().is_empty() {
+                    continue;
+                }
                 let Some(msg) = serde_json::from_str::<Value>(&data)
                     .ok()
                     .and_then(Msg::classify)
@@ -393,8 +397,9 @@ impl Shared {
                         params,
                     } => match session {
                         Some(s) => {
-                            let responder = self.responder(s.headers(), s.opener.clone(), sid);
-                            let req = ServerRequest::new(method, params, responder);
+                            let responder =
+                                self.responder(s.headers(), s.opener.clone(), sid.clone());
+                            let req = ServerRequest::new(method, params, responder).keyed_by(&sid);
                             let _ = tx.send(CallEvent::Input(req)).await;
                         }
                         None => tracing::warn!(upstream = %name, %method,
@@ -682,9 +687,11 @@ impl Shared {
                 s.capabilities.clone(),
                 s.client_info.clone(),
             ),
+            // Modern callers: offer what tasklift bridges; each request's own
+            // capabilities decide what its caller is actually asked.
             _ => (
                 LEGACY_VERSIONS[0],
-                json!({}),
+                json!({"elicitation": {}, "sampling": {}, "roots": {}}),
                 json!({"name": "tasklift", "version": env!("CARGO_PKG_VERSION")}),
             ),
         };

@@ -59,6 +59,9 @@ pub struct ServerRequest {
     pub method: String,
     /// Its params.
     pub params: Value,
+    /// The upstream's own request id when it is a short string: it names the
+    /// request, and tasklift uses it as the `inputRequests` key (else `input-N`).
+    pub key: Option<String>,
     /// Sends the JSON-RPC response upstream.
     responder: Option<Box<dyn FnOnce(Outcome) + Send>>,
 }
@@ -77,8 +80,24 @@ impl ServerRequest {
         Self {
             method,
             params,
+            key: None,
             responder: Some(responder),
         }
+    }
+
+    /// Name the request after the upstream's request id, if that is a short string of
+    /// letters, digits, `_`, `-`, `.` or `:`.
+    pub fn keyed_by(mut self, id: &Value) -> Self {
+        self.key = id
+            .as_str()
+            .filter(|s| {
+                !s.is_empty()
+                    && s.len() <= 64
+                    && s.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
+            })
+            .map(str::to_string);
+        self
     }
 
     /// The request as an MRTR `inputRequests` entry.

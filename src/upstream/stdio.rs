@@ -621,7 +621,7 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
             let responder: Box<dyn FnOnce(Outcome) + Send> = Box::new(move |outcome| {
                 let _ = stdin.try_send(jsonrpc::response(Some(&reply_id), &outcome).to_string());
             });
-            let req = ServerRequest::new(method.clone(), params, responder);
+            let req = ServerRequest::new(method.clone(), params, responder).keyed_by(&id);
             match sender {
                 Some(tx) => {
                     let _ = tx.send(CallEvent::Input(req)).await;

@@ -1,0 +1,256 @@
+//! `Mcp-Param-{Name}` headers (2026-07-28, SEP-2243): a tool may mark parameters
+//! with `x-mcp-header` so clients mirror their values into headers, and every server
+//! that processes the body must check the two agree. tasklift learns each tool's
+//! annotations from the upstream's `tools/list` (cached per mount) and checks
+//! `tools/call` against them before anything goes upstream: a missing, undecodable
+//! or different header is a 400 with `-32020`, like the standard headers.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, StatusCode};
+use serde_json::{json, Map, Value};
+
+use super::validate::Rejection;
+use crate::jsonrpc::{Request, RpcError, HEADER_MISMATCH};
+use crate::mcp;
+use crate::upstream::{CallContext, Upstream};
+
+/// How long learned annotations are trusted.
+const FRESH: Duration = Duration::from_secs(60);
+/// A tool not in the cache triggers a new `tools/list` at most this often.
+const RELEARN: Duration = Duration::from_secs(5);
+/// Most `tools/list` pages read.
+const MAX_PAGES: usize = 20;
+
+/// One annotated parameter: where it sits in `arguments`, and its header name.
+#[derive(Debug, Clone, PartialEq)]
+struct Annotated {
+    path: Vec<String>,
+    header: String,
+}
+
+/// Annotations by tool name, and when they were read.
+type Learned = (Instant, HashMap<String, Vec<Annotated>>);
+
+/// The annotations of one upstream's tools.
+#[derive(Default)]
+pub struct ToolHeaders {
+    learned: std::sync::RwLock<Option<Learned>>,
+    fetching: tokio::sync::Mutex<()>,
+}
+
+/// The annotated parameters of a tool's `inputSchema`, reachable through `properties`
+/// only (anything else makes the annotation invalid, and it is not enforced).
+fn annotations(schema: &Value) -> Vec<Annotated> {
+    fn walk(node: &Value, path: &mut Vec<String>, out: &mut Vec<Annotated>) {
+        let Some(props) = node.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        for (k, v) in props {
+            path.push(k.clone());
+            if let Some(h) = v.get("x-mcp-header").and_then(Value::as_str) {
+                let token = !h.is_empty()
+                    && h.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if token {
+                    out.push(Annotated {
+                        path: path.clone(),
+                        header: h.to_ascii_lowercase(),
+                    });
+                }
+            }
+            walk(v, path, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema, &mut Vec::new(), &mut out);
+    out
+}
+
+fn mismatch(msg: String) -> Rejection {
+    Rejection {
+        status: StatusCode::BAD_REQUEST,
+        error: RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {msg}")),
+    }
+}
+
+/// Whether a header value equals the body value (integers compare numerically).
+fn same(header: &str, body: &Value) -> bool {
+    match body {
+        Value::String(s) => header == s,
+        Value::Bool(b) => header == if *b { "true" } else { "false" },
+        Value::Number(n) => match (header.parse::<f64>(), n.as_f64()) {
+            (Ok(h), Some(b)) => h == b,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+impl ToolHeaders {
+    fn lookup(&self, tool: &str) -> (Option<Vec<Annotated>>, bool) {
+        let g = self.learned.read().expect("lock");
+        match g.as_ref() {
+            Some((at, tools)) => {
+                let age = at.elapsed();
+                match tools.get(tool) {
+                    Some(a) => (Some(a.clone()), age > FRESH),
+                    None => (None, age > RELEARN),
+                }
+            }
+            None => (None, true),
+        }
+    }
+
+    /// Read every page of the upstream's `tools/list` with the caller's `_meta`.
+    async fn learn(&self, up: &dyn Upstream, meta: &Map<String, Value>, ctx: &CallContext) {
+        let _one = self.fetching.lock().await;
+        let mut tools = HashMap::new();
+        let mut cursor: Option<Value> = None;
+        for _ in 0..MAX_PAGES {
+            let mut params = Map::new();
+            params.insert("_meta".into(), json!(meta));
+            if let Some(c) = &cursor {
+                params.insert("cursor".into(), c.clone());
+            }
+            let req = Request {
+                id: Some(json!("tasklift-tool-headers")),
+                method: "tools/list".into(),
+                params,
+            };
+            let outcome = match up.call(&req, ctx).await {
+                Ok(call) => call.outcome(up.name()).await,
+                Err(e) => Err(e.to_rpc()),
+            };
+            let page = match outcome {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not read tools/list for Mcp-Param checks");
+                    break;
+                }
+            };
+            for t in page
+                .get("tools")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(name) = t.get("name").and_then(Value::as_str) {
+                    let a = t.get("inputSchema").map(annotations).unwrap_or_default();
+                    tools.insert(name.to_string(), a);
+                }
+            }
+            cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
+            if cursor.is_none() {
+                break;
+            }
+        }
+        *self.learned.write().expect("lock") = Some((Instant::now(), tools));
+    }
+
+    /// Check a `tools/call`'s `Mcp-Param-*` headers against the tool's annotations.
+    pub async fn check(
+        &self,
+        up: &dyn Upstream,
+        h: &HeaderMap,
+        req: &Request,
+        ctx: &CallContext,
+    ) -> Result<(), Rejection> {
+        let tool = req.str_param("name").unwrap_or_default();
+        let (mut known, stale) = self.lookup(tool);
+        if stale {
+            let meta = req.meta().cloned().unwrap_or_default();
+            self.learn(up, &meta, ctx).await;
+            known = self.lookup(tool).0;
+        }
+        // A tool the upstream does not list: nothing is recognized, headers pass.
+        let Some(annotated) = known else {
+            return Ok(());
+        };
+        let args = req.params.get("arguments");
+        for a in &annotated {
+            let name = format!("mcp-param-{}", a.header);
+            let mut body = args;
+            for k in &a.path {
+                body = body.and_then(|b| b.get(k));
+            }
+            let body = body.filter(|v| !v.is_null());
+            let header =
+                match h.get(&name) {
+                    None => None,
+                    Some(v) => Some(v.to_str().map_err(|_| {
+                        mismatch(format!("{name} header contains invalid characters"))
+                    })?),
+                };
+            match (header, body) {
+                (None, None) => {}
+                (None, Some(_)) => {
+                    return Err(mismatch(format!(
+                        "the {name} header is required: the body has a value for parameter '{}'",
+                        a.path.join(".")
+                    )))
+                }
+                (Some(_), None) => {
+                    return Err(mismatch(format!(
+                        "{name} header is present but the body has no value for parameter '{}'",
+                        a.path.join(".")
+                    )))
+                }
+                (Some(raw), Some(b)) => {
+                    let raw = raw.trim_matches([' ', '\t']);
+                    let Some(decoded) = mcp::decode_header_value(raw) else {
+                        return Err(mismatch(format!(
+                            "{name} header value '{raw}' is not valid base64 UTF-8"
+                        )));
+                    };
+                    if !same(&decoded, b) {
+                        return Err(mismatch(format!(
+                            "{name} header value '{decoded}' does not match body value {b}"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotations_are_found_through_properties_only() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "opts": {"type": "object", "properties": {"tier": {"type": "integer", "x-mcp-header": "Tier"}}},
+            "list": {"type": "array", "items": {"properties": {"x": {"x-mcp-header": "X"}}}},
+            "bad": {"type": "string", "x-mcp-header": "has space"},
+        }});
+        let a = annotations(&schema);
+        assert_eq!(
+            a,
+            vec![
+                Annotated {
+                    path: vec!["opts".into(), "tier".into()],
+                    header: "tier".into()
+                },
+                Annotated {
+                    path: vec!["region".into()],
+                    header: "region".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn values_compare_by_type() {
+        assert!(same("us-west1", &json!("us-west1")));
+        assert!(same("42.0", &json!(42)));
+        assert!(same("true", &json!(true)));
+        assert!(!same("43", &json!(42)));
+        assert!(!same("x", &json!({"a": 1})));
+    }
+}
