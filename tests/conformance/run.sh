@@ -2,12 +2,12 @@
 # Run the official MCP conformance suite (server mode) against tasklift fronting the
 # bundled legacy fixture server, over HTTP (default) or as a stdio child process.
 #
-# Over HTTP, three groups run against the same tasklift:
+# Three groups run against the same tasklift:
 #   modern  every 2026-07-28 server scenario (--suite all --spec-version 2026-07-28)
 #   tasks   every tasks-* scenario (the suite leaves them out of the 2026-07-28 filter)
 #   legacy  every 2025-11-25 server scenario: legacy clients through tasklift
-# With --stdio, the tasks-* scenarios and server-stateless run against tasklift with
-# the fixture as a child process.
+# With --stdio, tasklift runs the fixture as a child process instead of reaching it
+# over HTTP; the client side is HTTP in both cases.
 # Usage: tests/conformance/run.sh [--stdio] [scenario ...]
 # Needs Node 22 and @modelcontextprotocol/conformance: scripts/install-test-tools puts
 # them under target/tools (or set CONFORMANCE="node /path/to/conformance/dist/index.js").
@@ -77,14 +77,6 @@ suite() {
 
 if [ $# -gt 0 ]; then
   for s in "$@"; do scenario "$s"; done
-elif [ "$MODE" = stdio ]; then
-  echo "=== conformance scenarios over stdio"
-  for s in tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-headers \
-           tasks-required-task-error tasks-request-state-removal http-header-validation \
-           tasks-mrtr-input tasks-mrtr-composition tasks-status-notifications \
-           tasks-dispatch-and-envelope server-stateless; do
-    scenario "$s"
-  done
 else
   suite modern --suite all --spec-version 2026-07-28
   echo "=== conformance scenarios tasks-*"
