@@ -79,6 +79,10 @@ pub struct RawLegacy {
     pub max_sessions_per_principal: usize,
     /// The `retry` delay tasklift's SSE streams suggest to 2025-11-25 clients.
     pub sse_retry: String,
+    /// How long one HTTP response may carry a 2025-11-25 client's stream before
+    /// tasklift closes it and the client resumes with `Last-Event-ID` (SSE polling,
+    /// so no response outlives a proxy's timeout); `"0"` keeps streams open.
+    pub stream_max: String,
 }
 
 impl Default for RawLegacy {
@@ -88,6 +92,7 @@ impl Default for RawLegacy {
             session_idle: "30m".into(),
             max_sessions_per_principal: 64,
             sse_retry: "1s".into(),
+            stream_max: "0".into(),
         }
     }
 }
@@ -103,6 +108,8 @@ pub struct LegacyConfig {
     pub max_sessions_per_principal: usize,
     /// SSE `retry` for 2025-11-25 clients.
     pub sse_retry: Duration,
+    /// Longest time one response carries a 2025-11-25 client's stream (zero: no limit).
+    pub stream_max: Duration,
 }
 
 /// `[server]`.
@@ -562,6 +569,7 @@ impl RawConfig {
             session_idle: parse_duration("legacy.session_idle", &l.session_idle)?,
             max_sessions_per_principal: l.max_sessions_per_principal,
             sse_retry: parse_duration("legacy.sse_retry", &l.sse_retry)?,
+            stream_max: parse_duration("legacy.stream_max", &l.stream_max)?,
         };
         if legacy.session_idle.is_zero() {
             return Err(invalid("legacy.session_idle", "must be greater than zero"));

@@ -61,6 +61,29 @@ pub struct ClientSession {
     closed: watch::Sender<bool>,
     /// The task relaying the upstream's change notifications to the GET stream.
     pub(crate) listener: Mutex<Option<tokio::task::AbortHandle>>,
+    /// How this client's streams poll (2025-11-25 SSE polling).
+    polling: Polling,
+}
+
+/// SSE polling for 2025-11-25 clients: the `retry` delay of priming events, and how
+/// long one connection may read a stream before tasklift closes it (the client
+/// resumes with `Last-Event-ID`), so a long call never holds one HTTP response
+/// open past a proxy's timeout.
+#[derive(Debug, Clone, Copy)]
+pub struct Polling {
+    /// The `retry` field, in milliseconds.
+    pub retry_ms: u64,
+    /// Close a connection reading a stream after this long; `None` never.
+    pub close_after: Option<std::time::Duration>,
+}
+
+impl Default for Polling {
+    fn default() -> Self {
+        Self {
+            retry_ms: 1000,
+            close_after: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for ClientSession {
@@ -122,7 +145,49 @@ impl ClientSession {
             next_stream: AtomicU64::new(STANDALONE + 1),
             closed: watch::channel(false).0,
             listener: Mutex::new(None),
+            polling: Polling::default(),
         })
+    }
+
+    /// A new session whose streams poll as `polling` says (2025-11-25 clients).
+    pub fn with_polling(
+        principal: String,
+        protocol_version: String,
+        capabilities: Value,
+        client_info: Value,
+        polling: Polling,
+    ) -> Arc<Self> {
+        let mut s = Self::new(principal, protocol_version, capabilities, client_info);
+        Arc::get_mut(&mut s).expect("not shared yet").polling = polling;
+        s
+    }
+
+    /// Close the connection `tx` reading `stream` after the polling time, if it is
+    /// still the one reading it then (the work behind the stream goes on).
+    fn close_later(self: &Arc<Self>, stream: u64, tx: &mpsc::Sender<StreamItem>) {
+        let Some(after) = self.polling.close_after.filter(|_| self.polls()) else {
+            return;
+        };
+        let me = Arc::downgrade(self);
+        let tx = tx.downgrade();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let (Some(me), Some(tx)) = (me.upgrade(), tx.upgrade()) else {
+                return;
+            };
+            let mut streams = me.streams.lock().expect("lock");
+            if let Some(log) = streams.get_mut(&stream) {
+                if log.live.as_ref().is_some_and(|l| l.same_channel(&tx)) {
+                    tracing::debug!(session = %me.id, stream, "closing a long stream; the client resumes it with Last-Event-ID");
+                    log.live = None;
+                }
+            }
+        });
+    }
+
+    /// How this client's streams poll.
+    pub fn polling(&self) -> Polling {
+        self.polling
     }
 
     /// Whether the client's revision has SSE polling (priming events, `retry`).
@@ -285,7 +350,6 @@ impl ClientSession {
     pub fn resumable(
         self: &Arc<Self>,
         mut rx: mpsc::Receiver<StreamItem>,
-        retry_ms: u64,
         shape: impl Fn(Value) -> Value + Send + 'static,
     ) -> mpsc::Receiver<StreamItem> {
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
@@ -293,9 +357,10 @@ impl ClientSession {
         if self.polls() {
             let _ = tx.try_send(StreamItem::Prime {
                 id: event_id(stream, 0),
-                retry_ms,
+                retry_ms: self.polling.retry_ms,
             });
         }
+        self.close_later(stream, &tx);
         self.streams.lock().expect("lock").insert(
             stream,
             StreamLog {
@@ -384,7 +449,10 @@ impl ClientSession {
 
     /// Open the standalone GET stream, or resume a stream after `last_event_id`.
     /// Replaces any connection already reading that stream.
-    pub fn open_stream(&self, last_event_id: Option<&str>) -> mpsc::Receiver<StreamItem> {
+    pub fn open_stream(
+        self: &Arc<Self>,
+        last_event_id: Option<&str>,
+    ) -> mpsc::Receiver<StreamItem> {
         let (stream, after) = last_event_id
             .and_then(parse_event_id)
             .unwrap_or((STANDALONE, u64::MAX));
@@ -403,6 +471,13 @@ impl ClientSession {
             .cloned()
             .collect();
         let (tx, rx) = mpsc::channel(replay.len() + 64);
+        // A resumed stream primes again, so the client knows it can resume it again.
+        if stream != STANDALONE && self.polls() {
+            let _ = tx.try_send(StreamItem::Prime {
+                id: event_id(stream, after),
+                retry_ms: self.polling.retry_ms,
+            });
+        }
         for (seq, message) in replay {
             let _ = tx.try_send(StreamItem::Event {
                 id: event_id(stream, seq),
@@ -410,6 +485,9 @@ impl ClientSession {
             });
         }
         if !log.done {
+            if stream != STANDALONE {
+                self.close_later(stream, &tx);
+            }
             log.live = Some(tx);
         }
         rx
@@ -526,7 +604,7 @@ mod tests {
     async fn a_stream_resumes_after_the_last_event_seen() {
         let s = ClientSession::new("p".into(), "2025-11-25".into(), json!({}), json!({}));
         let (tx, rx) = mpsc::channel(8);
-        let mut out = s.resumable(rx, 100, |v| v);
+        let mut out = s.resumable(rx, |v| v);
         assert!(matches!(out.recv().await, Some(StreamItem::Prime { .. })));
         tx.send(StreamItem::Message(json!({"n": 1}))).await.unwrap();
         let first = match out.recv().await {

@@ -185,7 +185,12 @@ pub async fn initialize(
         .get("clientInfo")
         .cloned()
         .unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
-    let s = ClientSession::new(ctx.principal.clone(), version.clone(), caps, info);
+    let polling = crate::session::Polling {
+        retry_ms: state.legacy.sse_retry.as_millis() as u64,
+        close_after: Some(state.legacy.stream_max).filter(|d| !d.is_zero()),
+    };
+    let s =
+        ClientSession::with_polling(ctx.principal.clone(), version.clone(), caps, info, polling);
     let evicted = match mount
         .sessions
         .insert(s.clone(), state.legacy.max_sessions_per_principal)
@@ -433,12 +438,47 @@ async fn call(
     let cancelled = s.start_request(&id);
     let _busy = s.busy();
     let req = modernize(s, req);
-    let reply = tokio::select! {
-        r = dispatch(&state.engine, mount, req.clone(), ctx.clone()) => r,
-        _ = cancelled.notified() => {
-            s.end_request(&id);
-            return ok(Some(&id), Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")));
+    let reply = match s.polling().close_after.filter(|_| s.polls()) {
+        // SSE polling: a call that is not answered soon gets a stream at once (with its
+        // priming event), so the stream can be closed and resumed while it runs.
+        Some(after) => {
+            let (otx, orx) = tokio::sync::oneshot::channel();
+            let (st, path, r, c) = (
+                state.clone(),
+                mount.cfg.path.clone(),
+                req.clone(),
+                ctx.clone(),
+            );
+            let work = tokio::spawn(async move {
+                if let Some(m) = st.mounts.get(&path) {
+                    let _ = otx.send(dispatch(&st.engine, m, r, c).await);
+                }
+            });
+            let guard = AbortOnDrop(work.abort_handle());
+            let mut orx = orx;
+            tokio::select! {
+                r = &mut orx => match r {
+                    Ok(r) => r,
+                    Err(_) => return ok(Some(&id), Err(RpcError::new(jsonrpc::INTERNAL_ERROR, "the call ended without an answer"))),
+                },
+                _ = cancelled.notified() => {
+                    s.end_request(&id);
+                    return ok(Some(&id), Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")));
+                }
+                _ = tokio::time::sleep((after / 2).min(std::time::Duration::from_secs(1))) => {
+                    let first = First::Pending(orx, guard);
+                    let rx = continue_call(state.clone(), mount.cfg.path.clone(), s.clone(), req, ctx, first, cancelled);
+                    return sse_response(s.resumable(rx, shape), None);
+                }
+            }
         }
+        None => tokio::select! {
+            r = dispatch(&state.engine, mount, req.clone(), ctx.clone()) => r,
+            _ = cancelled.notified() => {
+                s.end_request(&id);
+                return ok(Some(&id), Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")));
+            }
+        },
     };
     match reply {
         Reply::Json(v) if !is_input_required(&v) => {
@@ -458,12 +498,28 @@ async fn call(
                 s.clone(),
                 req,
                 ctx,
-                reply,
+                First::Ready(reply),
                 cancelled,
             );
-            let rx = s.resumable(rx, state.legacy.sse_retry.as_millis() as u64, shape);
+            let rx = s.resumable(rx, shape);
             sse_response(rx, None)
         }
+    }
+}
+
+/// The first answer of a call carried on a stream: there, or still being worked out
+/// (aborted if the stream's work is dropped).
+enum First {
+    Ready(Reply),
+    Pending(tokio::sync::oneshot::Receiver<Reply>, AbortOnDrop),
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -500,7 +556,7 @@ fn continue_call(
     s: Arc<ClientSession>,
     mut req: Request,
     ctx: CallContext,
-    first: Reply,
+    first: First,
     cancelled: Arc<tokio::sync::Notify>,
 ) -> mpsc::Receiver<StreamItem> {
     let (tx, rx) = mpsc::channel(32);
@@ -511,7 +567,11 @@ fn continue_call(
         let work = async {
             loop {
                 let r = match reply.take() {
-                    Some(r) => r,
+                    Some(First::Ready(r)) => r,
+                    Some(First::Pending(rx, _guard)) => match rx.await {
+                        Ok(r) => r,
+                        Err(_) => return,
+                    },
                     None => {
                         let Some(mount) = state.mounts.get(&path) else {
                             return;

@@ -154,9 +154,7 @@ pub async fn create(
         }
         // The task could not be stored: the call went on synchronously.
         Reply::Stream(rx) => {
-            let rx = s.resumable(rx, state.legacy.sse_retry.as_millis() as u64, |v| {
-                legacy_shape("tools/call", v)
-            });
+            let rx = s.resumable(rx, |v| legacy_shape("tools/call", v));
             super::legacy::sse(rx)
         }
         Reply::Accepted => respond(id.as_ref(), Ok(json!({}))),
@@ -249,7 +247,7 @@ pub async fn task_method(
                 id.clone().unwrap_or(Value::Null),
                 state.cfg.keepalive_interval,
             );
-            let rx = s.resumable(rx, state.legacy.sse_retry.as_millis() as u64, |v| v);
+            let rx = s.resumable(rx, |v| v);
             super::legacy::sse(rx)
         }
     }

@@ -125,7 +125,13 @@ async fn legacy_client_through_tasklift() {
     let Some((node, dir)) = ts_clients_or_skip() else {
         return;
     };
-    let h = Harness::start(FixtureServer::demo(), |_| {}).await;
+    // SSE polling on: the 1.5 s slow_compute outlives a 400 ms stream, so the SDK
+    // must resume it with Last-Event-ID to get its result.
+    let h = Harness::start(FixtureServer::demo(), |raw| {
+        raw.legacy.stream_max = "400ms".into();
+        raw.legacy.sse_retry = "100ms".into();
+    })
+    .await;
     let out = run_script(&node, &dir, "legacy-client.mjs", &h.url).await;
     assert!(out.contains("legacy-client: all checks passed"), "{out}");
     h.stop().await;
