@@ -173,6 +173,7 @@ async fn a_caller_without_the_extension_gets_keepalives_then_the_result() {
         match rx.recv().await.expect("stream ends with the result") {
             StreamItem::KeepAlive => keepalives += 1,
             StreamItem::Message(m) => break m,
+            other => panic!("a modern caller's stream has no event ids: {other:?}"),
         }
     };
     assert_eq!(last["result"]["content"][0]["text"], "done");
