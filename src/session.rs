@@ -19,6 +19,10 @@ use crate::reply::StreamItem;
 
 /// Events kept per stream for resumption.
 const LOG_EVENTS: usize = 512;
+/// How long a finished stream can still be resumed.
+const KEEP_FINISHED: std::time::Duration = std::time::Duration::from_secs(300);
+/// Most finished streams kept per session.
+const MAX_FINISHED: usize = 64;
 /// The stream number of the session's standalone GET stream.
 pub const STANDALONE: u64 = 0;
 
@@ -106,6 +110,8 @@ struct StreamLog {
     live: Option<mpsc::Sender<StreamItem>>,
     /// No more events will come.
     done: bool,
+    /// When it finished.
+    done_at: Option<Instant>,
 }
 
 /// An SSE event id: stream number and sequence.
@@ -361,7 +367,9 @@ impl ClientSession {
             });
         }
         self.close_later(stream, &tx);
-        self.streams.lock().expect("lock").insert(
+        let mut streams = self.streams.lock().expect("lock");
+        prune(&mut streams);
+        streams.insert(
             stream,
             StreamLog {
                 next_seq: 1,
@@ -399,6 +407,7 @@ impl ClientSession {
             let mut streams = me.streams.lock().expect("lock");
             if let Some(log) = streams.get_mut(&stream) {
                 log.done = true;
+                log.done_at = Some(Instant::now());
                 log.live = None;
             }
         });
@@ -491,6 +500,21 @@ impl ClientSession {
             log.live = Some(tx);
         }
         rx
+    }
+}
+
+/// Forget finished streams that are old, or beyond the most recent `MAX_FINISHED`.
+fn prune(streams: &mut HashMap<u64, StreamLog>) {
+    streams.retain(|_, l| l.done_at.is_none_or(|t| t.elapsed() < KEEP_FINISHED));
+    let mut finished: Vec<(Instant, u64)> = streams
+        .iter()
+        .filter_map(|(k, l)| l.done_at.map(|t| (t, *k)))
+        .collect();
+    if finished.len() > MAX_FINISHED {
+        finished.sort();
+        for (_, k) in &finished[..finished.len() - MAX_FINISHED] {
+            streams.remove(k);
+        }
     }
 }
 
@@ -616,6 +640,10 @@ mod tests {
         drop(tx);
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         let mut again = s.open_stream(Some(&first));
+        match again.recv().await {
+            Some(StreamItem::Prime { id, .. }) => assert_eq!(id, first, "primed where it resumed"),
+            other => panic!("{other:?}"),
+        }
         match again.recv().await {
             Some(StreamItem::Event { message, .. }) => assert_eq!(message, json!({"n": 2})),
             other => panic!("{other:?}"),

@@ -36,6 +36,8 @@ use crate::upstream::{CallContext, Era};
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// JSON-RPC code for an unknown or expired session (as the reference SDKs use).
 const SESSION_NOT_FOUND: i64 = -32001;
+/// How long a call may take before its answer becomes a resumable stream.
+const STREAM_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// JSON-RPC code for a request the client cancelled.
 const REQUEST_CANCELLED: i64 = -32800;
 
@@ -438,47 +440,44 @@ async fn call(
     let cancelled = s.start_request(&id);
     let _busy = s.busy();
     let req = modernize(s, req);
-    let reply = match s.polling().close_after.filter(|_| s.polls()) {
-        // SSE polling: a call that is not answered soon gets a stream at once (with its
-        // priming event), so the stream can be closed and resumed while it runs.
-        Some(after) => {
-            let (otx, orx) = tokio::sync::oneshot::channel();
-            let (st, path, r, c) = (
-                state.clone(),
-                mount.cfg.path.clone(),
-                req.clone(),
-                ctx.clone(),
-            );
-            let work = tokio::spawn(async move {
-                if let Some(m) = st.mounts.get(&path) {
-                    let _ = otx.send(dispatch(&st.engine, m, r, c).await);
-                }
-            });
-            let guard = AbortOnDrop(work.abort_handle());
-            let mut orx = orx;
-            tokio::select! {
-                r = &mut orx => match r {
-                    Ok(r) => r,
-                    Err(_) => return ok(Some(&id), Err(RpcError::new(jsonrpc::INTERNAL_ERROR, "the call ended without an answer"))),
-                },
-                _ = cancelled.notified() => {
-                    s.end_request(&id);
-                    return ok(Some(&id), Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")));
-                }
-                _ = tokio::time::sleep((after / 2).min(std::time::Duration::from_secs(1))) => {
-                    let first = First::Pending(orx, guard);
-                    let rx = continue_call(state.clone(), mount.cfg.path.clone(), s.clone(), req, ctx, first, cancelled);
-                    return sse_response(s.resumable(rx, shape), None);
-                }
-            }
+    // The call runs apart from the connection: a legacy client that goes away has not
+    // cancelled (it says so with notifications/cancelled). A call not answered soon
+    // gets a resumable stream (with a priming event for 2025-11-25), so from then on
+    // a dropped connection can be resumed with Last-Event-ID.
+    let wait = match s.polling().close_after.filter(|_| s.polls()) {
+        Some(after) => (after / 2).min(STREAM_AFTER),
+        None => STREAM_AFTER,
+    };
+    let (otx, mut orx) = tokio::sync::oneshot::channel();
+    let (st, path, r, c) = (
+        state.clone(),
+        mount.cfg.path.clone(),
+        req.clone(),
+        ctx.clone(),
+    );
+    let work = tokio::spawn(async move {
+        if let Some(m) = st.mounts.get(&path) {
+            let _ = otx.send(dispatch(&st.engine, m, r, c).await);
         }
-        None => tokio::select! {
-            r = dispatch(&state.engine, mount, req.clone(), ctx.clone()) => r,
-            _ = cancelled.notified() => {
+    });
+    let guard = AbortOnDrop(work.abort_handle());
+    let reply = tokio::select! {
+        r = &mut orx => match r {
+            Ok(r) => r,
+            Err(_) => {
                 s.end_request(&id);
-                return ok(Some(&id), Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")));
+                return ok(Some(&id), Err(RpcError::new(jsonrpc::INTERNAL_ERROR, "the call ended without an answer")));
             }
         },
+        _ = cancelled.notified() => {
+            s.end_request(&id);
+            return ok(Some(&id), Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")));
+        }
+        _ = tokio::time::sleep(wait) => {
+            let first = First::Pending(orx, guard);
+            let rx = continue_call(state.clone(), mount.cfg.path.clone(), s.clone(), req, ctx, first, cancelled);
+            return sse_response(s.resumable(rx, shape), None);
+        }
     };
     match reply {
         Reply::Json(v) if !is_input_required(&v) => {

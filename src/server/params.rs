@@ -1,9 +1,11 @@
 //! `Mcp-Param-{Name}` headers (2026-07-28, SEP-2243): a tool may mark parameters
 //! with `x-mcp-header` so clients mirror their values into headers, and every server
 //! that processes the body must check the two agree. tasklift learns each tool's
-//! annotations from the upstream's `tools/list` (cached per mount) and checks
-//! `tools/call` against them before anything goes upstream: a missing, undecodable
-//! or different header is a 400 with `-32020`, like the standard headers.
+//! annotations from the `tools/list` results it relays (a client lists tools to know
+//! which headers to send), or, for a call that carries `Mcp-Param-*` headers for a
+//! tool it has not seen, by asking the upstream's `tools/list` itself. It checks
+//! `tools/call` against them before anything goes upstream: a missing, undecodable or
+//! different header is a 400 with `-32020`, like the standard headers.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -16,10 +18,10 @@ use crate::jsonrpc::{Request, RpcError, HEADER_MISMATCH};
 use crate::mcp;
 use crate::upstream::{CallContext, Upstream};
 
-/// How long learned annotations are trusted.
-const FRESH: Duration = Duration::from_secs(60);
 /// A tool not in the cache triggers a new `tools/list` at most this often.
 const RELEARN: Duration = Duration::from_secs(5);
+/// Longest wait for the upstream's `tools/list`; past it the call is not checked.
+const LEARN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most `tools/list` pages read.
 const MAX_PAGES: usize = 20;
 
@@ -30,8 +32,8 @@ struct Annotated {
     header: String,
 }
 
-/// Annotations by tool name, and when they were read.
-type Learned = (Instant, HashMap<String, Vec<Annotated>>);
+/// Annotations by tool name, and when tasklift last asked the upstream.
+type Learned = (Option<Instant>, HashMap<String, Vec<Annotated>>);
 
 /// The annotations of one upstream's tools.
 #[derive(Default)]
@@ -90,17 +92,34 @@ fn same(header: &str, body: &Value) -> bool {
 }
 
 impl ToolHeaders {
+    /// The tool's annotations if known, and whether asking the upstream is allowed now.
     fn lookup(&self, tool: &str) -> (Option<Vec<Annotated>>, bool) {
         let g = self.learned.read().expect("lock");
         match g.as_ref() {
-            Some((at, tools)) => {
-                let age = at.elapsed();
-                match tools.get(tool) {
-                    Some(a) => (Some(a.clone()), age > FRESH),
-                    None => (None, age > RELEARN),
-                }
-            }
+            Some((asked, tools)) => (
+                tools.get(tool).cloned(),
+                asked.is_none_or(|t| t.elapsed() > RELEARN),
+            ),
             None => (None, true),
+        }
+    }
+
+    /// Learn from a `tools/list` response relayed to a client (one page).
+    pub fn observe(&self, msg: &Value) {
+        let Some(tools) = msg
+            .get("result")
+            .and_then(|r| r.get("tools"))
+            .and_then(Value::as_array)
+        else {
+            return;
+        };
+        let mut g = self.learned.write().expect("lock");
+        let (_, known) = g.get_or_insert_with(|| (None, HashMap::new()));
+        for t in tools {
+            if let Some(name) = t.get("name").and_then(Value::as_str) {
+                let a = t.get("inputSchema").map(annotations).unwrap_or_default();
+                known.insert(name.to_string(), a);
+            }
         }
     }
 
@@ -120,9 +139,20 @@ impl ToolHeaders {
                 method: "tools/list".into(),
                 params,
             };
-            let outcome = match up.call(&req, ctx).await {
-                Ok(call) => call.outcome(up.name()).await,
-                Err(e) => Err(e.to_rpc()),
+            let asked = async {
+                match up.call(&req, ctx).await {
+                    Ok(call) => call.outcome(up.name()).await,
+                    Err(e) => Err(e.to_rpc()),
+                }
+            };
+            let outcome = match tokio::time::timeout(LEARN_TIMEOUT, asked).await {
+                Ok(o) => o,
+                Err(_) => {
+                    tracing::debug!(
+                        "the upstream's tools/list took too long; Mcp-Param headers not checked"
+                    );
+                    break;
+                }
             };
             let page = match outcome {
                 Ok(p) => p,
@@ -147,7 +177,10 @@ impl ToolHeaders {
                 break;
             }
         }
-        *self.learned.write().expect("lock") = Some((Instant::now(), tools));
+        let mut g = self.learned.write().expect("lock");
+        let (asked, known) = g.get_or_insert_with(|| (None, HashMap::new()));
+        *asked = Some(Instant::now());
+        known.extend(tools);
     }
 
     /// Check a `tools/call`'s `Mcp-Param-*` headers against the tool's annotations.
@@ -159,8 +192,9 @@ impl ToolHeaders {
         ctx: &CallContext,
     ) -> Result<(), Rejection> {
         let tool = req.str_param("name").unwrap_or_default();
-        let (mut known, stale) = self.lookup(tool);
-        if stale {
+        let (mut known, may_ask) = self.lookup(tool);
+        let has_params = h.keys().any(|k| k.as_str().starts_with("mcp-param-"));
+        if known.is_none() && has_params && may_ask {
             let meta = req.meta().cloned().unwrap_or_default();
             self.learn(up, &meta, ctx).await;
             known = self.lookup(tool).0;

@@ -302,3 +302,71 @@ async fn notifications_are_accepted_with_202() {
     );
     h.stop().await;
 }
+
+/// `Mcp-Param-*` headers are checked against the tool's `x-mcp-header` parameters,
+/// which the legacy upstream itself knows nothing about.
+#[tokio::test]
+async fn mcp_param_headers_must_match_the_annotated_arguments() {
+    let schema = json!({"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "limits": {"type": "object", "properties": {"max": {"type": "integer", "x-mcp-header": "Max"}}},
+    }});
+    let h = Harness::start(
+        FixtureServer::new().tool(Tool::new("deploy").schema(schema)),
+        |_| {},
+    )
+    .await;
+    let list = post(&h.url, 1, "tools/list", json!({}), false).await;
+    assert_eq!(list.status, 200, "{list:?}");
+    let deploy = |args: Value| {
+        Post::new(
+            &h.url,
+            9,
+            "tools/call",
+            json!({"name": "deploy", "arguments": args}),
+            false,
+        )
+    };
+    let args = json!({"region": "Hello, 世界", "limits": {"max": 42}});
+    let encoded = "=?base64?SGVsbG8sIOS4lueVjA==?=";
+    // Matching headers (base64 for the non-ASCII value, numbers compared as numbers).
+    let ok = deploy(args.clone())
+        .header("mcp-param-region", encoded)
+        .header("mcp-param-max", "42.0")
+        .send()
+        .await;
+    assert_eq!(ok.status, 200, "{ok:?}");
+    assert!(ok.json()["error"].is_null(), "{}", ok.body);
+    // A value in the body without its header.
+    let missing = deploy(args.clone())
+        .header("mcp-param-region", encoded)
+        .send()
+        .await;
+    assert_rejected(&missing, -32020, json!(9));
+    assert!(
+        missing.body.contains("Mcp-Param-Max") || missing.body.contains("mcp-param-max"),
+        "{}",
+        missing.body
+    );
+    // A header that says something else than the body, and broken base64.
+    for (region, why) in [("elsewhere", "different"), ("=?base64?!!?=", "bad base64")] {
+        let r = deploy(args.clone())
+            .header("mcp-param-region", region)
+            .header("mcp-param-max", "42")
+            .send()
+            .await;
+        assert_rejected(&r, -32020, json!(9));
+        assert!(r.status == 400, "{why}: {r:?}");
+    }
+    // No value, no header: fine; a header without a value: rejected.
+    let none = deploy(json!({})).send().await;
+    assert_eq!(none.status, 200, "{none:?}");
+    let extra = deploy(json!({})).header("mcp-param-max", "1").send().await;
+    assert_rejected(&extra, -32020, json!(9));
+    assert_eq!(
+        h.received("tools/call").len(),
+        2,
+        "rejected calls never went upstream"
+    );
+    h.stop().await;
+}

@@ -108,9 +108,6 @@ async fn a_dropped_stream_keeps_the_call_running_and_resumes_with_last_event_id(
 }
 
 #[tokio::test]
-#[ignore = "tasklift answers a legacy POST only once the upstream sends something (or the 15 s \
-            keep-alive): no priming event comes first, and a client that drops the connection \
-            before then cancels the call upstream, with no event id to resume from"]
 async fn a_stream_dropped_before_the_upstream_says_anything_still_resumes() {
     let (gates, up) = gated(&["job"]);
     let h = Harness::start(up, |c| c.server.keepalive_interval = "10m".into()).await;
