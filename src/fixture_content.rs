@@ -616,28 +616,16 @@ pub(crate) fn tools(content: &Arc<Content>) -> Vec<Tool> {
                     .unwrap_or_default();
                 Ok(text(format!("Client roots: {}", roots.join(", "))))
             }),
-        Tool::new("test_input_required_result_request_state")
-            .description("Asks for a confirmation (elicitation); answers state-ok once given.")
-            .script(|cx| async move {
-                let a = cx
-                    .ask(
-                        "elicitation/create",
-                        elicitation("Please confirm", json!({"ok": {"type": "boolean"}}), &["ok"]),
-                    )
-                    .await?;
-                Ok(text(format!("state-ok: confirmed={}", a.pointer("/content/ok").unwrap_or(&Value::Null))))
-            }),
-        Tool::new("test_input_required_result_tampered_state")
-            .description("Asks for a confirmation (elicitation), then answers.")
-            .script(|cx| async move {
-                let a = cx
-                    .ask(
-                        "elicitation/create",
-                        elicitation("Please confirm", json!({"ok": {"type": "boolean"}}), &["ok"]),
-                    )
-                    .await?;
-                Ok(text(format!("confirmed={}", a.pointer("/content/ok").unwrap_or(&Value::Null))))
-            }),
+        confirming(
+            "test_input_required_result_request_state",
+            "Asks for a confirmation (elicitation); answers state-ok once given.",
+            "state-ok: ",
+        ),
+        confirming(
+            "test_input_required_result_tampered_state",
+            "Asks for a confirmation (elicitation), then answers.",
+            "",
+        ),
         Tool::new("test_input_required_result_multiple_inputs")
             .description("Asks three things at once: a name (elicitation), a greeting (sampling) and the roots.")
             .script(|cx| async move {
@@ -697,6 +685,28 @@ pub(crate) fn tools(content: &Arc<Content>) -> Vec<Tool> {
                 Ok(text(format!("sampling: {}; elicitation: {}", said[0], said[1])))
             }),
     ]
+}
+
+/// A tool that asks for a confirmation (elicitation) and answers `{prefix}confirmed=…`.
+fn confirming(name: &str, description: &str, prefix: &'static str) -> Tool {
+    Tool::new(name)
+        .description(description)
+        .script(move |cx| async move {
+            let a = cx
+                .ask(
+                    "elicitation/create",
+                    elicitation(
+                        "Please confirm",
+                        json!({"ok": {"type": "boolean"}}),
+                        &["ok"],
+                    ),
+                )
+                .await?;
+            Ok(text(format!(
+                "{prefix}confirmed={}",
+                a.pointer("/content/ok").unwrap_or(&Value::Null)
+            )))
+        })
 }
 
 #[cfg(test)]

@@ -168,16 +168,8 @@ async fn handle(
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return r;
     }
-    if !validate::origin_allowed(req.headers(), &state.cfg.allowed_origins) {
-        tracing::warn!(client.addr = %peer, origin = ?req.headers().get(header::ORIGIN), "rejected a request from a disallowed Origin");
-        return error_response(
-            StatusCode::FORBIDDEN,
-            None,
-            RpcError::new(
-                INVALID_REQUEST,
-                "Forbidden: this Origin is not allowed (see server.allowed_origins)",
-            ),
-        );
+    if let Some(r) = forbidden_origin(&state, req.headers(), peer) {
+        return r;
     }
     let ct_ok = req
         .headers()
@@ -306,6 +298,26 @@ async fn handle(
     .await
 }
 
+/// The 403 for a request from an Origin that is not allowed (DNS rebinding).
+fn forbidden_origin(
+    state: &State,
+    headers: &http::HeaderMap,
+    peer: SocketAddr,
+) -> Option<Response<RespBody>> {
+    if validate::origin_allowed(headers, &state.cfg.allowed_origins) {
+        return None;
+    }
+    tracing::warn!(client.addr = %peer, origin = ?headers.get(header::ORIGIN), "rejected a request from a disallowed Origin");
+    Some(error_response(
+        StatusCode::FORBIDDEN,
+        None,
+        RpcError::new(
+            INVALID_REQUEST,
+            "Forbidden: this Origin is not allowed (see server.allowed_origins)",
+        ),
+    ))
+}
+
 /// Who is calling (or the 401), and what goes upstream with their calls.
 fn context(
     state: &State,
@@ -346,16 +358,8 @@ async fn session_stream(
     sid: &str,
     peer: SocketAddr,
 ) -> Response<RespBody> {
-    if !validate::origin_allowed(req.headers(), &state.cfg.allowed_origins) {
-        tracing::warn!(client.addr = %peer, "rejected a session request from a disallowed Origin");
-        return error_response(
-            StatusCode::FORBIDDEN,
-            None,
-            RpcError::new(
-                INVALID_REQUEST,
-                "Forbidden: this Origin is not allowed (see server.allowed_origins)",
-            ),
-        );
+    if let Some(r) = forbidden_origin(state, req.headers(), peer) {
+        return r;
     }
     let ctx = match context(state, mount, req.headers(), None) {
         Ok(c) => c,
