@@ -402,7 +402,12 @@ async fn readyz(state: &State) -> Response<RespBody> {
     match state.engine.store().stats().await {
         Ok(s) if upstreams.is_empty() => json_response(
             StatusCode::OK,
-            &json!({"status": "ready", "tasks": s.tasks, "running": state.engine.running_count()}),
+            &json!({
+                "status": "ready",
+                "tasks": s.tasks,
+                "running": state.engine.running_count(),
+                "legacy_sessions": state.mounts.values().map(|m| m.sessions.len()).sum::<usize>(),
+            }),
         ),
         Ok(_) => json_response(
             StatusCode::SERVICE_UNAVAILABLE,

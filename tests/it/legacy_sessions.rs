@@ -148,8 +148,12 @@ async fn delete_ends_the_session_and_its_upstream_session() {
     let h = Harness::start(gated(&[]).1, |_| {}).await;
     let (c, _) = LegacyClient::start(&h.url, V25, json!({})).await;
     echo_ok(&c, 2).await;
+    let ready = h.url.replace("/mcp", "/readyz");
+    let sessions = || async { raw("GET", &ready, &[], "").await.json()["legacy_sessions"].clone() };
+    assert_eq!(sessions().await, 1, "/readyz counts the open session");
     let d = c.delete().await;
     assert_eq!(d.status, 200, "{d:?}");
+    assert_eq!(sessions().await, 0, "and forgets it at DELETE");
     let stats = h.upstream.stats();
     let deleted = || count(&stats.deletes) == 1;
     eventually(
