@@ -150,6 +150,8 @@ pub trait TaskStore: Send + Sync + 'static {
         upstream: &'a str,
         now_ms: u64,
     ) -> StoreFuture<'a, Vec<TaskRecord>>;
+    /// Every record, newest first, without outcomes (operator tools, the status page).
+    fn all(&self) -> StoreFuture<'_, Vec<TaskRecord>>;
     /// Size figures.
     fn stats(&self) -> StoreFuture<'_, StoreStats>;
     /// Flush everything to disk (at shutdown).

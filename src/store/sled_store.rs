@@ -357,6 +357,21 @@ impl TaskStore for SledStore {
         })
     }
 
+    fn all(&self) -> StoreFuture<'_, Vec<TaskRecord>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            for kv in self.inner.tasks.iter() {
+                let (k, v) = kv.map_err(db_err)?;
+                let id = String::from_utf8_lossy(&k).into_owned();
+                let mut rec = self.decode(&id, &v)?;
+                rec.outcome = None;
+                out.push(rec);
+            }
+            out.sort_by(|a, b| (b.created_at_ms, &b.id).cmp(&(a.created_at_ms, &a.id)));
+            Ok(out)
+        })
+    }
+
     fn stats(&self) -> StoreFuture<'_, StoreStats> {
         Box::pin(async move {
             let dir = self.inner.data_dir.clone();
