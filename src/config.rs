@@ -124,6 +124,8 @@ pub struct RawServer {
     pub max_body_bytes: usize,
     /// Interval between SSE keep-alive comments while a synchronous call waits.
     pub keepalive_interval: String,
+    /// Serve Prometheus metrics at `/metrics` on this listener.
+    pub metrics: bool,
 }
 
 impl Default for RawServer {
@@ -133,6 +135,7 @@ impl Default for RawServer {
             allowed_origins: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
             keepalive_interval: "15s".into(),
+            metrics: true,
         }
     }
 }
@@ -318,6 +321,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// SSE keep-alive interval.
     pub keepalive_interval: Duration,
+    /// Serve `/metrics` beside the MCP endpoints.
+    pub metrics: bool,
 }
 
 /// Validated `[store]`.
@@ -613,6 +618,7 @@ impl RawConfig {
                 allowed_origins: s.allowed_origins.clone(),
                 max_body_bytes: s.max_body_bytes,
                 keepalive_interval,
+                metrics: s.metrics,
             },
             store: StoreConfig {
                 data_dir: PathBuf::from(&self.store.data_dir),

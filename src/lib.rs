@@ -32,6 +32,7 @@ pub mod fixture_content;
 pub mod fixture_stdio;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod metrics;
 pub mod reply;
 pub mod server;
 pub mod session;

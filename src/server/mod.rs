@@ -134,6 +134,7 @@ async fn handle(
     match path.as_str() {
         "/healthz" => return json_response(StatusCode::OK, &json!({"status": "ok"})),
         "/readyz" => return readyz(&state).await,
+        "/metrics" if state.cfg.metrics => return metrics(&state).await,
         _ => {}
     }
     let Some(mount) = state.mounts.get(&path) else {
@@ -220,8 +221,12 @@ async fn handle(
             Ok(c) => c,
             Err(r) => return *r,
         };
-        let span = tracing::debug_span!("legacy", method = ?value.get("method"), client.addr = %peer, upstream = %mount.cfg.name);
-        return async {
+        let method = value
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let span = tracing::debug_span!("legacy", method = ?method, client.addr = %peer, upstream = %mount.cfg.name);
+        let r = async {
             match &session_id {
                 Some(sid) => match legacy::find_session(mount, sid, &ctx.principal) {
                     Ok(s) => legacy::post(&state, mount, s, &parts.headers, value, ctx).await,
@@ -245,6 +250,23 @@ async fn handle(
         }
         .instrument(span)
         .await;
+        // Legacy answers carry JSON-RPC errors with 200, so only the shape is counted.
+        if let Some(m) = &method {
+            let outcome = match r.status() {
+                StatusCode::ACCEPTED => "accepted",
+                s if !s.is_success() => "rejected",
+                _ if r
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .is_some_and(|c| c == "text/event-stream") =>
+                {
+                    "stream"
+                }
+                _ => "ok",
+            };
+            state.engine.metrics().request(m, outcome);
+        }
+        return r;
     }
     let raw_id = value.get("id").cloned();
     let msg = match Request::from_value(value) {
@@ -255,6 +277,7 @@ async fn handle(
     async {
         if msg.id.is_some() {
             if let Err(r) = validate::check_request(&parts.headers, &msg) {
+                state.engine.metrics().request(&msg.method, "rejected");
                 tracing::debug!(error = %r.error, "rejected at the front door");
                 return error_response(r.status, msg.id.as_ref(), r.error);
             }
@@ -269,12 +292,16 @@ async fn handle(
                 .check(mount.upstream.as_ref(), &parts.headers, &msg, &ctx)
                 .await;
             if let Err(r) = checked {
+                state.engine.metrics().request(&msg.method, "rejected");
                 tracing::debug!(error = %r.error, "rejected at the front door");
                 return error_response(r.status, msg.id.as_ref(), r.error);
             }
         }
         let lists_tools = msg.method == "tools/list";
-        match dispatch(&state.engine, mount, msg, ctx).await {
+        let method = msg.method.clone();
+        let reply = dispatch(&state.engine, mount, msg, ctx).await;
+        state.engine.metrics().request(&method, outcome_of(&reply));
+        match reply {
             Reply::Json(v) => {
                 if lists_tools {
                     mount.tool_headers.observe(&v);
@@ -387,7 +414,79 @@ fn forwarded_headers(h: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
         .collect()
 }
 
+/// What `/metrics` reads from the rest of tasklift at scrape time.
+pub async fn snapshot(state: &State) -> crate::metrics::Snapshot {
+    check_upstreams(state).await;
+    let store = state.engine.store();
+    let mut snap = crate::metrics::Snapshot::default();
+    if let Ok(all) = store.all().await {
+        for r in all {
+            *snap.tasks_by_status.entry(r.status.as_str()).or_default() += 1;
+        }
+    }
+    snap.store_disk_bytes = store.stats().await.map(|s| s.disk_bytes).unwrap_or(0);
+    snap.legacy_sessions = state.mounts.values().map(|m| m.sessions.len() as u64).sum();
+    let mut ups: Vec<_> = state
+        .mounts
+        .values()
+        .map(|m| {
+            (
+                m.cfg.name.clone(),
+                m.upstream.health().is_ok(),
+                m.upstream.restarts(),
+            )
+        })
+        .collect();
+    ups.sort();
+    snap.upstreams = ups;
+    snap
+}
+
+/// `/metrics`: Prometheus text format.
+pub async fn metrics(state: &State) -> Response<RespBody> {
+    let text = state.engine.metrics().render(&snapshot(state).await);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )
+        .body(body::full(text))
+        .expect("valid response")
+}
+
+/// The `outcome` label of `tasklift_requests_total` for a reply.
+fn outcome_of(reply: &Reply) -> &'static str {
+    match reply {
+        Reply::Json(v) if v.get("error").is_some() => "error",
+        Reply::Json(v) => match v
+            .get("result")
+            .and_then(|r| r.get("resultType"))
+            .and_then(Value::as_str)
+        {
+            Some("task") => "task",
+            Some("input_required") => "input_required",
+            _ => "ok",
+        },
+        Reply::Stream(_) => "stream",
+        Reply::Accepted => "accepted",
+    }
+}
+
+/// Check every upstream's reachability now (concurrently).
+pub async fn check_upstreams(state: &State) {
+    let checks: Vec<_> = state
+        .mounts
+        .values()
+        .map(|m| m.upstream.check_health())
+        .collect();
+    for c in checks {
+        c.await;
+    }
+}
+
 async fn readyz(state: &State) -> Response<RespBody> {
+    check_upstreams(state).await;
     // Upstreams that cannot take calls now (e.g. a stdio child that keeps crashing).
     let upstreams: serde_json::Map<String, Value> = state
         .mounts

@@ -61,6 +61,8 @@ pub struct Engine {
     pub(super) expired_grace: Duration,
     /// Interval between SSE keep-alives.
     pub(super) keepalive: Duration,
+    /// Counters for `/metrics`.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Longest time an upstream's own task id is remembered.
@@ -120,7 +122,13 @@ impl Engine {
             clock,
             expired_grace,
             keepalive,
+            metrics: Arc::default(),
         })
+    }
+
+    /// The counters behind `/metrics`.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.metrics
     }
 
     /// The store (for health and figures).
@@ -153,6 +161,7 @@ impl Engine {
             rec.outcome = Some(TaskOutcome::Error(err.to_value()));
             rec.updated_at_ms = now;
             self.store.put(&rec).await?;
+            self.metrics.task_finished(crate::metrics::Finished::Failed);
         }
         if !orphans.is_empty() {
             tracing::warn!(
@@ -257,6 +266,7 @@ impl Engine {
         };
         let meta = req.meta();
         let sc = SyncCall {
+            meter: Some(self.metrics.call_started(upstream.name())),
             call,
             id: req.id.clone(),
             relay_progress,
@@ -376,6 +386,8 @@ impl Engine {
                                 .put(&rec)
                                 .await
                                 .map_err(|e| RpcError::new(INTERNAL_ERROR, e.to_string()))?;
+                            self.metrics
+                                .task_finished(crate::metrics::Finished::Cancelled);
                             self.publish(&rec);
                         }
                     }
@@ -447,6 +459,7 @@ impl Engine {
         let now = self.clock.now_ms();
         self.upstream_tasks.retain(|_, r| r.expires_at_ms > now);
         if deleted > 0 {
+            self.metrics.tasks_expired(deleted as u64);
             tracing::debug!(deleted, "swept expired tasks");
         }
         Ok(deleted)

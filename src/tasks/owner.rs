@@ -26,6 +26,8 @@ pub(super) struct Owner {
     pub token: Value,
     /// The client's capabilities at creation (which requests it may be shown).
     pub caps: Value,
+    /// Counts the upstream call in flight until the task settles.
+    pub meter: Option<crate::metrics::CallMeter>,
     /// Input keys handed out so far.
     pub input_keys: super::input::InputKeys,
     /// The original request, for retrying a modern upstream with answers.
@@ -226,6 +228,13 @@ impl Engine {
             let _ = self.store().put(&rec).await;
         }
         self.publish(&rec);
+        drop(o.meter.take());
+        let how = match rec.status {
+            TaskStatus::Completed => crate::metrics::Finished::Completed,
+            TaskStatus::Cancelled => crate::metrics::Finished::Cancelled,
+            _ => crate::metrics::Finished::Failed,
+        };
+        self.metrics().task_finished(how);
         tracing::info!(status = rec.status.as_str(), "task settled");
         self.running.remove(&rec.id);
     }

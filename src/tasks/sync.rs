@@ -43,6 +43,8 @@ pub(super) enum Step {
 
 /// A request in its synchronous phase.
 pub(super) struct SyncCall {
+    /// Counts the upstream call in flight and times it (for `/metrics`).
+    pub meter: Option<crate::metrics::CallMeter>,
     /// The upstream call.
     pub call: UpstreamCall,
     /// The client's request id (of the latest attempt).
@@ -413,10 +415,12 @@ impl Engine {
         }
         let (control_tx, control_rx) = mpsc::channel::<Control>(16);
         self.running.insert(rec.id.clone(), control_tx);
+        self.metrics().task_created();
         self.publish(&rec);
         let handle = create_task_result(&rec);
         tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, "call became a task");
         let owner = super::owner::Owner {
+            meter: sc.meter.take(),
             call: Some(std::mem::replace(&mut sc.call, UpstreamCall::finished())),
             backlog: std::mem::take(&mut sc.backlog),
             token: sc.token.clone(),

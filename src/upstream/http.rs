@@ -61,6 +61,8 @@ pub struct HttpUpstream {
 }
 
 struct Shared {
+    /// Why the last reachability check failed, if it did.
+    unreachable: Mutex<Option<String>>,
     /// Configuration (URL, headers, era setting).
     cfg: UpstreamConfig,
     /// The endpoint.
@@ -121,6 +123,7 @@ impl HttpUpstream {
         };
         Ok(Self {
             inner: Arc::new(Shared {
+                unreachable: Mutex::new(None),
                 cfg,
                 url,
                 client,
@@ -957,6 +960,44 @@ impl Upstream for HttpUpstream {
                 }
             }
         })
+    }
+
+    fn check_health<'a>(
+        &'a self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let host = inner
+                .url
+                .host()
+                .unwrap_or("localhost")
+                .trim_matches(['[', ']']);
+            let port = inner
+                .url
+                .port_u16()
+                .unwrap_or(if inner.url.scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                });
+            let connect = tokio::net::TcpStream::connect((host, port));
+            let verdict = match tokio::time::timeout(inner.cfg.connect_timeout, connect).await {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(format!("upstream {} is unreachable: {e}", inner.cfg.name)),
+                Err(_) => Some(format!(
+                    "upstream {} is unreachable: no connection within {:?}",
+                    inner.cfg.name, inner.cfg.connect_timeout
+                )),
+            };
+            *inner.unreachable.lock().expect("health lock") = verdict;
+        })
+    }
+
+    fn health(&self) -> Result<(), String> {
+        match self.inner.unreachable.lock().expect("health lock").clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn end_session<'a>(

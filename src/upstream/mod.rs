@@ -286,6 +286,14 @@ pub trait Upstream: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
         Box::pin(async {})
     }
+    /// Check now whether the upstream can be reached (what `health` then reports).
+    fn check_health<'a>(&'a self) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async {})
+    }
+    /// How many times a stdio upstream's children were restarted (`None`: not stdio).
+    fn restarts(&self) -> Option<u64> {
+        None
+    }
     /// `Err(reason)` when the upstream cannot take calls now (reported by `/readyz`).
     fn health(&self) -> Result<(), String> {
         Ok(())

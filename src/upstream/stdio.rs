@@ -825,6 +825,16 @@ impl Upstream for StdioUpstream {
         })
     }
 
+    fn restarts(&self) -> Option<u64> {
+        Some(
+            self.inner
+                .slots
+                .iter()
+                .map(|s| s.health.lock().expect("health").restarts)
+                .sum(),
+        )
+    }
+
     fn health(&self) -> Result<(), String> {
         match self.inner.crash_looping() {
             Some(e) => Err(e),

@@ -21,6 +21,7 @@ mod legacy_front;
 mod legacy_sessions;
 mod legacy_tasks;
 mod lifecycle;
+mod metrics;
 mod listen;
 mod listen_upstream;
 mod rmcp_peer;

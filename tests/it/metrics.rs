@@ -1,0 +1,188 @@
+//! `/metrics` and `/readyz` as an operator reads them: the numbers move as tasks are
+//! created, finish and expire, and readiness follows an upstream that dies and
+//! comes back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tasklift::fixture::{FixtureServer, Tool};
+use tokio::sync::Notify;
+
+use crate::common::*;
+use crate::wire::raw;
+
+/// One sample's value from a Prometheus text page (`name{labels}` exactly as written).
+fn sample(page: &str, series: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{page}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn scrape(h: &Harness) -> String {
+    let r = raw("GET", &h.url.replace("/mcp", "/metrics"), &[], "").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    r.body
+}
+
+#[tokio::test]
+async fn metrics_follow_tasks_from_creation_to_expiry() {
+    let gate = Arc::new(Notify::new());
+    let up = FixtureServer::new()
+        .tool(Tool::new("job").gate(gate.clone()))
+        .tool(
+            Tool::new("broken")
+                .sleep(Duration::from_millis(600))
+                .rpc_error(-32603, "it broke"),
+        )
+        .tool(Tool::new("forever").sleep(Duration::from_secs(3600)));
+    let h = Harness::start(up, |c| {
+        c.tasks.ttl = "3s".into();
+        c.tasks.sweep_interval = "100ms".into();
+        c.tasks.expired_grace = "100ms".into();
+    })
+    .await;
+    let up = "{upstream=\"default\"}";
+    let page = scrape(&h).await;
+    assert_eq!(sample(&page, "tasklift_tasks_created_total"), 0.0);
+    assert_eq!(
+        sample(&page, &format!("tasklift_upstream_calls_in_flight{up}")),
+        0.0
+    );
+
+    let c = h.client();
+    let job = c.call_tool("job", json!({})).await.unwrap().result;
+    assert_eq!(job["resultType"], "task", "{job}");
+    let page = scrape(&h).await;
+    assert_eq!(sample(&page, "tasklift_tasks_created_total"), 1.0);
+    assert_eq!(sample(&page, "tasklift_tasks{status=\"working\"}"), 1.0);
+    assert_eq!(
+        sample(&page, &format!("tasklift_upstream_calls_in_flight{up}")),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "tasklift_requests_total{method=\"tools/call\",outcome=\"task\"}"
+        ),
+        1.0
+    );
+
+    gate.notify_one();
+    let id = job["taskId"].as_str().unwrap();
+    wait_terminal(&c, id, Duration::from_secs(10)).await;
+    let forever = c.call_tool("forever", json!({})).await.unwrap().result;
+    let forever = forever["taskId"].as_str().unwrap().to_string();
+    c.cancel_task(&forever).await.unwrap();
+    wait_terminal(&c, &forever, Duration::from_secs(10)).await;
+    let broken = c.call_tool("broken", json!({})).await.unwrap().result;
+    wait_terminal(
+        &c,
+        broken["taskId"].as_str().unwrap(),
+        Duration::from_secs(10),
+    )
+    .await;
+
+    let page = scrape(&h).await;
+    assert_eq!(sample(&page, "tasklift_tasks_created_total"), 3.0);
+    for (status, n) in [("completed", 1.0), ("cancelled", 1.0), ("failed", 1.0)] {
+        let finished = format!("tasklift_tasks_finished_total{{status=\"{status}\"}}");
+        assert_eq!(sample(&page, &finished), n, "{status}");
+        assert_eq!(
+            sample(&page, &format!("tasklift_tasks{{status=\"{status}\"}}")),
+            n
+        );
+    }
+    assert_eq!(sample(&page, "tasklift_tasks{status=\"working\"}"), 0.0);
+    assert_eq!(
+        sample(&page, &format!("tasklift_upstream_calls_in_flight{up}")),
+        0.0
+    );
+    let calls = format!("tasklift_upstream_call_duration_seconds_count{up}");
+    assert!(sample(&page, &calls) >= 3.0, "{page}");
+    assert!(sample(&page, "tasklift_store_disk_bytes") > 0.0);
+
+    // A malformed request is counted as rejected.
+    let bad = crate::wire::Post::new(&h.url, 5, "tools/list", json!({}), false)
+        .header("mcp-method", "prompts/list")
+        .send()
+        .await;
+    assert_eq!(bad.status, 400);
+    let page = scrape(&h).await;
+    let rejected = "tasklift_requests_total{method=\"tools/list\",outcome=\"rejected\"}";
+    assert_eq!(sample(&page, rejected), 1.0);
+
+    // The three tasks expire (TTL 3 s) and the sweeper deletes them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = scrape(&h).await;
+        if sample(&page, "tasklift_tasks_expired_total") == 3.0 {
+            for status in ["completed", "cancelled", "failed"] {
+                let now = format!("tasklift_tasks{{status=\"{status}\"}}");
+                assert_eq!(sample(&page, &now), 0.0, "{page}");
+            }
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never expired:\n{page}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_can_be_turned_off_on_the_main_listener() {
+    let h = Harness::start(FixtureServer::new(), |c| c.server.metrics = false).await;
+    let r = raw("GET", &h.url.replace("/mcp", "/metrics"), &[], "").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn readiness_follows_an_upstream_that_dies_and_comes_back() {
+    let first = FixtureServer::new()
+        .start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = first.url();
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &url, dir, |_| {}).await;
+    let readyz = h.url.replace("/mcp", "/readyz");
+    let r = raw("GET", &readyz, &[], "").await;
+    assert_eq!(r.status, 200, "{r:?}");
+
+    first.stop().await;
+    let r = raw("GET", &readyz, &[], "").await;
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.body.contains("unreachable"), "{}", r.body);
+    let page = scrape(&h).await;
+    assert_eq!(
+        sample(&page, "tasklift_upstream_ready{upstream=\"default\"}"),
+        0.0
+    );
+
+    let again = FixtureServer::new().start(addr).await.unwrap();
+    let r = raw("GET", &readyz, &[], "").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let page = scrape(&h).await;
+    assert_eq!(
+        sample(&page, "tasklift_upstream_ready{upstream=\"default\"}"),
+        1.0
+    );
+    again.stop().await;
+    h.stop().await;
+}
