@@ -38,4 +38,5 @@ pub mod server;
 pub mod session;
 pub mod store;
 pub mod tasks;
+pub mod trace;
 pub mod upstream;

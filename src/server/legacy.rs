@@ -321,11 +321,14 @@ pub async fn post(
         }
         return accepted();
     }
-    let req = match Request::from_value(value.clone()) {
+    let mut req = match Request::from_value(value.clone()) {
         Ok(r) => r,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, value.get("id"), e),
     };
     ctx.session = Some(s.clone());
+    if let Some(t) = crate::trace::propagate(headers, &mut req, &mut ctx) {
+        tracing::debug!(trace_id = %t, method = %req.method, "continuing the caller's trace");
+    }
     if req.id.is_none() {
         return notification(mount, &s, req, ctx).await;
     }

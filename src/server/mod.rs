@@ -269,11 +269,11 @@ async fn handle(
         return r;
     }
     let raw_id = value.get("id").cloned();
-    let msg = match Request::from_value(value) {
+    let mut msg = match Request::from_value(value) {
         Ok(m) => m,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, raw_id.as_ref(), e),
     };
-    let span = tracing::debug_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name);
+    let span = tracing::debug_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
     async {
         if msg.id.is_some() {
             if let Err(r) = validate::check_request(&parts.headers, &msg) {
@@ -282,10 +282,13 @@ async fn handle(
                 return error_response(r.status, msg.id.as_ref(), r.error);
             }
         }
-        let ctx = match context(&state, mount, &parts.headers, msg.id.as_ref()) {
+        let mut ctx = match context(&state, mount, &parts.headers, msg.id.as_ref()) {
             Ok(c) => c,
             Err(r) => return *r,
         };
+        if let Some(t) = crate::trace::propagate(&parts.headers, &mut msg, &mut ctx) {
+            tracing::Span::current().record("trace_id", t.as_str());
+        }
         if msg.method == crate::mcp::method::TOOLS_CALL {
             let checked = mount
                 .tool_headers
@@ -485,7 +488,8 @@ pub async fn check_upstreams(state: &State) {
     }
 }
 
-async fn readyz(state: &State) -> Response<RespBody> {
+/// `/readyz`: 200 when the store is open and every upstream can take calls, else 503.
+pub async fn readyz(state: &State) -> Response<RespBody> {
     check_upstreams(state).await;
     // Upstreams that cannot take calls now (e.g. a stdio child that keeps crashing).
     let upstreams: serde_json::Map<String, Value> = state

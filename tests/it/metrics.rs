@@ -186,3 +186,44 @@ async fn readiness_follows_an_upstream_that_dies_and_comes_back() {
     again.stop().await;
     h.stop().await;
 }
+
+/// A client's W3C trace context crosses tasklift: the upstream sees the same trace id,
+/// with tasklift's own parent id, in its `_meta` and in the HTTP headers.
+#[tokio::test]
+async fn a_trace_id_sent_by_the_client_reaches_the_upstream() {
+    let h = Harness::start(FixtureServer::new().tool(Tool::new("echo")), |_| {}).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let sent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let c = h.client_with(true, &[("traceparent", &sent), ("tracestate", "acme=7")]);
+    c.call_tool("echo", json!({})).await.unwrap();
+    let body = h
+        .received("tools/call")
+        .pop()
+        .expect("the call went upstream");
+    let meta = &body["params"]["_meta"];
+    let seen = meta["traceparent"].as_str().expect("traceparent in _meta");
+    assert!(seen.starts_with(&format!("00-{trace}-")), "{seen}");
+    assert_ne!(seen, sent, "tasklift adds its own hop");
+    assert_eq!(meta["tracestate"], "acme=7");
+    let stats = h.upstream.stats();
+    let headers = stats.headers.lock().unwrap();
+    let with_trace = headers
+        .iter()
+        .find(|h| h.get("traceparent").is_some())
+        .expect("a request with a traceparent header");
+    assert_eq!(with_trace["traceparent"], seen, "the header says the same");
+    assert_eq!(with_trace["tracestate"], "acme=7");
+    drop(headers);
+    // From `_meta` alone (e.g. a stdio-era client library) works the same.
+    let c = h.client();
+    c.request(
+        "tools/call",
+        json!({"name": "echo", "arguments": {}, "_meta": {"traceparent": sent}}),
+    )
+    .await
+    .unwrap();
+    let body = h.received("tools/call").pop().unwrap();
+    let seen = body["params"]["_meta"]["traceparent"].as_str().unwrap();
+    assert!(seen.starts_with(&format!("00-{trace}-")), "{seen}");
+    h.stop().await;
+}

@@ -1,0 +1,164 @@
+//! W3C Trace Context across tasklift: a client's `traceparent` (HTTP header, or the
+//! `_meta` key 2026-07-28 reserves for it) continues upstream with tasklift as a hop
+//! of its own: same trace id, a new parent id for tasklift's span, the flags and
+//! `tracestate`/`baggage` kept. The upstream gets it both ways, as a header (HTTP
+//! upstreams) and in `_meta` (every upstream, stdio too), so a trace crosses tasklift
+//! whichever one the server reads. Logs carry the trace id for correlation.
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{json, Map, Value};
+
+use crate::jsonrpc::Request;
+use crate::mcp;
+use crate::upstream::CallContext;
+
+/// The keys and headers of trace context.
+const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
+
+/// A parsed `traceparent`: version 00, 32 hex trace id, 16 hex parent id, 2 hex
+/// flags; all-zero ids are invalid.
+fn parse(tp: &str) -> Option<(&str, &str)> {
+    let mut parts = tp.trim().split('-');
+    let (v, trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let ok = hex(v, 2)
+        && v != "ff"
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2)
+        && trace.bytes().any(|b| b != b'0')
+        && parent.bytes().any(|b| b != b'0')
+        && (v != "00" || parts.next().is_none());
+    ok.then_some((trace, flags))
+}
+
+/// Continue the caller's trace, if it sent one: rewrite the request's `_meta` and the
+/// headers that go upstream, and return the trace id (for the request's span).
+pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext) -> Option<String> {
+    let from_header = |k: &str| {
+        headers
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let meta = req.meta();
+    let from_meta = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    // The header wins: it is what the HTTP hop in front of tasklift saw.
+    let incoming = from_header("traceparent")
+        .filter(|t| parse(t).is_some())
+        .map(|t| (t, true))
+        .or_else(|| {
+            from_meta("traceparent")
+                .filter(|t| parse(t).is_some())
+                .map(|t| (t, false))
+        })?;
+    let (trace_id, flags) = parse(&incoming.0).map(|(t, f)| (t.to_string(), f.to_string()))?;
+    let span = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
+    let outgoing = format!("00-{trace_id}-{span}-{flags}");
+    let mut values: Map<String, Value> = Map::new();
+    values.insert("traceparent".into(), json!(outgoing));
+    for k in ["tracestate", "baggage"] {
+        let v = if incoming.1 {
+            from_header(k)
+        } else {
+            from_meta(k)
+        };
+        if let Some(v) = v.or_else(|| from_meta(k)).or_else(|| from_header(k)) {
+            values.insert(k.into(), json!(v));
+        }
+    }
+    let meta = mcp::meta_mut(&mut req.params);
+    for k in KEYS {
+        meta.remove(k);
+    }
+    ctx.forward_headers
+        .retain(|(k, _)| !KEYS.contains(&k.as_str()));
+    for (k, v) in values {
+        let text = v.as_str().unwrap_or_default().to_string();
+        if let Ok(hv) = HeaderValue::from_str(&text) {
+            ctx.forward_headers
+                .push((HeaderName::from_static(key_name(&k)), hv));
+        }
+        meta.insert(k, v);
+    }
+    Some(trace_id)
+}
+
+fn key_name(k: &str) -> &'static str {
+    match k {
+        "traceparent" => "traceparent",
+        "tracestate" => "tracestate",
+        _ => "baggage",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+
+    fn req(meta: Value) -> Request {
+        Request::from_value(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "x", "_meta": meta}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_trace_continues_with_a_new_parent() {
+        let mut h = HeaderMap::new();
+        h.insert("traceparent", HeaderValue::from_static(TP));
+        h.insert("tracestate", HeaderValue::from_static("vendor=1"));
+        let mut r = req(json!({}));
+        let mut ctx = CallContext::default();
+        let id = propagate(&h, &mut r, &mut ctx).unwrap();
+        assert_eq!(id, "0af7651916cd43dd8448eb211c80319c");
+        let out = r.meta().unwrap()["traceparent"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            out.starts_with("00-0af7651916cd43dd8448eb211c80319c-"),
+            "{out}"
+        );
+        assert!(out.ends_with("-01"));
+        assert_ne!(out, TP, "tasklift is a hop of its own");
+        assert_eq!(r.meta().unwrap()["tracestate"], "vendor=1");
+        let sent: Vec<_> = ctx
+            .forward_headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert!(sent.contains(&("traceparent", out.as_str())));
+        assert!(sent.contains(&("tracestate", "vendor=1")));
+    }
+
+    #[test]
+    fn meta_alone_is_enough_and_garbage_is_ignored() {
+        let mut r = req(json!({"traceparent": TP}));
+        let mut ctx = CallContext::default();
+        assert!(propagate(&HeaderMap::new(), &mut r, &mut ctx).is_some());
+        assert!(ctx.forward_headers.iter().any(|(k, _)| k == "traceparent"));
+        for bad in [
+            "",
+            "00-xyz",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01",
+        ] {
+            let mut r = req(json!({"traceparent": bad}));
+            assert!(
+                propagate(&HeaderMap::new(), &mut r, &mut CallContext::default()).is_none(),
+                "{bad}"
+            );
+            assert_eq!(r.meta().unwrap()["traceparent"], bad, "left as it was");
+        }
+    }
+}
