@@ -225,7 +225,7 @@ async fn handle(
             .get("method")
             .and_then(Value::as_str)
             .map(str::to_string);
-        let span = tracing::debug_span!("legacy", method = ?method, client.addr = %peer, upstream = %mount.cfg.name);
+        let span = tracing::info_span!("legacy", method = ?method, client.addr = %peer, upstream = %mount.cfg.name);
         let r = async {
             match &session_id {
                 Some(sid) => match legacy::find_session(mount, sid, &ctx.principal) {
@@ -273,7 +273,7 @@ async fn handle(
         Ok(m) => m,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, raw_id.as_ref(), e),
     };
-    let span = tracing::debug_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
+    let span = tracing::info_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
     async {
         if msg.id.is_some() {
             if let Err(r) = validate::check_request(&parts.headers, &msg) {
