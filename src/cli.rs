@@ -46,6 +46,8 @@ pub enum Command {
         #[arg(long)]
         keep_data: bool,
     },
+    /// Call a tool on any 2026-07-28 MCP endpoint, following a task to its result.
+    Call(crate::call::CallArgs),
     /// Run the bundled slow MCP server (legacy 2025-11-25 Streamable HTTP, or stdio) for trying tasklift.
     DemoServer {
         /// Address to listen on.

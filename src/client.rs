@@ -1,11 +1,15 @@
-//! A small 2026-07-28 MCP client over Streamable HTTP that declares the Tasks
-//! extension: what `tasklift demo` drives, and a helper for tests.
+//! A small 2026-07-28 MCP client over Streamable HTTP (http or https) that declares
+//! the Tasks extension: what `tasklift demo` and `tasklift call` drive, and a helper
+//! for tests.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
@@ -28,7 +32,7 @@ pub enum ClientError {
 /// A modern MCP client.
 pub struct Client {
     url: http::Uri,
-    http: HyperClient<HttpConnector, Full<Bytes>>,
+    http: HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
     next_id: AtomicU64,
     /// Declare the Tasks extension on every request.
     pub tasks: bool,
@@ -48,13 +52,27 @@ pub struct Answer {
 }
 
 impl Client {
-    /// A client for `url` that declares the Tasks extension.
+    /// A client for `url` (`http://` or `https://`, with the system's roots) that
+    /// declares the Tasks extension.
     pub fn new(url: &str) -> Result<Self, ClientError> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| ClientError::Http(format!("{url}: not a URL ({e})")))?;
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => {
+                return Err(ClientError::Http(format!(
+                    "{url}: not an http:// or https:// URL"
+                )))
+            }
+        };
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(ClientError::Http(format!("{url}: no host in the URL")));
+        }
         Ok(Self {
-            url: url
-                .parse()
-                .map_err(|e| ClientError::Http(format!("{url}: {e}")))?,
-            http: HyperClient::builder(TokioExecutor::new()).build_http(),
+            url: uri,
+            http: http_client(https)?,
             next_id: AtomicU64::new(1),
             tasks: true,
             headers: Vec::new(),
@@ -63,7 +81,26 @@ impl Client {
     }
 
     /// Send a request and read its answer (JSON or SSE).
-    pub async fn request(&self, method: &str, mut params: Value) -> Result<Answer, ClientError> {
+    pub async fn request(&self, method: &str, params: Value) -> Result<Answer, ClientError> {
+        let mut notifications = Vec::new();
+        let result = self
+            .request_streaming(method, params, |n| notifications.push(n.clone()))
+            .await?;
+        Ok(Answer {
+            result,
+            notifications,
+        })
+    }
+
+    /// Send a request and return its result, handing each notification that comes
+    /// before it on an SSE stream to `on_notification` (`{"method", "params"}`) as it
+    /// arrives.
+    pub async fn request_streaming(
+        &self,
+        method: &str,
+        mut params: Value,
+        mut on_notification: impl FnMut(&Value),
+    ) -> Result<Value, ClientError> {
         let mut caps = Value::Object(self.capabilities.clone());
         if self.tasks {
             caps["extensions"] = json!({TASKS_EXTENSION: {}});
@@ -101,7 +138,7 @@ impl Client {
             .http
             .request(req)
             .await
-            .map_err(|e| ClientError::Http(format!("{}: {e}", self.url)))?;
+            .map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))?;
         let sse = resp
             .headers()
             .get(header::CONTENT_TYPE)
@@ -109,50 +146,55 @@ impl Client {
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let status = resp.status();
         let mut body = resp.into_body();
-        let mut messages = Vec::new();
+        // What one message means: the answer, or a notification to hand on.
+        let mut take = |m: &str| -> Option<Result<Value, ClientError>> {
+            match serde_json::from_str::<Value>(m)
+                .ok()
+                .and_then(Msg::classify)
+            {
+                Some(Msg::Response { outcome, .. }) => Some(outcome.map_err(ClientError::Rpc)),
+                Some(Msg::Notification { method, params }) => {
+                    on_notification(&json!({"method": method, "params": params}));
+                    None
+                }
+                _ => None,
+            }
+        };
+        let mut text = String::new();
         if sse {
             let mut p = SseParser::default();
             while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
+                let frame =
+                    frame.map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))?;
                 if let Ok(d) = frame.into_data() {
-                    messages.extend(p.feed(&d));
+                    for m in p.feed(&d) {
+                        if let Some(answer) = take(&m) {
+                            return answer;
+                        }
+                    }
                 }
             }
-            messages.extend(p.finish());
+            if let Some(answer) = p.finish().as_deref().and_then(&mut take) {
+                return answer;
+            }
         } else {
             let b = body
                 .collect()
                 .await
-                .map_err(|e| ClientError::Http(e.to_string()))?
+                .map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))?
                 .to_bytes();
-            messages.push(String::from_utf8_lossy(&b).into_owned());
-        }
-        let mut notifications = Vec::new();
-        for m in messages {
-            match serde_json::from_str::<Value>(&m)
-                .ok()
-                .and_then(Msg::classify)
-            {
-                Some(Msg::Response {
-                    outcome: Ok(result),
-                    ..
-                }) => {
-                    return Ok(Answer {
-                        result,
-                        notifications,
-                    })
-                }
-                Some(Msg::Response {
-                    outcome: Err(e), ..
-                }) => return Err(ClientError::Rpc(e)),
-                Some(Msg::Notification { method, params }) => {
-                    notifications.push(json!({"method": method, "params": params}))
-                }
-                _ => {}
+            text = String::from_utf8_lossy(&b).into_owned();
+            if let Some(answer) = take(&text) {
+                return answer;
             }
         }
+        let mut snippet: String = text.trim().chars().take(200).collect();
+        if !snippet.is_empty() {
+            snippet = format!(" ({snippet})");
+        }
         Err(ClientError::Http(format!(
-            "HTTP {status}: no JSON-RPC response in the body"
+            "{}: HTTP {status}: no JSON-RPC response in the body{snippet}",
+            self.url
         )))
     }
 
@@ -170,6 +212,21 @@ impl Client {
             .result)
     }
 
+    /// `tasks/update` with answers to the task's `inputRequests`.
+    pub async fn update_task(
+        &self,
+        task_id: &str,
+        input_responses: Value,
+    ) -> Result<Value, ClientError> {
+        Ok(self
+            .request(
+                "tasks/update",
+                json!({"taskId": task_id, "inputResponses": input_responses}),
+            )
+            .await?
+            .result)
+    }
+
     /// `tasks/cancel`.
     pub async fn cancel_task(&self, task_id: &str) -> Result<Value, ClientError> {
         Ok(self
@@ -177,4 +234,47 @@ impl Client {
             .await?
             .result)
     }
+}
+
+/// The HTTP client: plain HTTP, and TLS with the system's roots when `https` (loaded
+/// only then, so plain-HTTP clients stay cheap to make).
+fn http_client(
+    https: bool,
+) -> Result<HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>, ClientError> {
+    let mut roots = rustls::RootCertStore::empty();
+    if https {
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| ClientError::Http(format!("TLS setup: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(Duration::from_secs(10)));
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(HyperClient::builder(TokioExecutor::new()).build(connector))
+}
+
+/// An error and its causes, "a: b: c" (hyper's own message alone says little).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = c.source();
+    }
+    out
 }

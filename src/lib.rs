@@ -13,6 +13,7 @@
 //! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras and
 //!   stdio child processes.
 //! - [`store`]: the `TaskStore` trait and its sled implementation.
+//! - [`call`]: `tasklift call`, a terminal client for any 2026-07-28 endpoint.
 //! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
 //! - [`jsonrpc`], [`mcp`], [`reply`]: protocol types, no I/O.
 //! - [`fixture`], [`fixture_stdio`], [`fixture_content`], [`client`], [`demo`]: the bundled
@@ -22,6 +23,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod call;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -69,6 +69,10 @@ fn main() -> ExitCode {
             init_tracing(cli.log_format, "info");
             report(runtime().block_on(serve(cfg)))
         }
+        Command::Call(args) => {
+            init_tracing(cli.log_format, "warn");
+            tasklift::call::run(args)
+        }
         Command::Demo { keep_data } => {
             init_tracing(cli.log_format, "warn");
             report(runtime().block_on(tasklift::demo::run(keep_data)))

@@ -8,6 +8,7 @@ mod wire;
 
 mod auth_ownership;
 mod basics;
+mod call_cli;
 mod cli;
 mod disk;
 mod engine_time;
