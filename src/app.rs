@@ -1,7 +1,9 @@
 //! Wiring: open the store, recover orphaned tasks, build upstreams, bind the
-//! listener, and start the background loops. Shutdown order (`Running::shutdown`):
+//! listeners (the front door and, if configured, the admin listener), and start the
+//! background loops. Shutdown order (`Running::shutdown`):
 //! 1. stop accepting, end `subscriptions/listen` streams with their completion
-//!    response, and let open connections finish (the front door);
+//!    response, and let open connections finish (the front door, then the admin
+//!    listener);
 //! 2. stop the sweeper and the session reaper;
 //! 3. close legacy upstream sessions (DELETE) and stop stdio children (stdin closed,
 //!    then SIGTERM, then SIGKILL);
@@ -56,16 +58,20 @@ pub enum StartError {
 pub struct Running {
     /// The bound address (useful with port 0).
     pub addr: SocketAddr,
+    /// The admin listener's bound address, when `[admin] listen` is set.
+    pub admin_addr: Option<SocketAddr>,
     /// The engine (tests and operator tools read it).
     pub engine: Arc<Engine>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
+    admin: Option<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
     upstreams: Vec<Arc<dyn Upstream>>,
 }
 
 /// Start tasklift with a validated configuration.
 pub async fn start(cfg: Config) -> Result<Running, StartError> {
+    let started = std::time::Instant::now();
     let store = SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?;
     let store: Arc<dyn TaskStore> = Arc::new(store);
     let key = match &cfg.auth.hash_key {
@@ -112,6 +118,15 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         addr: cfg.server.listen,
         source,
     })?;
+    let admin_listener = match cfg.admin.listen {
+        Some(at) => {
+            let bind_err = |source| StartError::Bind { addr: at, source };
+            let l = TcpListener::bind(at).await.map_err(bind_err)?;
+            let bound = l.local_addr().map_err(bind_err)?;
+            Some((l, bound))
+        }
+        None => None,
+    };
     let (shutdown, rx) = watch::channel(false);
     let state = Arc::new(State {
         mounts,
@@ -121,6 +136,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         legacy: cfg.legacy.clone(),
     });
     let server = tokio::spawn(server::serve(listener, state.clone(), rx.clone()));
+    let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);
+    let admin = admin_listener
+        .map(|(l, _)| tokio::spawn(crate::admin::serve(l, state.clone(), started, rx.clone())));
     let mut background = vec![tokio::spawn(sweeper::run(
         engine.clone(),
         cfg.tasks.sweep_interval,
@@ -164,12 +182,17 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             }
         }
     }));
+    if let Some(a) = admin_addr {
+        tracing::info!(listen = %a, "admin listener (status page, /metrics) is serving");
+    }
     tracing::info!(listen = %addr, "tasklift is serving");
     Ok(Running {
         addr,
+        admin_addr,
         engine,
         shutdown,
         server,
+        admin,
         background,
         upstreams,
     })
@@ -181,6 +204,9 @@ impl Running {
         let _ = self.shutdown.send(true);
         self.engine.close_streams();
         let _ = self.server.await;
+        if let Some(a) = self.admin {
+            let _ = a.await;
+        }
         for b in self.background {
             let _ = b.await;
         }

@@ -124,6 +124,10 @@ pub struct Overrides {
     /// Forward the caller's Authorization header to the upstream.
     #[arg(long)]
     pub forward_authorization: bool,
+    /// Serve the read-only status page, /metrics, /healthz and /readyz on this
+    /// address too, e.g. 127.0.0.1:9090 [default: off].
+    #[arg(long)]
+    pub admin_listen: Option<String>,
     /// A stdio upstream: the command to run, after `--` (e.g. `-- npx -y some-mcp-server`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -155,6 +159,9 @@ impl Overrides {
         }
         if let Some(v) = self.max_body_bytes {
             raw.server.max_body_bytes = v;
+        }
+        if let Some(v) = &self.admin_listen {
+            raw.admin.listen = v.clone();
         }
         if !self.command.is_empty() && self.upstream.is_some() {
             return Err(ConfigError::Invalid {

@@ -63,8 +63,19 @@ pub struct RawConfig {
     pub auth: RawAuth,
     /// Legacy clients (2025-03-26 … 2025-11-25) and their sessions.
     pub legacy: RawLegacy,
+    /// The admin listener (status page, metrics, health), off unless set.
+    pub admin: RawAdmin,
     /// The servers tasklift fronts, each at its own path.
     pub upstreams: Vec<RawUpstream>,
+}
+
+/// `[admin]`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAdmin {
+    /// Address of the admin listener (`/`, `/metrics`, `/healthz`, `/readyz`);
+    /// empty: no admin listener.
+    pub listen: String,
 }
 
 /// `[legacy]`.
@@ -306,6 +317,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Legacy clients and their sessions.
     pub legacy: LegacyConfig,
+    /// The admin listener.
+    pub admin: AdminConfig,
     /// Upstreams, each with a distinct path.
     pub upstreams: Vec<UpstreamConfig>,
 }
@@ -323,6 +336,13 @@ pub struct ServerConfig {
     pub keepalive_interval: Duration,
     /// Serve `/metrics` beside the MCP endpoints.
     pub metrics: bool,
+}
+
+/// Validated `[admin]`.
+#[derive(Debug, Clone, Default)]
+pub struct AdminConfig {
+    /// Where the admin listener listens; `None`: not started.
+    pub listen: Option<SocketAddr>,
 }
 
 /// Validated `[store]`.
@@ -585,6 +605,7 @@ impl RawConfig {
                 "must be at least 1",
             ));
         }
+        let admin = self.validate_admin(listen)?;
         let auth = AuthConfig {
             mode: parse_auth_mode(&self.auth.mode)?,
             hash_key: (!self.auth.hash_key.is_empty()).then(|| self.auth.hash_key.clone()),
@@ -627,8 +648,30 @@ impl RawConfig {
             tasks,
             auth,
             legacy,
+            admin,
             upstreams,
         })
+    }
+
+    /// `[admin]`: an address, or empty for none; not the front door's own.
+    fn validate_admin(&self, front: SocketAddr) -> Result<AdminConfig, ConfigError> {
+        let text = self.admin.listen.trim();
+        if text.is_empty() {
+            return Ok(AdminConfig::default());
+        }
+        let addr: SocketAddr = text.parse().map_err(|_| {
+            invalid(
+                "admin.listen",
+                format!("{text:?} is not an address like 127.0.0.1:9090"),
+            )
+        })?;
+        if addr == front && addr.port() != 0 {
+            return Err(invalid(
+                "admin.listen",
+                format!("{addr} is server.listen too: give the admin listener its own port"),
+            ));
+        }
+        Ok(AdminConfig { listen: Some(addr) })
     }
 }
 
@@ -829,6 +872,21 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("X-Api-Key"), "{shown}");
+    }
+
+    #[test]
+    fn admin_listener_is_off_by_default_and_validated() {
+        let up = "[[upstreams]]\nurl = \"http://x/mcp\"\n";
+        let c = RawConfig::from_toml(up).unwrap().validate().unwrap();
+        assert_eq!(c.admin.listen, None);
+        let on = format!("[admin]\nlisten = \"127.0.0.1:9090\"\n{up}");
+        let c = RawConfig::from_toml(&on).unwrap().validate().unwrap();
+        assert_eq!(c.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
+        for bad in ["localhost", "127.0.0.1:8080"] {
+            let text = format!("[admin]\nlisten = \"{bad}\"\n{up}");
+            let e = RawConfig::from_toml(&text).unwrap().validate().unwrap_err();
+            assert!(e.to_string().contains("admin.listen"), "{bad}: {e}");
+        }
     }
 
     #[test]

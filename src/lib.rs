@@ -15,12 +15,14 @@
 //! - [`store`]: the `TaskStore` trait and its sled implementation.
 //! - [`call`]: `tasklift call`, a terminal client for any 2026-07-28 endpoint.
 //! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
+//! - [`admin`]: the admin listener (read-only status page, metrics, health).
 //! - [`jsonrpc`], [`mcp`], [`reply`]: protocol types, no I/O.
 //! - [`fixture`], [`fixture_stdio`], [`fixture_content`], [`client`], [`demo`]: the bundled
 //!   slow server (HTTP and stdio, and the conformance content both serve), a small
 //!   client, the demo.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod call;

@@ -888,6 +888,10 @@ impl Upstream for HttpUpstream {
         Box::pin(self.inner.era(ctx))
     }
 
+    fn known_era(&self) -> Option<Era> {
+        self.inner.era.read().expect("era lock").clone()
+    }
+
     fn call<'a>(
         &'a self,
         req: &'a Request,

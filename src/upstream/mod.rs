@@ -246,6 +246,10 @@ pub trait Upstream: Send + Sync + 'static {
     fn name(&self) -> &str;
     /// The era, detecting it on first use.
     fn era<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Era>;
+    /// The era if it is already known (configured or detected), without probing.
+    fn known_era(&self) -> Option<Era> {
+        None
+    }
     /// Start a request. `req.id` is replaced by an upstream-side id.
     fn call<'a>(
         &'a self,

@@ -739,6 +739,14 @@ impl Upstream for StdioUpstream {
         })
     }
 
+    fn known_era(&self) -> Option<Era> {
+        // The first live child whose handshake has run.
+        self.inner
+            .slots
+            .iter()
+            .find_map(|s| s.conn.borrow().as_ref().and_then(|c| c.era.get().cloned()))
+    }
+
     fn call<'a>(
         &'a self,
         req: &'a Request,

@@ -6,6 +6,7 @@ mod common;
 mod mock;
 mod wire;
 
+mod admin;
 mod auth_ownership;
 mod basics;
 mod call_cli;
