@@ -46,6 +46,12 @@ pub enum Command {
         #[arg(long)]
         keep_data: bool,
     },
+    /// Inspect or clean a stopped proxy's task store (stats, list, show, purge).
+    Store {
+        /// What to do with it.
+        #[command(subcommand)]
+        cmd: crate::store_admin::StoreCmd,
+    },
     /// Call a tool on any 2026-07-28 MCP endpoint, following a task to its result.
     Call(crate::call::CallArgs),
     /// Run the bundled slow MCP server (legacy 2025-11-25 Streamable HTTP, or stdio) for trying tasklift.

@@ -12,7 +12,8 @@
 //!   bridging, task notifications) and the sweeper.
 //! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras and
 //!   stdio child processes.
-//! - [`store`]: the `TaskStore` trait and its sled implementation.
+//! - [`store`]: the `TaskStore` trait and its sled implementation; [`store_admin`]:
+//!   `tasklift store`, operator tools over a stopped proxy's store.
 //! - [`call`]: `tasklift call`, a terminal client for any 2026-07-28 endpoint.
 //! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
 //! - [`admin`]: the admin listener (read-only status page, metrics, health).
@@ -41,6 +42,7 @@ pub mod reply;
 pub mod server;
 pub mod session;
 pub mod store;
+pub mod store_admin;
 pub mod tasks;
 pub mod trace;
 pub mod upstream;

@@ -69,6 +69,10 @@ fn main() -> ExitCode {
             init_tracing(cli.log_format, "info");
             report(runtime().block_on(serve(cfg)))
         }
+        Command::Store { cmd } => {
+            init_tracing(cli.log_format, "warn");
+            tasklift::store_admin::run(cmd)
+        }
         Command::Call(args) => {
             init_tracing(cli.log_format, "warn");
             tasklift::call::run(args)

@@ -29,6 +29,14 @@ pub enum StoreError {
         /// Why.
         source: std::io::Error,
     },
+    /// Another process (a running tasklift) holds the database's lock.
+    #[error("the data directory {dir} is in use by another tasklift process ({detail})")]
+    InUse {
+        /// The data directory.
+        dir: String,
+        /// sled's message.
+        detail: String,
+    },
     /// A record could not be decoded.
     #[error("task store: corrupt record {id}: {message}")]
     Corrupt {

@@ -84,10 +84,10 @@ impl SledStore {
                     if io.kind() == std::io::ErrorKind::WouldBlock
                         || io.to_string().contains("lock") =>
                 {
-                    StoreError::Db(format!(
-                        "the data directory {} is in use by another tasklift process ({io})",
-                        data_dir.display()
-                    ))
+                    StoreError::InUse {
+                        dir: data_dir.display().to_string(),
+                        detail: io.to_string(),
+                    }
                 }
                 other => db_err(other),
             })?;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tasklift::config::RawConfig;
 
 /// Run the binary with `args`, killing it if it runs longer than `limit`.
-fn run(args: &[&str], limit: Duration) -> Output {
+pub(crate) fn run(args: &[&str], limit: Duration) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tasklift"))
         .args(args)
         .env_remove("RUST_LOG")
@@ -32,7 +32,7 @@ fn run(args: &[&str], limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 

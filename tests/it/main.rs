@@ -32,5 +32,6 @@ mod sessions;
 mod stdio;
 mod stdio_faults;
 mod stdio_peer;
+mod store_cli;
 mod ts_clients;
 mod upstreams;
