@@ -52,6 +52,7 @@ const STATUSES: [TaskStatus; 5] = [
 pub async fn serve(
     listener: TcpListener,
     state: Arc<State>,
+    allowed_hosts: Arc<Vec<String>>,
     started: Instant,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -69,9 +70,25 @@ pub async fn serve(
             _ = shutdown.changed() => break,
         };
         let state = state.clone();
-        let svc = service_fn(move |req| {
+        let hosts = allowed_hosts.clone();
+        let svc = service_fn(move |req: http::Request<Incoming>| {
             let state = state.clone();
-            async move { Ok::<_, Infallible>(handle(&state, started, req).await) }
+            let hosts = hosts.clone();
+            async move {
+                if !host_allowed(req.headers(), &hosts)
+                    || !crate::server::validate::origin_allowed(
+                        req.headers(),
+                        &state.cfg.allowed_origins,
+                    )
+                {
+                    tracing::warn!(client.addr = %peer, host = ?req.headers().get(header::HOST), "admin listener refused a request for another host or origin");
+                    return Ok::<_, Infallible>(text(
+                        StatusCode::FORBIDDEN,
+                        "forbidden: the admin listener answers requests addressed to an IP address, localhost or admin.allowed_hosts, from an allowed Origin\n",
+                    ));
+                }
+                Ok::<_, Infallible>(handle(&state, started, req).await)
+            }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -120,6 +137,22 @@ async fn handle(
             "not found: the admin listener serves /, /metrics, /healthz and /readyz\n",
         ),
     }
+}
+
+/// Whether the `Host` header names an IP address, `localhost`, or an allowed host:
+/// a page read by a browser must not be reachable under a name an attacker's DNS
+/// points at 127.0.0.1 (DNS rebinding).
+fn host_allowed(h: &http::HeaderMap, allowed: &[String]) -> bool {
+    let Some(host) = h.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return true; // HTTP/1.0 without Host: not a browser
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
 }
 
 fn text(status: StatusCode, msg: &'static str) -> Response<RespBody> {

@@ -137,8 +137,16 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     });
     let server = tokio::spawn(server::serve(listener, state.clone(), rx.clone()));
     let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);
-    let admin = admin_listener
-        .map(|(l, _)| tokio::spawn(crate::admin::serve(l, state.clone(), started, rx.clone())));
+    let admin = admin_listener.map(|(l, _)| {
+        let hosts = Arc::new(cfg.admin.allowed_hosts.clone());
+        tokio::spawn(crate::admin::serve(
+            l,
+            state.clone(),
+            hosts,
+            started,
+            rx.clone(),
+        ))
+    });
     let mut background = vec![tokio::spawn(sweeper::run(
         engine.clone(),
         cfg.tasks.sweep_interval,

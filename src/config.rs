@@ -76,6 +76,9 @@ pub struct RawAdmin {
     /// Address of the admin listener (`/`, `/metrics`, `/healthz`, `/readyz`);
     /// empty: no admin listener.
     pub listen: String,
+    /// Host names the admin listener answers to besides IP addresses and `localhost`
+    /// (requests addressed to any other name get 403: DNS rebinding protection).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `[legacy]`.
@@ -343,6 +346,8 @@ pub struct ServerConfig {
 pub struct AdminConfig {
     /// Where the admin listener listens; `None`: not started.
     pub listen: Option<SocketAddr>,
+    /// Extra host names it answers to.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Validated `[store]`.
@@ -671,7 +676,10 @@ impl RawConfig {
                 format!("{addr} is server.listen too: give the admin listener its own port"),
             ));
         }
-        Ok(AdminConfig { listen: Some(addr) })
+        Ok(AdminConfig {
+            listen: Some(addr),
+            allowed_hosts: self.admin.allowed_hosts.clone(),
+        })
     }
 }
 

@@ -276,3 +276,28 @@ async fn status_page_in_a_headless_browser() {
     gate.notify_waiters();
     h.stop().await;
 }
+
+/// DNS rebinding: a page answered under any host name could be read by a web page
+/// whose DNS points that name at 127.0.0.1. Only IPs, localhost and listed hosts.
+#[tokio::test]
+async fn the_admin_listener_refuses_other_host_names_and_origins() {
+    let h = Harness::start(FixtureServer::new(), |c| {
+        admin_on(c);
+        c.admin.allowed_hosts = vec!["status.internal".into()];
+    })
+    .await;
+    let url = admin_url(&h, "/");
+    for (host, status) in [
+        ("attacker.example:9090", 403),
+        ("127.0.0.1:9090", 200),
+        ("localhost", 200),
+        ("[::1]:9090", 200),
+        ("status.internal:9090", 200),
+    ] {
+        let r = raw("GET", &url, &[("host", host)], "").await;
+        assert_eq!(r.status, status, "Host {host}: {r:?}");
+    }
+    let r = raw("GET", &url, &[("origin", "https://attacker.example")], "").await;
+    assert_eq!(r.status, 403, "{r:?}");
+    h.stop().await;
+}
