@@ -384,7 +384,8 @@ th{background:#eef}td.num{text-align:right}td.id{font-family:monospace}\
 .completed{background:#dfd}.failed{background:#fdd}.cancelled{background:#eee}";
 
 /// Where an upstream is, without anything secret: an HTTP URL without credentials
-/// or query, or a stdio command (its environment is never shown).
+/// or query, or a stdio program with its argument count (arguments may carry tokens;
+/// the environment is never shown).
 fn transport(t: &Transport) -> String {
     match t {
         Transport::Http { url } => {
@@ -397,7 +398,12 @@ fn transport(t: &Transport) -> String {
             )
         }
         Transport::Stdio(s) => {
-            let mut out = format!("stdio: {}", s.command.join(" "));
+            let program = s.command.first().map(String::as_str).unwrap_or("");
+            let mut out = match s.command.len().saturating_sub(1) {
+                0 => format!("stdio: {program}"),
+                1 => format!("stdio: {program} (1 argument)"),
+                n => format!("stdio: {program} ({n} arguments)"),
+            };
             if s.processes > 1 {
                 let _ = write!(out, " (×{})", s.processes);
             }

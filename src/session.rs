@@ -17,6 +17,9 @@ use tokio::sync::{mpsc, watch, Notify};
 use crate::jsonrpc::Outcome;
 use crate::reply::StreamItem;
 
+/// How long a request to the client waits for its answer before it fails with an
+/// error (so a client that went away cannot keep a call, and its session, busy).
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 /// Events kept per stream for resumption.
 const LOG_EVENTS: usize = 512;
 /// How long a finished stream can still be resumed.
@@ -271,7 +274,7 @@ impl ClientSession {
     /// Turn a server-to-client request into a message for the client, remembering
     /// how to deliver its answer.
     pub fn request(
-        &self,
+        self: &Arc<Self>,
         method: &str,
         mut params: Value,
         answer: Responder,
@@ -287,10 +290,24 @@ impl ClientSession {
                 );
             }
         }
+        let key = json!(id).to_string();
         self.pending
             .lock()
             .expect("lock")
-            .insert(json!(id).to_string(), answer);
+            .insert(key.clone(), answer);
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(ANSWER_TIMEOUT).await;
+            let Some(me) = me.upgrade() else { return };
+            let waiting = me.pending.lock().expect("lock").remove(&key);
+            if let Some(r) = waiting {
+                tracing::info!(session = %me.id, "the client did not answer a request in time");
+                r(Err(crate::jsonrpc::RpcError::new(
+                    crate::jsonrpc::INTERNAL_ERROR,
+                    "the client did not answer in time",
+                )));
+            }
+        });
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
     }
 

@@ -59,7 +59,13 @@ pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext) 
             from_meta("traceparent")
                 .filter(|t| parse(t).is_some())
                 .map(|t| (t, false))
-        })?;
+        });
+    let Some(incoming) = incoming else {
+        // No valid trace: an invalid traceparent header (and its state) is not passed on.
+        ctx.forward_headers
+            .retain(|(k, _)| k.as_str() != "traceparent" && k.as_str() != "tracestate");
+        return None;
+    };
     let (trace_id, flags) = parse(&incoming.0).map(|(t, f)| (t.to_string(), f.to_string()))?;
     let span = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
     let outgoing = format!("00-{trace_id}-{span}-{flags}");

@@ -458,12 +458,25 @@ async fn call(
         req.clone(),
         ctx.clone(),
     );
+    let (s2, id2) = (s.clone(), id.clone());
     let work = tokio::spawn(async move {
-        if let Some(m) = st.mounts.get(&path) {
-            let _ = otx.send(dispatch(&st.engine, m, r, c).await);
+        let Some(m) = st.mounts.get(&path) else {
+            return;
+        };
+        let reply = dispatch(&st.engine, m, r, c).await;
+        if let Err(reply) = otx.send(reply) {
+            // The client went away before any answer. A legacy client has not cancelled
+            // by going away, so the call runs to its end (or the session's).
+            if let Reply::Stream(mut rx) = reply {
+                let mut closed = s2.closed();
+                tokio::select! {
+                    _ = async { while rx.recv().await.is_some() {} } => {}
+                    _ = crate::session::ended(&mut closed) => {}
+                }
+            }
+            s2.end_request(&id2);
         }
     });
-    let guard = AbortOnDrop(work.abort_handle());
     let reply = tokio::select! {
         r = &mut orx => match r {
             Ok(r) => r,
@@ -473,11 +486,12 @@ async fn call(
             }
         },
         _ = cancelled.notified() => {
+            work.abort();
             s.end_request(&id);
             return ok(Some(&id), Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled")));
         }
         _ = tokio::time::sleep(wait) => {
-            let first = First::Pending(orx, guard);
+            let first = First::Pending(orx, AbortOnDrop(work.abort_handle()));
             let rx = continue_call(state.clone(), mount.cfg.path.clone(), s.clone(), req, ctx, first, cancelled);
             return sse_response(s.resumable(rx, shape), None);
         }
@@ -676,7 +690,8 @@ fn continue_call(
 /// the session's GET stream; `restart` re-reads the subscriptions.
 pub fn listen(mount: &Mount, s: &Arc<ClientSession>, ctx: &CallContext, restart: bool) {
     let mut slot = s.listener.lock().expect("lock");
-    if slot.is_some() && !restart {
+    // A listener whose task ended (the upstream stream broke) is started again.
+    if slot.as_ref().is_some_and(|h| !h.is_finished()) && !restart {
         return;
     }
     if let Some(old) = slot.take() {

@@ -396,15 +396,20 @@ fn answer_to_task(
 
 /// `tasks/list`: the caller's tasks on this upstream, oldest first, in pages.
 async fn list(engine: &Engine, owner: &str, upstream: &str, req: &Request) -> Outcome {
-    let after = match req.str_param("cursor") {
+    // The cursor is the (creation time, id) of the last task sent: tasks that expire
+    // between pages do not make the rest of the list disappear.
+    let unknown = || RpcError::new(INVALID_PARAMS, "Invalid params: unknown cursor");
+    let after: Option<(u64, String)> = match req.str_param("cursor") {
         None => None,
-        Some(c) => Some(
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
+        Some(c) => {
+            let text = base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .decode(c)
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| RpcError::new(INVALID_PARAMS, "Invalid params: unknown cursor"))?,
-        ),
+                .ok_or_else(unknown)?;
+            let (ms, id) = text.split_once(':').ok_or_else(unknown)?;
+            Some((ms.parse().map_err(|_| unknown())?, id.to_string()))
+        }
     };
     let recs = engine
         .store()
@@ -417,10 +422,10 @@ async fn list(engine: &Engine, owner: &str, upstream: &str, req: &Request) -> Ou
             )
         })?;
     let start = match &after {
-        Some(a) => recs
+        Some((ms, id)) => recs
             .iter()
-            .position(|r| &r.id == a)
-            .map_or(recs.len(), |i| i + 1),
+            .position(|r| (r.created_at_ms, &r.id) > (*ms, id))
+            .unwrap_or(recs.len()),
         None => 0,
     };
     let page: Vec<Value> = recs
@@ -431,9 +436,10 @@ async fn list(engine: &Engine, owner: &str, upstream: &str, req: &Request) -> Ou
         .collect();
     let mut out = json!({ "tasks": page });
     if start + PAGE < recs.len() {
-        let last = &recs[start + PAGE - 1].id;
+        let last = &recs[start + PAGE - 1];
+        let cursor = format!("{}:{}", last.created_at_ms, last.id);
         out["nextCursor"] =
-            json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last.as_bytes()));
+            json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(cursor.as_bytes()));
     }
     Ok(out)
 }

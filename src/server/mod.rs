@@ -478,14 +478,12 @@ fn outcome_of(reply: &Reply) -> &'static str {
 
 /// Check every upstream's reachability now (concurrently).
 pub async fn check_upstreams(state: &State) {
-    let checks: Vec<_> = state
-        .mounts
-        .values()
-        .map(|m| m.upstream.check_health())
-        .collect();
-    for c in checks {
-        c.await;
+    let mut checks = tokio::task::JoinSet::new();
+    for m in state.mounts.values() {
+        let up = m.upstream.clone();
+        checks.spawn(async move { up.check_health().await });
     }
+    while checks.join_next().await.is_some() {}
 }
 
 /// `/readyz`: 200 when the store is open and every upstream can take calls, else 503.

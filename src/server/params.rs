@@ -126,6 +126,10 @@ impl ToolHeaders {
     /// Read every page of the upstream's `tools/list` with the caller's `_meta`.
     async fn learn(&self, up: &dyn Upstream, meta: &Map<String, Value>, ctx: &CallContext) {
         let _one = self.fetching.lock().await;
+        // Another call may have asked while this one waited for the lock.
+        if !self.lookup("").1 {
+            return;
+        }
         let mut tools = HashMap::new();
         let mut cursor: Option<Value> = None;
         for _ in 0..MAX_PAGES {
@@ -211,6 +215,9 @@ impl ToolHeaders {
                 body = body.and_then(|b| b.get(k));
             }
             let body = body.filter(|v| !v.is_null());
+            if h.get_all(&name).iter().count() > 1 {
+                return Err(mismatch(format!("{name} header is repeated; send it once")));
+            }
             let header =
                 match h.get(&name) {
                     None => None,

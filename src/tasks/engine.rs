@@ -378,7 +378,12 @@ impl Engine {
                             let _ = s.send(Control::Stop(StopReason::Cancelled)).await;
                         }
                         None => {
-                            let mut rec = rec;
+                            // Read again: the owner may have settled it meanwhile, and a
+                            // terminal task never changes status.
+                            let mut rec = match self.store.get(task_id).await {
+                                Ok(Some(r)) if !r.status.is_terminal() => r,
+                                _ => return Ok(json!({"resultType": "complete"})),
+                            };
                             rec.status = TaskStatus::Cancelled;
                             rec.status_message = Some("cancelled by the client".into());
                             rec.updated_at_ms = self.clock.now_ms();

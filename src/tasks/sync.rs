@@ -437,7 +437,7 @@ impl Engine {
 
 /// Send the upstream's requests to a legacy client on its response stream; its
 /// answers come back as POSTed responses and go upstream.
-fn forward_input(s: &ClientSession, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
+fn forward_input(s: &Arc<ClientSession>, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
     reqs.into_iter()
         .map(|r| {
             let (method, params) = (r.method.clone(), r.params.clone());

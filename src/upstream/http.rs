@@ -367,6 +367,9 @@ impl Shared {
                 }
                 None => (parser.finish().into_iter().collect(), true),
             };
+            if events.iter().any(|d| !d.trim().is_empty()) {
+                resumes = 0; // the server is making progress
+            }
             for data in events {
                 // A priming event (an id, no data) only sets the resumption point.
                 if data.trim().is_empty() {
@@ -422,8 +425,10 @@ impl Shared {
                             Some(b) => {
                                 tracing::debug!(upstream = %name, last_event_id = %last, "resumed the upstream's response stream");
                                 body = b;
+                                let retry = parser.retry_ms;
                                 parser = SseParser::default();
                                 parser.last_event_id = Some(last);
+                                parser.retry_ms = retry;
                                 continue;
                             }
                             None => break,

@@ -10,8 +10,10 @@ pub struct SseParser {
     data: Vec<String>,
     /// Whether the current event had any data line.
     has_data: bool,
-    /// The last event id seen (`id:`), for resuming the stream with `Last-Event-ID`.
+    /// The id of the last complete event (`id:`), for resuming with `Last-Event-ID`.
     pub last_event_id: Option<String>,
+    /// The id of the event being read; it counts once the event is complete.
+    pending_id: Option<String>,
     /// The reconnection delay the server asked for (`retry:`), in milliseconds.
     pub retry_ms: Option<u64>,
 }
@@ -29,6 +31,9 @@ impl SseParser {
             }
             let line = String::from_utf8_lossy(&line);
             if line.is_empty() {
+                if let Some(id) = self.pending_id.take() {
+                    self.last_event_id = Some(id);
+                }
                 if self.has_data {
                     events.push(self.data.join("\n"));
                 }
@@ -42,7 +47,7 @@ impl SseParser {
                 let id = rest.strip_prefix(' ').unwrap_or(rest);
                 // An id containing NUL is ignored, as the SSE standard says.
                 if !id.contains('\0') {
-                    self.last_event_id = Some(id.to_string());
+                    self.pending_id = Some(id.to_string());
                 }
             } else if let Some(rest) = line.strip_prefix("retry:") {
                 if let Ok(ms) = rest.trim().parse() {
@@ -145,6 +150,19 @@ mod tests {
         let ev = p.feed(encode_tagged("s1_1", Some("{}"), None).as_bytes());
         assert_eq!(ev, vec!["{}".to_string()]);
         assert_eq!(p.last_event_id.as_deref(), Some("s1_1"));
+    }
+
+    #[test]
+    fn an_event_cut_short_does_not_move_the_resumption_point() {
+        let mut p = SseParser::default();
+        p.feed(b"id: 6\ndata: {}\n\nid: 7\ndata: {\"partial");
+        assert_eq!(p.last_event_id.as_deref(), Some("6"));
+        p.finish();
+        assert_eq!(
+            p.last_event_id.as_deref(),
+            Some("6"),
+            "event 7 never arrived whole: resume after 6"
+        );
     }
 
     #[test]

@@ -591,10 +591,11 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
         Msg::Notification { method, params } => {
             let token = params.get("progressToken").map(Value::to_string);
             let mut target = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value()));
-            // A log message carries no link to its call either: like a request, it
-            // goes to the only call in flight, or else to the most recent one.
-            if target.is_none() && method == "notifications/message" {
-                target = conn.pending.iter().map(|e| *e.key()).max();
+            // A log message carries no link to its call: it goes to the call in
+            // flight only when there is exactly one (with several, it could be another
+            // caller's, so it is not relayed).
+            if target.is_none() && method == "notifications/message" && conn.pending.len() == 1 {
+                target = conn.pending.iter().map(|e| *e.key()).next();
             }
             let sender = target.and_then(|id| conn.pending.get(&id).map(|e| e.value().0.clone()));
             match sender {

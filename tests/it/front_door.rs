@@ -358,6 +358,14 @@ async fn mcp_param_headers_must_match_the_annotated_arguments() {
         assert_rejected(&r, -32020, json!(9));
         assert!(r.status == 400, "{why}: {r:?}");
     }
+    // The same header twice (a proxy in between might read the other one): rejected.
+    let twice = deploy(args.clone())
+        .header("mcp-param-region", encoded)
+        .header("mcp-param-max", "42")
+        .also_header("mcp-param-max", "43")
+        .send()
+        .await;
+    assert_rejected(&twice, -32020, json!(9));
     // No value, no header: fine; a header without a value: rejected.
     let none = deploy(json!({})).send().await;
     assert_eq!(none.status, 200, "{none:?}");

@@ -214,6 +214,12 @@ impl Post {
         self
     }
 
+    /// Add a header, keeping any other value it already has (a repeated header).
+    pub fn also_header(mut self, k: &str, v: &str) -> Self {
+        self.headers.push((k.to_ascii_lowercase(), v.to_string()));
+        self
+    }
+
     /// Send it to another URL.
     pub fn into_url(mut self, url: &str) -> Self {
         self.url = url.to_string();
