@@ -13,7 +13,6 @@
 //! Content-Security-Policy that allows no script at all. Only GET is served.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,8 +20,6 @@ use std::time::{Duration, Instant};
 
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -38,15 +35,6 @@ pub const RECENT_TASKS: usize = 20;
 /// How long open admin connections may take to finish at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Every task status, in the order the page lists them.
-const STATUSES: [TaskStatus; 5] = [
-    TaskStatus::Working,
-    TaskStatus::InputRequired,
-    TaskStatus::Completed,
-    TaskStatus::Failed,
-    TaskStatus::Cancelled,
-];
-
 /// Accept admin connections until `shutdown` turns true, then stop accepting and
 /// let open connections finish. `started` is when tasklift started (for the uptime).
 pub async fn serve(
@@ -54,59 +42,24 @@ pub async fn serve(
     state: Arc<State>,
     allowed_hosts: Arc<Vec<String>>,
     started: Instant,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.changed() => break,
-        };
-        let state = state.clone();
-        let hosts = allowed_hosts.clone();
-        let svc = service_fn(move |req: http::Request<Incoming>| {
-            let state = state.clone();
-            let hosts = hosts.clone();
-            async move {
-                if !host_allowed(req.headers(), &hosts)
-                    || !crate::server::validate::origin_allowed(
-                        req.headers(),
-                        &state.cfg.allowed_origins,
-                    )
-                {
-                    tracing::warn!(client.addr = %peer, host = ?req.headers().get(header::HOST), "admin listener refused a request for another host or origin");
-                    return Ok::<_, Infallible>(text(
-                        StatusCode::FORBIDDEN,
-                        "forbidden: the admin listener answers requests addressed to an IP address, localhost or admin.allowed_hosts, from an allowed Origin\n",
-                    ));
-                }
-                Ok::<_, Infallible>(handle(&state, started, req).await)
+    crate::server::accept_loop(listener, shutdown, SHUTDOWN_GRACE, "admin", move |req, peer| {
+        let (state, hosts) = (state.clone(), allowed_hosts.clone());
+        async move {
+            if !host_allowed(req.headers(), &hosts)
+                || !crate::server::validate::origin_allowed(req.headers(), &state.cfg.allowed_origins)
+            {
+                tracing::warn!(client.addr = %peer, host = ?req.headers().get(header::HOST), "admin listener refused a request for another host or origin");
+                return text(
+                    StatusCode::FORBIDDEN,
+                    "forbidden: the admin listener answers requests addressed to an IP address, localhost or admin.allowed_hosts, from an allowed Origin\n",
+                );
             }
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
-            .serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, client.addr = %peer, "admin connection ended with an error");
-            }
-        });
-    }
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("admin connections still open after {SHUTDOWN_GRACE:?}; closing them");
-    }
+            handle(&state, started, req).await
+        }
+    })
+    .await
 }
 
 async fn handle(
@@ -313,11 +266,11 @@ impl Status {
         match &self.tasks {
             Ok(counts) => {
                 o.push_str("<table id=\"counts\"><thead><tr>");
-                for s in STATUSES {
+                for s in TaskStatus::ALL {
                     let _ = write!(o, "<th>{}</th>", s.as_str());
                 }
                 o.push_str("<th>total</th></tr></thead><tbody><tr>");
-                for s in STATUSES {
+                for s in TaskStatus::ALL {
                     let n = counts.get(s.as_str()).copied().unwrap_or(0);
                     let _ = write!(o, "<td class=\"num\" id=\"count-{}\">{n}</td>", s.as_str());
                 }

@@ -394,42 +394,12 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-const STATUSES: [TaskStatus; 5] = [
-    TaskStatus::Working,
-    TaskStatus::InputRequired,
-    TaskStatus::Completed,
-    TaskStatus::Failed,
-    TaskStatus::Cancelled,
-];
-
-fn dir_size(path: &Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(path) else {
-        return 0;
-    };
-    rd.flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_size(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
-/// `results/<id>.json`, named as the store names it.
-fn result_file(dir: &Path, id: &str) -> PathBuf {
-    let safe: String = id
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-        .collect();
-    dir.join("results").join(format!("{safe}.json"))
-}
-
 async fn stats(store: &SledStore, dir: &Path, json: bool) -> Result<u8, Fail> {
     let all = store.all().await?; // newest first
     let now = now_ms();
     let count = |s: TaskStatus| all.iter().filter(|r| r.status == s).count();
     let expired = all.iter().filter(|r| r.expires_at_ms <= now).count();
-    let database = dir_size(&dir.join("db"));
+    let database = crate::store::dir_size(&dir.join("db"));
     let (mut result_bytes, mut result_files) = (0u64, 0usize);
     if let Ok(rd) = std::fs::read_dir(dir.join("results")) {
         for e in rd.flatten() {
@@ -439,11 +409,11 @@ async fn stats(store: &SledStore, dir: &Path, json: bool) -> Result<u8, Fail> {
             }
         }
     }
-    let total = dir_size(dir);
+    let total = crate::store::dir_size(dir);
     let newest = all.first().map(|r| r.created_at_ms);
     let oldest = all.last().map(|r| r.created_at_ms);
     if json {
-        let by_status: serde_json::Map<String, Value> = STATUSES
+        let by_status: serde_json::Map<String, Value> = TaskStatus::ALL
             .iter()
             .map(|s| (s.as_str().to_string(), json!(count(*s))))
             .collect();
@@ -464,7 +434,7 @@ async fn stats(store: &SledStore, dir: &Path, json: bool) -> Result<u8, Fail> {
     }
     println!("{:<24}{}", "data directory", dir.display());
     println!("{:<24}{}", "tasks", all.len());
-    for s in STATUSES {
+    for s in TaskStatus::ALL {
         println!("  {:<22}{}", s.as_str(), count(s));
     }
     println!("{:<24}{expired}", "expired, not yet swept");
@@ -597,7 +567,7 @@ async fn purge(store: &SledStore, dir: &Path, args: &PurgeArgs) -> Result<u8, Fa
     };
     let mut files = 0usize;
     for r in &go {
-        if result_file(dir, &r.id).exists() {
+        if crate::store::result_file(&dir.join("results"), &r.id).exists() {
             files += 1;
         }
         if !args.dry_run {

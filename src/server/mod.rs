@@ -56,7 +56,29 @@ pub struct State {
 
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
 /// connections finish their in-flight requests.
-pub async fn serve(listener: TcpListener, state: Arc<State>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) {
+    accept_loop(
+        listener,
+        shutdown,
+        SHUTDOWN_GRACE,
+        "front door",
+        move |req, peer| handle(state.clone(), req, peer),
+    )
+    .await
+}
+
+/// The HTTP/1 accept loop of tasklift's listeners: each request is answered by
+/// `answer`; at `shutdown`, accepting stops and open connections get `grace` to finish.
+pub async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+    what: &'static str,
+    answer: F,
+) where
+    F: Fn(http::Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<RespBody>> + Send + 'static,
+{
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -64,7 +86,7 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, mut shutdown: watch
                 Ok(s) => s,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    tracing::warn!(error = %e, listener = what, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -72,10 +94,10 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, mut shutdown: watch
             _ = shutdown.changed() => break,
         };
         let _ = stream.set_nodelay(true);
-        let state = state.clone();
+        let answer = answer.clone();
         let svc = service_fn(move |req| {
-            let state = state.clone();
-            async move { Ok::<_, Infallible>(handle(state, req, peer).await) }
+            let fut = answer(req, peer);
+            async move { Ok::<_, Infallible>(fut.await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -84,16 +106,19 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, mut shutdown: watch
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
-                tracing::debug!(error = %e, client.addr = %peer, "connection ended with an error");
+                tracing::debug!(error = %e, client.addr = %peer, listener = what, "connection ended with an error");
             }
         });
     }
-    tracing::info!("front door closed; waiting for open connections");
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+    tracing::info!(listener = what, "closed; waiting for open connections");
+    if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
+        tracing::warn!(
+            listener = what,
+            "connections still open after {grace:?}; closing them"
+        );
     }
 }
 

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use sled_store::SledStore;
+pub use sled_store::{dir_size, result_file, SledStore};
 
 /// A boxed future returned by store methods (keeps the trait object-safe).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -64,6 +64,15 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+
     /// Whether the status is final.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
