@@ -1,9 +1,11 @@
 //! Wiring: open the store, recover orphaned tasks, build upstreams, bind the
 //! listeners (the front door and, if configured, the admin listener), and start the
 //! background loops. Shutdown order (`Running::shutdown`):
-//! 1. stop accepting, end `subscriptions/listen` streams with their completion
-//!    response, and let open connections finish (the front door, then the admin
-//!    listener);
+//! 1. stop accepting and end `subscriptions/listen` streams with their completion
+//!    response; calls in progress and running tasks get `server.shutdown_grace` to
+//!    finish; then open calls are dropped (cancelled upstream) and running tasks are
+//!    cancelled upstream and marked `failed` (the proxy shut down); the admin
+//!    listener closes;
 //! 2. stop the sweeper and the session reaper;
 //! 3. close legacy upstream sessions (DELETE) and stop stdio children (stdin closed,
 //!    then SIGTERM, then SIGKILL);
@@ -67,6 +69,8 @@ pub struct Running {
     admin: Option<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
     upstreams: Vec<Arc<dyn Upstream>>,
+    /// How long calls and tasks may take to finish at shutdown.
+    grace: std::time::Duration,
 }
 
 /// Start tasklift with a validated configuration.
@@ -203,6 +207,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         admin,
         background,
         upstreams,
+        grace: cfg.server.shutdown_grace,
     })
 }
 
@@ -211,7 +216,16 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         self.engine.close_streams();
-        let _ = self.server.await;
+        // Calls in progress and running tasks get the same grace period; then open
+        // calls are dropped (cancelled upstream) and tasks are cancelled and failed.
+        let (_, settled) = tokio::join!(self.server, self.engine.settled_within(self.grace));
+        if !settled {
+            let n = self
+                .engine
+                .stop_all(std::time::Duration::from_secs(5))
+                .await;
+            tracing::warn!(tasks = n, grace = ?self.grace, "tasks still running after the grace period were cancelled upstream and failed");
+        }
         if let Some(a) = self.admin {
             let _ = a.await;
         }

@@ -140,6 +140,9 @@ pub struct RawServer {
     pub keepalive_interval: String,
     /// Serve Prometheus metrics at `/metrics` on this listener.
     pub metrics: bool,
+    /// At shutdown, how long calls in progress and running tasks may take to finish
+    /// before they are cancelled upstream.
+    pub shutdown_grace: String,
 }
 
 impl Default for RawServer {
@@ -150,6 +153,7 @@ impl Default for RawServer {
             max_body_bytes: 4 * 1024 * 1024,
             keepalive_interval: "15s".into(),
             metrics: true,
+            shutdown_grace: "10s".into(),
         }
     }
 }
@@ -339,6 +343,8 @@ pub struct ServerConfig {
     pub keepalive_interval: Duration,
     /// Serve `/metrics` beside the MCP endpoints.
     pub metrics: bool,
+    /// Grace period at shutdown.
+    pub shutdown_grace: Duration,
 }
 
 /// Validated `[admin]`.
@@ -645,6 +651,7 @@ impl RawConfig {
                 max_body_bytes: s.max_body_bytes,
                 keepalive_interval,
                 metrics: s.metrics,
+                shutdown_grace: parse_duration("server.shutdown_grace", &s.shutdown_grace)?,
             },
             store: StoreConfig {
                 data_dir: PathBuf::from(&self.store.data_dir),

@@ -37,9 +37,6 @@ use crate::reply::Reply;
 use crate::tasks::Engine;
 use crate::upstream::CallContext;
 
-/// How long open connections may take to finish at shutdown.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
 /// Everything a request handler needs.
 pub struct State {
     /// Upstreams by mount path.
@@ -57,13 +54,10 @@ pub struct State {
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
 /// connections finish their in-flight requests.
 pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) {
-    accept_loop(
-        listener,
-        shutdown,
-        SHUTDOWN_GRACE,
-        "front door",
-        move |req, peer| handle(state.clone(), req, peer),
-    )
+    let grace = state.cfg.shutdown_grace;
+    accept_loop(listener, shutdown, grace, "front door", move |req, peer| {
+        handle(state.clone(), req, peer)
+    })
     .await
 }
 
@@ -80,7 +74,9 @@ pub async fn accept_loop<F, Fut>(
     Fut: std::future::Future<Output = Response<RespBody>> + Send + 'static,
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut conns = tokio::task::JoinSet::new();
     loop {
+        while conns.try_join_next().is_some() {}
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(s) => s,
@@ -104,7 +100,7 @@ pub async fn accept_loop<F, Fut>(
             .header_read_timeout(Duration::from_secs(30))
             .serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);
-        tokio::spawn(async move {
+        conns.spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, client.addr = %peer, listener = what, "connection ended with an error");
             }
@@ -115,10 +111,14 @@ pub async fn accept_loop<F, Fut>(
         .await
         .is_err()
     {
+        // Dropping what is still open cancels its calls upstream.
         tracing::warn!(
             listener = what,
-            "connections still open after {grace:?}; closing them"
+            open = conns.len(),
+            "connections still open after {grace:?}; closing them and cancelling their calls"
         );
+        conns.abort_all();
+        while conns.join_next().await.is_some() {}
     }
 }
 

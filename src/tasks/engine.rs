@@ -36,6 +36,8 @@ pub(super) enum StopReason {
     Cancelled,
     /// It ran past its TTL.
     Expired,
+    /// tasklift is shutting down and the grace period is over.
+    Shutdown,
 }
 
 /// The engine. One per process; shared by every mount.
@@ -424,6 +426,34 @@ impl Engine {
     /// shutdown, so open streams do not hold the front door open).
     pub fn close_streams(&self) {
         self.closing.send_replace(true);
+    }
+
+    /// At shutdown, after the grace period: cancel every task still running upstream
+    /// and mark it failed (the proxy shut down), then wait up to `wait` for their
+    /// owners to record it. Returns how many tasks were stopped.
+    pub async fn stop_all(&self, wait: Duration) -> usize {
+        let senders: Vec<mpsc::Sender<Control>> =
+            self.running.iter().map(|e| e.value().clone()).collect();
+        for s in &senders {
+            let _ = s.send(Control::Stop(StopReason::Shutdown)).await;
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        while !self.running.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        senders.len()
+    }
+
+    /// Wait until no task runs here, or `limit` passes; true if none runs.
+    pub async fn settled_within(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !self.running.is_empty() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
     }
 
     /// Tell `subscriptions/listen` streams about a change.

@@ -201,6 +201,10 @@ impl Engine {
                                 rec.status = TaskStatus::Cancelled;
                                 rec.status_message = Some("cancelled by the client".into());
                             }
+                            StopReason::Shutdown => {
+                                let msg = "tasklift shut down while this task was running; the call was cancelled upstream";
+                                fail(&mut rec, RpcError::new(INTERNAL_ERROR, msg));
+                            }
                             StopReason::Expired => {
                                 let msg = format!("the task ran past its TTL of {} ms and was cancelled upstream", rec.ttl_ms);
                                 fail(&mut rec, RpcError::new(INTERNAL_ERROR, msg));

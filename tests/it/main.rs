@@ -29,6 +29,7 @@ mod metrics;
 mod rmcp_peer;
 mod rules;
 mod sessions;
+mod shutdown;
 mod stdio;
 mod stdio_faults;
 mod stdio_peer;
