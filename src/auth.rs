@@ -1,11 +1,16 @@
 //! Principals: who owns a task. Derived per request from the configured mode and
 //! stored only as a keyed hash, never as a raw credential.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm, PublicKeyUse};
+use jsonwebtoken::{errors::ErrorKind, Algorithm, DecodingKey, Validation};
 use sha2::Sha256;
 
-use crate::config::AuthMode;
+use crate::config::{AuthMode, ConfigError, RawJwt};
 
 /// Why a request carries no usable identity (answered with HTTP 401).
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -16,6 +21,9 @@ pub enum AuthError {
     /// `--auth header:NAME` and the header is absent.
     #[error("this endpoint requires the {0} header (set by the authenticating proxy in front of tasklift)")]
     MissingHeader(String),
+    /// `--auth jwt` and the bearer token is not an acceptable JWT (never echoes it).
+    #[error("the bearer JWT was refused: {0}")]
+    Jwt(String),
 }
 
 /// Derives principals from requests.
@@ -38,16 +46,15 @@ impl Authenticator {
         match &self.mode {
             AuthMode::None => Ok("anonymous".into()),
             AuthMode::Bearer => {
-                let token = headers
-                    .get(http::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| {
-                        let (scheme, rest) = v.split_once(' ')?;
-                        scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-                    })
-                    .filter(|t| !t.is_empty())
-                    .ok_or(AuthError::MissingBearer)?;
+                let token = bearer_token(headers)?;
                 Ok(format!("bearer:{}", self.hash(token.as_bytes())))
+            }
+            AuthMode::Jwt(keys) => {
+                let (iss, sub) = keys.verify(bearer_token(headers)?)?;
+                let mut id = iss.into_bytes();
+                id.push(0);
+                id.extend_from_slice(sub.as_bytes());
+                Ok(format!("jwt:{}", self.hash(&id)))
             }
             AuthMode::Header(name) => {
                 let v = headers
@@ -69,6 +76,302 @@ impl Authenticator {
             .map(|b| format!("{b:02x}"))
             .collect()
     }
+}
+
+/// The token of an `Authorization: Bearer` header.
+fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .filter(|t| !t.is_empty())
+        .ok_or(AuthError::MissingBearer)
+}
+
+/// `--auth jwt`: the keys bearer JWTs must be signed with and the claims they must
+/// carry. Built (key files read and parsed) while the configuration is validated.
+#[derive(Clone)]
+pub struct JwtKeys(Arc<JwtVerifier>);
+
+struct JwtVerifier {
+    keys: Vec<JwtKey>,
+    audience: Option<String>,
+    issuers: Vec<String>,
+    leeway: u64,
+}
+
+struct JwtKey {
+    /// The JWKS `kid`; `None` for `hs256_secret` and `public_key_file`.
+    kid: Option<String>,
+    alg: Algorithm,
+    key: DecodingKey,
+}
+
+impl PartialEq for JwtKeys {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::fmt::Debug for JwtKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtKeys")
+            .field("keys", &self.0.keys.len())
+            .field("audience", &self.0.audience)
+            .field("issuers", &self.0.issuers)
+            .field("leeway", &self.0.leeway)
+            .finish()
+    }
+}
+
+fn config_err(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: format!("auth.jwt.{key}"),
+        message: message.into(),
+    }
+}
+
+fn read_key_file(key: &str, path: &str) -> Result<Vec<u8>, ConfigError> {
+    std::fs::read(path).map_err(|e| config_err(key, format!("cannot read {path}: {e}")))
+}
+
+/// The smallest HS256 secret accepted (RFC 7518 3.2: at least the hash size).
+const MIN_HS256_SECRET: usize = 32;
+
+impl JwtKeys {
+    /// Read and check the keys of `[auth.jwt]`; errors name the key.
+    pub fn load(raw: &RawJwt, leeway: Duration) -> Result<Self, ConfigError> {
+        let mut keys = Vec::new();
+        let secret = match (
+            raw.hs256_secret.is_empty(),
+            raw.hs256_secret_file.is_empty(),
+        ) {
+            (true, true) => None,
+            (false, true) => Some(("hs256_secret", raw.hs256_secret.as_bytes().to_vec())),
+            (true, false) => {
+                let mut s = read_key_file("hs256_secret_file", &raw.hs256_secret_file)?;
+                while s.last().is_some_and(|b| b.is_ascii_whitespace()) {
+                    s.pop();
+                }
+                Some(("hs256_secret_file", s))
+            }
+            (false, false) => {
+                return Err(config_err(
+                    "hs256_secret_file",
+                    "set hs256_secret or hs256_secret_file, not both",
+                ))
+            }
+        };
+        if let Some((name, secret)) = secret {
+            if secret.len() < MIN_HS256_SECRET {
+                return Err(config_err(
+                    name,
+                    format!("an HS256 secret must be at least {MIN_HS256_SECRET} bytes"),
+                ));
+            }
+            keys.push(JwtKey {
+                kid: None,
+                alg: Algorithm::HS256,
+                key: DecodingKey::from_secret(&secret),
+            });
+        }
+        if !raw.public_key_file.is_empty() {
+            let pem = read_key_file("public_key_file", &raw.public_key_file)?;
+            let (alg, key) = if let Ok(k) = DecodingKey::from_rsa_pem(&pem) {
+                (Algorithm::RS256, k)
+            } else if let Ok(k) = DecodingKey::from_ec_pem(&pem) {
+                // An uncompressed P-256 point: 0x04, x, y (32 bytes each).
+                if k.as_bytes().len() != 65 {
+                    return Err(config_err(
+                        "public_key_file",
+                        format!(
+                            "{}: an EC key must be on P-256 (ES256)",
+                            raw.public_key_file
+                        ),
+                    ));
+                }
+                (Algorithm::ES256, k)
+            } else {
+                return Err(config_err(
+                    "public_key_file",
+                    format!(
+                        "{}: not an RSA or EC public key in PEM",
+                        raw.public_key_file
+                    ),
+                ));
+            };
+            keys.push(JwtKey {
+                kid: None,
+                alg,
+                key,
+            });
+        }
+        if !raw.jwks_file.is_empty() {
+            let text = read_key_file("jwks_file", &raw.jwks_file)?;
+            let set: JwkSet = serde_json::from_slice(&text).map_err(|e| {
+                config_err("jwks_file", format!("{}: not a JWKS: {e}", raw.jwks_file))
+            })?;
+            let before = keys.len();
+            for jwk in &set.keys {
+                if matches!(&jwk.common.public_key_use, Some(u) if *u != PublicKeyUse::Signature) {
+                    continue;
+                }
+                let alg = match (&jwk.common.key_algorithm, &jwk.algorithm) {
+                    (Some(KeyAlgorithm::RS256) | None, AlgorithmParameters::RSA(_)) => {
+                        Algorithm::RS256
+                    }
+                    (Some(KeyAlgorithm::ES256) | None, AlgorithmParameters::EllipticCurve(p))
+                        if p.curve == EllipticCurve::P256 =>
+                    {
+                        Algorithm::ES256
+                    }
+                    (Some(KeyAlgorithm::HS256) | None, AlgorithmParameters::OctetKey(_)) => {
+                        Algorithm::HS256
+                    }
+                    _ => continue,
+                };
+                let key = DecodingKey::from_jwk(jwk).map_err(|e| {
+                    let kid = jwk.common.key_id.as_deref().unwrap_or("(no kid)");
+                    config_err("jwks_file", format!("{}: key {kid}: {e}", raw.jwks_file))
+                })?;
+                keys.push(JwtKey {
+                    kid: jwk.common.key_id.clone(),
+                    alg,
+                    key,
+                });
+            }
+            if keys.len() == before {
+                return Err(config_err(
+                    "jwks_file",
+                    format!("{}: no RS256, ES256 or HS256 signing key", raw.jwks_file),
+                ));
+            }
+        }
+        if keys.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "auth.jwt".into(),
+                message: "mode \"jwt\" needs a key: hs256_secret, hs256_secret_file, \
+                          public_key_file or jwks_file"
+                    .into(),
+            });
+        }
+        Ok(Self(Arc::new(JwtVerifier {
+            keys,
+            audience: (!raw.audience.is_empty()).then(|| raw.audience.clone()),
+            issuers: raw.issuers.clone(),
+            leeway: leeway.as_secs(),
+        })))
+    }
+
+    /// Verify a token; its `iss` (empty if absent) and `sub`.
+    fn verify(&self, token: &str) -> Result<(String, String), AuthError> {
+        let v = &self.0;
+        let refuse = |m: &str| AuthError::Jwt(m.into());
+        let header = jsonwebtoken::decode_header(token).map_err(|_| {
+            // `none` and algorithms outside the enum fail to parse: name them.
+            match header_alg(token) {
+                Some(alg) => AuthError::Jwt(format!(
+                    "algorithm {alg:?} is not accepted (HS256, RS256 or ES256)"
+                )),
+                None => refuse("malformed token"),
+            }
+        })?;
+        let alg = header.alg;
+        if !matches!(alg, Algorithm::HS256 | Algorithm::RS256 | Algorithm::ES256) {
+            return Err(AuthError::Jwt(format!(
+                "algorithm {alg:?} is not accepted (HS256, RS256 or ES256)"
+            )));
+        }
+        let of_alg = || v.keys.iter().filter(move |k| k.alg == alg);
+        let candidates: Vec<&JwtKey> = match &header.kid {
+            Some(kid) => {
+                let by_kid: Vec<_> = of_alg().filter(|k| k.kid.as_ref() == Some(kid)).collect();
+                if by_kid.is_empty() {
+                    of_alg().filter(|k| k.kid.is_none()).collect()
+                } else {
+                    by_kid
+                }
+            }
+            None => of_alg().collect(),
+        };
+        if candidates.is_empty() {
+            return Err(match header.kid {
+                Some(_) if v.keys.iter().any(|k| k.kid.is_some()) => {
+                    refuse("unknown kid: no configured key has the token's kid and alg")
+                }
+                _ => AuthError::Jwt(format!("no key is configured for algorithm {alg:?}")),
+            });
+        }
+        let mut validation = Validation::new(alg);
+        validation.leeway = v.leeway;
+        validation.validate_nbf = true;
+        let mut required = vec!["exp", "sub"];
+        match &v.audience {
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
+            None => validation.validate_aud = false,
+        }
+        if !v.issuers.is_empty() {
+            validation.set_issuer(&v.issuers);
+            required.push("iss");
+        }
+        validation.set_required_spec_claims(&required);
+
+        #[derive(serde::Deserialize)]
+        struct Claims {
+            #[serde(default)]
+            iss: Option<String>,
+            #[serde(default)]
+            sub: Option<String>,
+        }
+        for k in candidates {
+            match jsonwebtoken::decode::<Claims>(token, &k.key, &validation) {
+                Ok(d) => {
+                    let sub = d.claims.sub.filter(|s| !s.is_empty());
+                    let sub = sub.ok_or_else(|| refuse("missing sub claim"))?;
+                    return Ok((d.claims.iss.unwrap_or_default(), sub));
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => continue,
+                Err(e) => return Err(describe(e.kind(), v)),
+            }
+        }
+        Err(refuse("bad signature"))
+    }
+}
+
+/// The `alg` of a token's header, when the header is JSON at all.
+fn header_alg(token: &str) -> Option<String> {
+    use base64::Engine;
+    let head = token.split('.').next()?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(head)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let alg = v.get("alg")?.as_str()?;
+    Some(alg.chars().take(16).collect())
+}
+
+/// What failed, in words (never the token).
+fn describe(kind: &ErrorKind, v: &JwtVerifier) -> AuthError {
+    AuthError::Jwt(match kind {
+        ErrorKind::ExpiredSignature => "token expired (exp)".into(),
+        ErrorKind::ImmatureSignature => "token not yet valid (nbf)".into(),
+        ErrorKind::InvalidAudience => format!(
+            "wrong audience (aud): expected {:?}",
+            v.audience.as_deref().unwrap_or_default()
+        ),
+        ErrorKind::InvalidIssuer => "issuer (iss) not accepted".into(),
+        ErrorKind::InvalidSignature => "bad signature".into(),
+        ErrorKind::InvalidAlgorithm => "algorithm does not match the key".into(),
+        ErrorKind::MissingRequiredClaim(c) => format!("missing {c} claim"),
+        ErrorKind::InvalidClaimFormat(c) => format!("malformed {c} claim"),
+        _ => "malformed token".into(),
+    })
 }
 
 /// Load the hashing key from `data_dir/principal.key`, creating it (32 random bytes
@@ -104,5 +407,255 @@ mod tests {
         assert_ne!(p, b.principal(&h).unwrap());
         h.insert("authorization", "Bearer other".parse().unwrap());
         assert_ne!(p, a.principal(&h).unwrap());
+    }
+
+    mod jwt {
+        use super::*;
+        use jsonwebtoken::{encode, EncodingKey, Header};
+        use serde_json::json;
+
+        const SECRET: &str = "an-hs256-test-secret-of-32-bytes!!";
+
+        fn data(name: &str) -> String {
+            format!("{}/tests/data/jwt/{name}", env!("CARGO_MANIFEST_DIR"))
+        }
+
+        fn now() -> u64 {
+            jsonwebtoken::get_current_timestamp()
+        }
+
+        fn claims(sub: &str) -> serde_json::Value {
+            json!({ "iss": "https://idp.example", "sub": sub, "aud": "tasklift", "exp": now() + 300, "iat": now() })
+        }
+
+        fn hs(claims: &serde_json::Value) -> String {
+            encode(
+                &Header::new(Algorithm::HS256),
+                claims,
+                &EncodingKey::from_secret(SECRET.as_bytes()),
+            )
+            .unwrap()
+        }
+
+        fn rs(kid: Option<&str>, claims: &serde_json::Value) -> String {
+            let mut h = Header::new(Algorithm::RS256);
+            h.kid = kid.map(Into::into);
+            let pem = std::fs::read(data("rsa-private.pem")).unwrap();
+            encode(&h, claims, &EncodingKey::from_rsa_pem(&pem).unwrap()).unwrap()
+        }
+
+        fn es(kid: Option<&str>, claims: &serde_json::Value) -> String {
+            let mut h = Header::new(Algorithm::ES256);
+            h.kid = kid.map(Into::into);
+            let pem = std::fs::read(data("ec-private.pem")).unwrap();
+            encode(&h, claims, &EncodingKey::from_ec_pem(&pem).unwrap()).unwrap()
+        }
+
+        fn auth(raw: RawJwt) -> Authenticator {
+            let keys = JwtKeys::load(&raw, Duration::from_secs(60)).unwrap();
+            Authenticator::new(AuthMode::Jwt(keys), b"k".to_vec())
+        }
+
+        fn hs_auth() -> Authenticator {
+            auth(RawJwt {
+                hs256_secret: SECRET.into(),
+                audience: "tasklift".into(),
+                issuers: vec!["https://idp.example".into()],
+                ..RawJwt::default()
+            })
+        }
+
+        fn call(a: &Authenticator, token: &str) -> Result<String, AuthError> {
+            let mut h = HeaderMap::new();
+            h.insert("authorization", format!("Bearer {token}").parse().unwrap());
+            a.principal(&h)
+        }
+
+        fn refused(a: &Authenticator, token: &str, what: &str) {
+            match call(a, token) {
+                Err(AuthError::Jwt(m)) => {
+                    assert!(m.contains(what), "{m:?} does not say {what:?}");
+                    assert!(!m.contains(token), "the token is echoed: {m}");
+                }
+                other => panic!("expected a refusal naming {what:?}, got {other:?}"),
+            }
+        }
+
+        #[test]
+        fn hs256_principal_is_iss_and_sub_and_survives_refresh() {
+            let a = hs_auth();
+            let p = call(&a, &hs(&claims("alice"))).unwrap();
+            assert!(p.starts_with("jwt:") && !p.contains("alice"), "{p}");
+            let mut refreshed = claims("alice");
+            refreshed["exp"] = json!(now() + 3600);
+            refreshed["iat"] = json!(now() + 1);
+            refreshed["jti"] = json!("another");
+            assert_eq!(call(&a, &hs(&refreshed)).unwrap(), p);
+            assert_ne!(call(&a, &hs(&claims("bob"))).unwrap(), p);
+            assert_eq!(
+                a.principal(&HeaderMap::new()),
+                Err(AuthError::MissingBearer)
+            );
+        }
+
+        #[test]
+        fn rs256_and_es256_from_pem_files() {
+            let a = auth(RawJwt {
+                public_key_file: data("rsa-public.pem"),
+                ..RawJwt::default()
+            });
+            let p = call(&a, &rs(None, &claims("alice"))).unwrap();
+            assert!(p.starts_with("jwt:"));
+            refused(
+                &a,
+                &es(None, &claims("alice")),
+                "no key is configured for algorithm ES256",
+            );
+            let e = auth(RawJwt {
+                public_key_file: data("ec-public.pem"),
+                ..RawJwt::default()
+            });
+            assert_eq!(
+                call(&e, &es(None, &claims("alice"))).unwrap(),
+                p,
+                "same iss+sub, same key"
+            );
+        }
+
+        #[test]
+        fn jwks_picks_the_key_by_kid_and_alg() {
+            let a = auth(RawJwt {
+                jwks_file: data("jwks.json"),
+                ..RawJwt::default()
+            });
+            call(&a, &rs(Some("rsa-1"), &claims("alice"))).unwrap();
+            call(&a, &es(Some("ec-1"), &claims("alice"))).unwrap();
+            call(&a, &rs(None, &claims("alice"))).unwrap();
+            refused(&a, &rs(Some("rsa-2"), &claims("alice")), "unknown kid");
+            refused(&a, &rs(Some("ec-1"), &claims("alice")), "unknown kid");
+        }
+
+        #[test]
+        fn refusals_name_what_failed() {
+            let a = hs_auth();
+            let mut c = claims("alice");
+            c["exp"] = json!(now() - 120);
+            refused(&a, &hs(&c), "expired");
+            let mut c = claims("alice");
+            c["exp"] = json!(now() - 30);
+            call(&a, &hs(&c)).expect("within the leeway");
+            let mut c = claims("alice");
+            c["nbf"] = json!(now() + 600);
+            refused(&a, &hs(&c), "not yet valid");
+            let mut c = claims("alice");
+            c["aud"] = json!("someone-else");
+            refused(&a, &hs(&c), "wrong audience");
+            let mut c = claims("alice");
+            c["aud"] = json!(["someone-else", "tasklift"]);
+            call(&a, &hs(&c)).expect("one of several audiences");
+            let mut c = claims("alice");
+            c.as_object_mut().unwrap().remove("aud");
+            refused(&a, &hs(&c), "missing aud");
+            let mut c = claims("alice");
+            c["iss"] = json!("https://evil.example");
+            refused(&a, &hs(&c), "issuer");
+            let mut c = claims("alice");
+            c.as_object_mut().unwrap().remove("sub");
+            refused(&a, &hs(&c), "missing sub");
+            let mut c = claims("alice");
+            c.as_object_mut().unwrap().remove("exp");
+            refused(&a, &hs(&c), "missing exp");
+            let forged = encode(
+                &Header::new(Algorithm::HS256),
+                &claims("alice"),
+                &EncodingKey::from_secret(b"another-secret-that-is-32-bytes-long"),
+            )
+            .unwrap();
+            refused(&a, &forged, "bad signature");
+            let good = hs(&claims("alice"));
+            let (head, _) = good.rsplit_once('.').unwrap();
+            refused(&a, &format!("{head}.AAAA"), "bad signature");
+            refused(&a, "not-a-jwt", "malformed");
+        }
+
+        #[test]
+        fn alg_none_and_algorithm_confusion_are_refused() {
+            use base64::Engine;
+            let b64 = |v: serde_json::Value| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+            };
+            let a = auth(RawJwt {
+                public_key_file: data("rsa-public.pem"),
+                jwks_file: data("jwks.json"),
+                ..RawJwt::default()
+            });
+            let none = format!(
+                "{}.{}.",
+                b64(json!({"alg": "none", "typ": "JWT"})),
+                b64(claims("alice"))
+            );
+            refused(&a, &none, "\"none\" is not accepted");
+            // HS256 signed with the RSA public key (file bytes or DER) as the secret.
+            let pem = std::fs::read(data("rsa-public.pem")).unwrap();
+            let confused = encode(
+                &Header::new(Algorithm::HS256),
+                &claims("alice"),
+                &EncodingKey::from_secret(&pem),
+            )
+            .unwrap();
+            refused(&a, &confused, "no key is configured for algorithm HS256");
+            let mut h = Header::new(Algorithm::HS256);
+            h.kid = Some("rsa-1".into());
+            let confused = encode(&h, &claims("alice"), &EncodingKey::from_secret(&pem)).unwrap();
+            refused(&a, &confused, "unknown kid");
+            let rs384 = {
+                let der = std::fs::read(data("rsa-private.pem")).unwrap();
+                encode(
+                    &Header::new(Algorithm::RS384),
+                    &claims("alice"),
+                    &EncodingKey::from_rsa_pem(&der).unwrap(),
+                )
+                .unwrap()
+            };
+            refused(&a, &rs384, "not accepted");
+        }
+
+        #[test]
+        fn configuration_errors_name_the_key() {
+            let err = |raw: RawJwt| match JwtKeys::load(&raw, Duration::from_secs(60)) {
+                Err(ConfigError::Invalid { key, message }) => format!("{key}: {message}"),
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("accepted"),
+            };
+            assert!(err(RawJwt::default()).starts_with("auth.jwt: "));
+            let missing = err(RawJwt {
+                public_key_file: "/nonexistent/key.pem".into(),
+                ..RawJwt::default()
+            });
+            assert!(
+                missing.starts_with("auth.jwt.public_key_file: cannot read"),
+                "{missing}"
+            );
+            let bad = err(RawJwt {
+                public_key_file: data("jwks.json"),
+                ..RawJwt::default()
+            });
+            assert!(bad.contains("not an RSA or EC public key in PEM"), "{bad}");
+            let jwks = err(RawJwt {
+                jwks_file: data("rsa-public.pem"),
+                ..RawJwt::default()
+            });
+            assert!(jwks.starts_with("auth.jwt.jwks_file: "), "{jwks}");
+            let short = err(RawJwt {
+                hs256_secret: "short".into(),
+                ..RawJwt::default()
+            });
+            assert!(short.starts_with("auth.jwt.hs256_secret: "), "{short}");
+            assert!(err(RawJwt {
+                hs256_secret_file: "/nonexistent/secret".into(),
+                ..RawJwt::default()
+            })
+            .starts_with("auth.jwt.hs256_secret_file: cannot read"));
+        }
     }
 }

@@ -118,7 +118,7 @@ pub struct Overrides {
     /// Directory for the task store [default: ./tasklift-data].
     #[arg(long)]
     pub data_dir: Option<String>,
-    /// Principal mode: none, bearer, or header:NAME [default: none].
+    /// Principal mode: none, bearer, header:NAME, or jwt ([auth.jwt] keys) [default: none].
     #[arg(long)]
     pub auth: Option<String>,
     /// An allowed Origin besides localhost ones (repeatable; "*" allows any).

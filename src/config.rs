@@ -209,10 +209,12 @@ impl Default for RawTasks {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawAuth {
-    /// `none`, `bearer`, or `header:NAME`.
+    /// `none`, `bearer`, `header:NAME`, or `jwt`.
     pub mode: String,
     /// Key for hashing credentials into principals; generated into the data dir if empty.
     pub hash_key: String,
+    /// Keys and checks for `mode = "jwt"`.
+    pub jwt: RawJwt,
 }
 
 impl Default for RawAuth {
@@ -220,6 +222,41 @@ impl Default for RawAuth {
         Self {
             mode: "none".into(),
             hash_key: String::new(),
+            jwt: RawJwt::default(),
+        }
+    }
+}
+
+/// `[auth.jwt]`: a bearer JWT's verified `iss` + `sub` is the principal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawJwt {
+    /// HS256 shared secret (at least 32 bytes).
+    pub hs256_secret: String,
+    /// A file holding the HS256 secret (trailing whitespace ignored).
+    pub hs256_secret_file: String,
+    /// A PEM public key, RSA (RS256) or EC P-256 (ES256).
+    pub public_key_file: String,
+    /// A local JWKS file; keys are picked by the token's `kid` and `alg`.
+    pub jwks_file: String,
+    /// Required `aud` (one of the token's audiences); empty: not checked.
+    pub audience: String,
+    /// Accepted `iss` values; empty: any.
+    pub issuers: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: String,
+}
+
+impl Default for RawJwt {
+    fn default() -> Self {
+        Self {
+            hs256_secret: String::new(),
+            hs256_secret_file: String::new(),
+            public_key_file: String::new(),
+            jwks_file: String::new(),
+            audience: String::new(),
+            issuers: Vec::new(),
+            leeway: "60s".into(),
         }
     }
 }
@@ -389,6 +426,8 @@ pub enum AuthMode {
     Bearer,
     /// A trusted header set by an authenticating proxy.
     Header(String),
+    /// The verified `iss` + `sub` of a bearer JWT.
+    Jwt(crate::auth::JwtKeys),
 }
 
 /// Validated `[auth]`.
@@ -558,6 +597,9 @@ impl RawConfig {
         if !shown.auth.hash_key.is_empty() {
             shown.auth.hash_key = REDACTED.into();
         }
+        if !shown.auth.jwt.hs256_secret.is_empty() {
+            shown.auth.jwt.hs256_secret = REDACTED.into();
+        }
         for u in &mut shown.upstreams {
             u.headers.values_mut().for_each(|v| *v = REDACTED.into());
             u.env.values_mut().for_each(|v| *v = REDACTED.into());
@@ -618,7 +660,7 @@ impl RawConfig {
         }
         let admin = self.validate_admin(listen)?;
         let auth = AuthConfig {
-            mode: parse_auth_mode(&self.auth.mode)?,
+            mode: parse_auth_mode(&self.auth.mode, &self.auth.jwt)?,
             hash_key: (!self.auth.hash_key.is_empty()).then(|| self.auth.hash_key.clone()),
         };
         if self.upstreams.is_empty() {
@@ -690,17 +732,21 @@ impl RawConfig {
     }
 }
 
-fn parse_auth_mode(s: &str) -> Result<AuthMode, ConfigError> {
+fn parse_auth_mode(s: &str, jwt: &RawJwt) -> Result<AuthMode, ConfigError> {
     match s {
         "none" => Ok(AuthMode::None),
         "bearer" => Ok(AuthMode::Bearer),
+        "jwt" => {
+            let leeway = parse_duration("auth.jwt.leeway", &jwt.leeway)?;
+            Ok(AuthMode::Jwt(crate::auth::JwtKeys::load(jwt, leeway)?))
+        }
         _ => match s.strip_prefix("header:") {
             Some(name) if http::HeaderName::from_bytes(name.as_bytes()).is_ok() => {
                 Ok(AuthMode::Header(name.to_ascii_lowercase()))
             }
             _ => Err(invalid(
                 "auth.mode",
-                format!("{s:?}: expected none, bearer or header:NAME"),
+                format!("{s:?}: expected none, bearer, header:NAME or jwt"),
             )),
         },
     }

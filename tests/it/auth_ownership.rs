@@ -221,3 +221,64 @@ async fn an_upstreams_own_task_is_reachable_only_by_its_caller() {
     );
     h.stop().await;
 }
+
+/// An RS256 access token from the test issuer, signed with the `rsa-1` test key.
+fn jwt(sub: &str, aud: &str, exp_in: i64, iat_shift: i64) -> String {
+    use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/jwt");
+    let pem = std::fs::read(format!("{dir}/rsa-private.pem")).unwrap();
+    let now = jsonwebtoken::get_current_timestamp() as i64;
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("rsa-1".into());
+    let claims = json!({
+        "iss": "https://idp.example", "sub": sub, "aud": aud,
+        "iat": now + iat_shift, "exp": now + exp_in,
+    });
+    encode(&header, &claims, &EncodingKey::from_rsa_pem(&pem).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn jwt_mode_keeps_tasks_across_token_refresh() {
+    let (gate, up) = gated();
+    let h = Harness::start(up, |c| {
+        c.auth.mode = "jwt".into();
+        c.auth.jwt.jwks_file =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/jwt/jwks.json").into();
+        c.auth.jwt.audience = "tasklift".into();
+        c.auth.jwt.issuers = vec!["https://idp.example".into()];
+    })
+    .await;
+    let bearer = |t: String| format!("Bearer {t}");
+    let first = bearer(jwt("alice", "tasklift", 300, 0));
+    let alice = h.client_with(true, &[("authorization", &first)]);
+    let id = create(&alice).await;
+    // A refreshed token (same iss and sub, new iat and exp) still owns the task.
+    let refreshed = bearer(jwt("alice", "tasklift", 3600, 5));
+    assert_ne!(first, refreshed);
+    let alice2 = h.client_with(true, &[("authorization", &refreshed)]);
+    let t = alice2.get_task(&id).await.unwrap();
+    assert_eq!(t["status"], "working", "{t}");
+    // Another subject of the same issuer does not see it.
+    let bob_token = bearer(jwt("bob", "tasklift", 300, 0));
+    let bob = h.client_with(true, &[("authorization", &bob_token)]);
+    assert_foreign(&alice2, &bob, &id).await;
+    // Expired, or meant for another audience: 401 naming what failed.
+    for (token, what) in [
+        (jwt("alice", "tasklift", -3600, -7200), "expired"),
+        (jwt("alice", "another-api", 300, 0), "audience"),
+    ] {
+        let r = Post::new(&h.url, 1, "tasks/get", json!({"taskId": id}), true)
+            .header("authorization", &bearer(token.clone()))
+            .send()
+            .await;
+        assert_eq!(r.status, 401, "{what}: {r:?}");
+        assert!(r.body.contains(what), "{what}: {}", r.body);
+        assert!(!r.body.contains(&token), "the token is echoed: {}", r.body);
+    }
+    assert_eq!(
+        alice2.cancel_task(&id).await.unwrap(),
+        json!({"resultType": "complete"})
+    );
+    gate.notify_one();
+    h.stop().await;
+}
