@@ -11,6 +11,7 @@ mod auth_ownership;
 mod basics;
 mod call_cli;
 mod cli;
+mod crash;
 mod disk;
 mod engine_time;
 mod front_door;
