@@ -91,6 +91,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         cfg.tasks.expired_grace,
         cfg.server.keepalive_interval,
     );
+    engine.gate().set(cfg.limits.clone());
     engine.recover().await?;
 
     let mut mounts = HashMap::new();

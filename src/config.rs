@@ -63,6 +63,8 @@ pub struct RawConfig {
     pub auth: RawAuth,
     /// Legacy clients (2025-03-26 … 2025-11-25) and their sessions.
     pub legacy: RawLegacy,
+    /// Limits on results, concurrent calls and running tasks.
+    pub limits: RawLimits,
     /// The admin listener (status page, metrics, health), off unless set.
     pub admin: RawAdmin,
     /// The servers tasklift fronts, each at its own path.
@@ -79,6 +81,31 @@ pub struct RawAdmin {
     /// Host names the admin listener answers to besides IP addresses and `localhost`
     /// (requests addressed to any other name get 403: DNS rebinding protection).
     pub allowed_hosts: Vec<String>,
+}
+
+/// `[limits]` (0: no limit).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLimits {
+    /// Largest result a task may store, in bytes; a larger one fails the task.
+    pub max_result_bytes: usize,
+    /// Calls running at once per upstream; more wait in a queue.
+    pub max_concurrent_calls: usize,
+    /// How long a call may wait in that queue before it is refused.
+    pub queue_timeout: String,
+    /// Tasks running at once per principal; a call that could become one more is refused.
+    pub max_active_tasks_per_principal: usize,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        Self {
+            max_result_bytes: 16 * 1024 * 1024,
+            max_concurrent_calls: 0,
+            queue_timeout: "30s".into(),
+            max_active_tasks_per_principal: 0,
+        }
+    }
 }
 
 /// `[legacy]`.
@@ -361,6 +388,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Legacy clients and their sessions.
     pub legacy: LegacyConfig,
+    /// Limits.
+    pub limits: crate::tasks::limits::Limits,
     /// The admin listener.
     pub admin: AdminConfig,
     /// Upstreams, each with a distinct path.
@@ -702,6 +731,12 @@ impl RawConfig {
             tasks,
             auth,
             legacy,
+            limits: crate::tasks::limits::Limits {
+                max_result_bytes: self.limits.max_result_bytes,
+                max_concurrent_calls: self.limits.max_concurrent_calls,
+                queue_timeout: parse_duration("limits.queue_timeout", &self.limits.queue_timeout)?,
+                max_active_tasks_per_principal: self.limits.max_active_tasks_per_principal,
+            },
             admin,
             upstreams,
         })

@@ -91,6 +91,7 @@ pub struct Metrics {
     tasks_cancelled: AtomicU64,
     tasks_expired: AtomicU64,
     requests: DashMap<(&'static str, &'static str), AtomicU64>,
+    limit_hits: DashMap<&'static str, AtomicU64>,
     upstreams: DashMap<String, Arc<UpstreamFigures>>,
 }
 
@@ -156,6 +157,14 @@ impl Metrics {
             .unwrap_or("other");
         self.requests
             .entry((m, outcome))
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A limit refused something (`limit` is its configuration key).
+    pub fn limit_hit(&self, limit: &'static str) {
+        self.limit_hits
+            .entry(limit)
             .or_default()
             .fetch_add(1, Ordering::Relaxed);
     }
@@ -237,6 +246,18 @@ impl Metrics {
                 out,
                 "tasklift_requests_total{{method=\"{m}\",outcome=\"{o}\"}} {n}"
             );
+        }
+        out.push_str("# HELP tasklift_limit_hits_total Requests or tasks refused by a limit, by its setting.\n# TYPE tasklift_limit_hits_total counter\n");
+        for limit in [
+            "max_concurrent_calls",
+            "max_active_tasks_per_principal",
+            "max_result_bytes",
+        ] {
+            let n = self
+                .limit_hits
+                .get(limit)
+                .map_or(0, |c| c.load(Ordering::Relaxed));
+            let _ = writeln!(out, "tasklift_limit_hits_total{{limit=\"{limit}\"}} {n}");
         }
         let mut ups: Vec<(String, Arc<UpstreamFigures>)> = self
             .upstreams

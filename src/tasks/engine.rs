@@ -65,6 +65,8 @@ pub struct Engine {
     pub(super) keepalive: Duration,
     /// Counters for `/metrics`.
     metrics: Arc<crate::metrics::Metrics>,
+    /// Limits on calls, tasks and results.
+    gate: super::limits::Gate,
 }
 
 /// Longest time an upstream's own task id is remembered.
@@ -125,7 +127,13 @@ impl Engine {
             expired_grace,
             keepalive,
             metrics: Arc::default(),
+            gate: Default::default(),
         })
+    }
+
+    /// The limits and their counts (set once at start).
+    pub fn gate(&self) -> &super::limits::Gate {
+        &self.gate
     }
 
     /// The counters behind `/metrics`.
@@ -187,6 +195,13 @@ impl Engine {
             let tool = req.str_param("name").unwrap_or_default();
             let err = mcp::missing_tasks_capability(&format!("tool {tool:?}"));
             return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(err)));
+        }
+        if declares && policy.mode != ToolMode::Never {
+            // Refused before any work starts: a call that may become a task needs room.
+            if let Err(e) = self.gate.may_start_task(&ctx.principal) {
+                self.metrics.limit_hit("max_active_tasks_per_principal");
+                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+            }
         }
         let task = (declares && policy.mode != ToolMode::Never).then(|| TaskSpec {
             tool: req.str_param("name").unwrap_or_default().to_string(),
@@ -262,12 +277,20 @@ impl Engine {
         task: Option<TaskSpec>,
         cache_hint: Option<(u64, String)>,
     ) -> Reply {
+        let slot = match self.gate.call_slot(upstream.name()).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.metrics.limit_hit("max_concurrent_calls");
+                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+            }
+        };
         let call = match upstream.call(&req, &ctx).await {
             Ok(c) => c,
             Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.to_rpc()))),
         };
         let meta = req.meta();
         let sc = SyncCall {
+            slot,
             meter: Some(self.metrics.call_started(upstream.name())),
             call,
             id: req.id.clone(),

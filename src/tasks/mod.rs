@@ -4,6 +4,7 @@
 
 pub mod engine;
 pub mod input;
+pub mod limits;
 mod listen;
 mod owner;
 pub mod sweeper;

@@ -26,6 +26,10 @@ pub(super) struct Owner {
     pub token: Value,
     /// The client's capabilities at creation (which requests it may be shown).
     pub caps: Value,
+    /// The upstream's call slot, when calls are limited.
+    pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Counts the task against its principal's limit until it settles.
+    pub active: Option<super::limits::ActiveTask>,
     /// Counts the upstream call in flight until the task settles.
     pub meter: Option<crate::metrics::CallMeter>,
     /// Input keys handed out so far.
@@ -148,10 +152,16 @@ impl Engine {
                             }
                             outcome => {
                                 match finalize_result(outcome) {
-                                    Ok(r) => {
-                                        rec.status = TaskStatus::Completed;
-                                        rec.outcome = Some(TaskOutcome::Result(r));
-                                    }
+                                    Ok(r) => match self.gate().check_result(&r) {
+                                        Ok(()) => {
+                                            rec.status = TaskStatus::Completed;
+                                            rec.outcome = Some(TaskOutcome::Result(r));
+                                        }
+                                        Err(e) => {
+                                            self.metrics().limit_hit("max_result_bytes");
+                                            fail(&mut rec, e);
+                                        }
+                                    },
                                     Err(e) => fail(&mut rec, e),
                                 }
                                 break;
@@ -233,6 +243,8 @@ impl Engine {
         }
         self.publish(&rec);
         drop(o.meter.take());
+        drop(o.slot.take());
+        drop(o.active.take());
         let how = match rec.status {
             TaskStatus::Completed => crate::metrics::Finished::Completed,
             TaskStatus::Cancelled => crate::metrics::Finished::Cancelled,

@@ -43,6 +43,8 @@ pub(super) enum Step {
 
 /// A request in its synchronous phase.
 pub(super) struct SyncCall {
+    /// The upstream's call slot, when calls are limited (held until the call ends).
+    pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
     /// Counts the upstream call in flight and times it (for `/metrics`).
     pub meter: Option<crate::metrics::CallMeter>,
     /// The upstream call.
@@ -420,6 +422,8 @@ impl Engine {
         let handle = create_task_result(&rec);
         tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, "call became a task");
         let owner = super::owner::Owner {
+            slot: sc.slot.take(),
+            active: Some(self.gate().task_started(&rec.owner)),
             meter: sc.meter.take(),
             call: Some(std::mem::replace(&mut sc.call, UpstreamCall::finished())),
             backlog: std::mem::take(&mut sc.backlog),

@@ -24,6 +24,7 @@ mod legacy_front;
 mod legacy_sessions;
 mod legacy_tasks;
 mod lifecycle;
+mod limits;
 mod listen;
 mod listen_upstream;
 mod metrics;

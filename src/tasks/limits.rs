@@ -1,0 +1,166 @@
+//! Limits that keep one caller or one slow upstream from taking everything: the size
+//! of a stored result, concurrent calls per upstream (excess calls queue, for a
+//! while), and running tasks per principal. Each refusal is a JSON-RPC error that
+//! names the limit and its setting, and is counted in
+//! `tasklift_limit_hits_total{limit}`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::jsonrpc::RpcError;
+
+/// JSON-RPC code of a refusal because a limit is reached (implementation-defined
+/// server error range).
+pub const LIMIT_REACHED: i64 = -32003;
+
+/// The configured limits (0 means no limit).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest result a task may store, in bytes (serialized JSON).
+    pub max_result_bytes: usize,
+    /// Calls running at once per upstream; more wait in a queue.
+    pub max_concurrent_calls: usize,
+    /// How long a call may wait for its turn.
+    pub queue_timeout: Duration,
+    /// Tasks running at once per principal.
+    pub max_active_tasks_per_principal: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_result_bytes: 16 * 1024 * 1024,
+            max_concurrent_calls: 0,
+            queue_timeout: Duration::from_secs(30),
+            max_active_tasks_per_principal: 0,
+        }
+    }
+}
+
+/// The limits and what they count.
+#[derive(Default)]
+pub struct Gate {
+    limits: std::sync::OnceLock<Limits>,
+    slots: DashMap<String, Arc<Semaphore>>,
+    active: DashMap<String, Arc<AtomicUsize>>,
+}
+
+/// A running task counted against its principal until dropped.
+pub struct ActiveTask(Arc<AtomicUsize>);
+
+impl Drop for ActiveTask {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Gate {
+    /// Set the limits (once, at start).
+    pub fn set(&self, l: Limits) {
+        let _ = self.limits.set(l);
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits.get().cloned().unwrap_or_default()
+    }
+
+    /// Wait for a call slot on `upstream`; `Ok(None)` when calls are not limited.
+    pub async fn call_slot(
+        &self,
+        upstream: &str,
+    ) -> Result<Option<OwnedSemaphorePermit>, RpcError> {
+        let l = self.limits();
+        if l.max_concurrent_calls == 0 {
+            return Ok(None);
+        }
+        let sem = self
+            .slots
+            .entry(upstream.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(l.max_concurrent_calls)))
+            .clone();
+        match tokio::time::timeout(l.queue_timeout, sem.acquire_owned()).await {
+            Ok(Ok(p)) => Ok(Some(p)),
+            _ => Err(RpcError::new(
+                LIMIT_REACHED,
+                format!(
+                    "upstream {upstream} is busy: {} calls are running (limits.max_concurrent_calls) and this one waited {:?} (limits.queue_timeout); try again later",
+                    l.max_concurrent_calls, l.queue_timeout
+                ),
+            )),
+        }
+    }
+
+    /// Whether `owner` may start one more task.
+    pub fn may_start_task(&self, owner: &str) -> Result<(), RpcError> {
+        let max = self.limits().max_active_tasks_per_principal;
+        let n = self
+            .active
+            .get(owner)
+            .map_or(0, |c| c.load(Ordering::Relaxed));
+        if max > 0 && n >= max {
+            return Err(RpcError::new(
+                LIMIT_REACHED,
+                format!("this caller already has {n} tasks running (limits.max_active_tasks_per_principal = {max}); wait for one to finish or cancel one"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Count a task that starts running for `owner`.
+    pub fn task_started(&self, owner: &str) -> ActiveTask {
+        let c = self.active.entry(owner.to_string()).or_default().clone();
+        c.fetch_add(1, Ordering::Relaxed);
+        ActiveTask(c)
+    }
+
+    /// The error for a result over the limit, if it is.
+    pub fn check_result(&self, r: &serde_json::Value) -> Result<(), RpcError> {
+        let max = self.limits().max_result_bytes;
+        if max == 0 {
+            return Ok(());
+        }
+        let size = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0);
+        if size > max {
+            return Err(RpcError::new(
+                LIMIT_REACHED,
+                format!("the tool's result is {size} bytes, over the limit of {max} bytes a task may store (limits.max_result_bytes)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn calls_queue_then_time_out_and_tasks_are_counted_per_principal() {
+        let g = Gate::default();
+        g.set(Limits {
+            max_concurrent_calls: 1,
+            queue_timeout: Duration::from_millis(50),
+            max_active_tasks_per_principal: 1,
+            max_result_bytes: 10,
+        });
+        let first = g.call_slot("up").await.unwrap();
+        let e = g.call_slot("up").await.unwrap_err();
+        assert!(e.message.contains("max_concurrent_calls"), "{}", e.message);
+        drop(first);
+        assert!(g.call_slot("up").await.unwrap().is_some());
+        let t = g.task_started("alice");
+        assert!(g.may_start_task("alice").is_err());
+        assert!(g.may_start_task("bob").is_ok());
+        drop(t);
+        assert!(g.may_start_task("alice").is_ok());
+        assert!(g.check_result(&serde_json::json!("short")).is_ok());
+        assert!(g
+            .check_result(&serde_json::json!("a much longer text"))
+            .is_err());
+    }
+}
