@@ -98,6 +98,8 @@ struct Conn {
     stdin: mpsc::Sender<String>,
     /// Calls in flight by upstream id, with their progress token.
     pending: DashMap<u64, (mpsc::Sender<CallEvent>, Option<String>)>,
+    /// Whose call each pending one is (log lines are only relayed within one caller).
+    owners: DashMap<u64, String>,
     /// Progress token -> upstream id.
     tokens: DashMap<String, u64>,
     /// Upstream-side ids.
@@ -120,6 +122,7 @@ impl Conn {
             info: std::sync::OnceLock::new(),
             stdin,
             pending: DashMap::new(),
+            owners: DashMap::new(),
             tokens: DashMap::new(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
@@ -133,8 +136,10 @@ impl Conn {
         msg: Value,
         id: u64,
         token: Option<String>,
+        owner: &str,
     ) -> Result<mpsc::Receiver<CallEvent>, String> {
         let (tx, rx) = mpsc::channel(64);
+        self.owners.insert(id, owner.to_string());
         if let Some(t) = &token {
             self.tokens.insert(t.clone(), id);
         }
@@ -147,6 +152,7 @@ impl Conn {
     }
 
     fn forget(&self, id: u64) -> bool {
+        self.owners.remove(&id);
         match self.pending.remove(&id) {
             Some((_, (_, token))) => {
                 if let Some(t) = token {
@@ -162,7 +168,7 @@ impl Conn {
     async fn ask(&self, method: &str, params: Value, timeout: Duration) -> Option<Outcome> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let mut rx = self.send(msg, id, None).await.ok()?;
+        let mut rx = self.send(msg, id, None, "tasklift").await.ok()?;
         let r = tokio::time::timeout(timeout, async {
             while let Some(ev) = rx.recv().await {
                 if let CallEvent::Done(o) = ev {
@@ -357,6 +363,7 @@ impl Pool {
         );
         let ids: Vec<u64> = conn.pending.iter().map(|e| *e.key()).collect();
         for id in ids {
+            conn.owners.remove(&id);
             if let Some((_, (tx, _))) = conn.pending.remove(&id) {
                 let _ = tx.try_send(CallEvent::Done(Err(err.clone())));
             }
@@ -581,6 +588,7 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
     match msg {
         Msg::Response { id, outcome } => {
             let Some(id) = id.as_u64() else { return };
+            conn.owners.remove(&id);
             if let Some((_, (tx, token))) = conn.pending.remove(&id) {
                 if let Some(t) = token {
                     conn.tokens.remove(&t);
@@ -591,11 +599,15 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
         Msg::Notification { method, params } => {
             let token = params.get("progressToken").map(Value::to_string);
             let mut target = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value()));
-            // A log message carries no link to its call: it goes to the call in
-            // flight only when there is exactly one (with several, it could be another
-            // caller's, so it is not relayed).
-            if target.is_none() && method == "notifications/message" && conn.pending.len() == 1 {
-                target = conn.pending.iter().map(|e| *e.key()).next();
+            // A log message carries no link to its call: it goes to the most recent
+            // call in flight, but only when every call in flight is the same caller's
+            // (otherwise it could be another caller's log, and it is not relayed).
+            if target.is_none() && method == "notifications/message" {
+                let mut owners = conn.owners.iter().map(|e| e.value().clone());
+                let first = owners.next();
+                if first.is_some() && owners.all(|o| Some(&o) == first.as_ref()) {
+                    target = conn.pending.iter().map(|e| *e.key()).max();
+                }
             }
             let sender = target.and_then(|id| conn.pending.get(&id).map(|e| e.value().0.clone()));
             match sender {
@@ -751,7 +763,7 @@ impl Upstream for StdioUpstream {
     fn call<'a>(
         &'a self,
         req: &'a Request,
-        _ctx: &'a CallContext,
+        ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, UpstreamCall> {
         Box::pin(async move {
             let conn = match self.inner.pick().await {
@@ -765,7 +777,7 @@ impl Upstream for StdioUpstream {
                 .meta()
                 .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
                 .map(Value::to_string);
-            let events = match conn.send(msg, id, token).await {
+            let events = match conn.send(msg, id, token, &ctx.principal).await {
                 Ok(rx) => rx,
                 Err(why) => {
                     return Ok(UpstreamCall::failed(RpcError::new(
