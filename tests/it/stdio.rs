@@ -377,3 +377,45 @@ async fn a_pool_of_serial_children_runs_calls_in_parallel() {
     }
     h.stop().await;
 }
+
+/// A stdio child's log line carries no link to its call: tasklift relays it to the
+/// caller in flight, but never while another caller also has a call in flight.
+#[tokio::test]
+async fn a_log_line_never_reaches_another_callers_stream() {
+    let h = StdioHarness::start(&[], |c| c.auth.mode = "bearer".into()).await;
+    let as_caller = |token: &str| {
+        let mut c = h.plain_client();
+        c.headers.push((
+            "authorization".parse().unwrap(),
+            http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        ));
+        c
+    };
+    let logs_seen = |c: Client| async move {
+        let mut seen = 0;
+        let params = json!({"name": "test_tool_with_logging", "arguments": {},
+                            "_meta": {"io.modelcontextprotocol/logLevel": "debug"}});
+        c.request_streaming("tools/call", params, |n| {
+            if n["method"] == "notifications/message" {
+                seen += 1;
+            }
+        })
+        .await
+        .expect("the call answers");
+        seen
+    };
+    // Bob alone: his tool's log lines reach him.
+    assert_eq!(logs_seen(as_caller("bob")).await, 3);
+    // With Alice's call in flight, nobody can tell whose lines they are: none relayed.
+    let alice = as_caller("alice");
+    let slow =
+        tokio::spawn(async move { alice.call_tool("slow_compute", json!({"seconds": 2})).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        logs_seen(as_caller("bob")).await,
+        0,
+        "Alice's call was in flight"
+    );
+    slow.await.unwrap().expect("Alice's call answers");
+    h.stop().await;
+}
