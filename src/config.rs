@@ -95,6 +95,8 @@ pub struct RawLimits {
     pub queue_timeout: String,
     /// Tasks running at once per principal; a call that could become one more is refused.
     pub max_active_tasks_per_principal: usize,
+    /// Refuse `tasks/get` polls of a task faster than half its `pollIntervalMs`.
+    pub poll_rate_limit: bool,
 }
 
 impl Default for RawLimits {
@@ -104,6 +106,7 @@ impl Default for RawLimits {
             max_concurrent_calls: 0,
             queue_timeout: "30s".into(),
             max_active_tasks_per_principal: 0,
+            poll_rate_limit: false,
         }
     }
 }
@@ -736,6 +739,7 @@ impl RawConfig {
                 max_concurrent_calls: self.limits.max_concurrent_calls,
                 queue_timeout: parse_duration("limits.queue_timeout", &self.limits.queue_timeout)?,
                 max_active_tasks_per_principal: self.limits.max_active_tasks_per_principal,
+                poll_rate_limit: self.limits.poll_rate_limit,
             },
             admin,
             upstreams,

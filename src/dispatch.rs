@@ -62,11 +62,12 @@ pub async fn dispatch(
             let task_id = req.str_param("taskId").unwrap_or_default();
             match engine.route(task_id, &ctx.principal, &mount.cfg.name) {
                 TaskRoute::Upstream => engine.relay(up, req, ctx, None).await,
-                TaskRoute::Local => json(
-                    engine
+                TaskRoute::Local => {
+                    let outcome = engine
                         .task_method(&req, &ctx.principal, &mount.cfg.name)
-                        .await,
-                ),
+                        .await;
+                    json(polled(engine, &req, &ctx.principal, outcome))
+                }
             }
         }
         "subscriptions/listen" => engine.listen(up, &req, &ctx).await,
@@ -100,6 +101,29 @@ pub async fn dispatch(
                 _ => None,
             };
             engine.relay(up, req, ctx, hint).await
+        }
+    }
+}
+
+/// A `tasks/get` answer, unless the caller polls faster than the task asks
+/// (`limits.poll_rate_limit`).
+pub fn polled(
+    engine: &Engine,
+    req: &Request,
+    owner: &str,
+    outcome: crate::jsonrpc::Outcome,
+) -> crate::jsonrpc::Outcome {
+    let Ok(t) = &outcome else { return outcome };
+    if req.method != method::TASKS_GET {
+        return outcome;
+    }
+    let interval = t.get("pollIntervalMs").and_then(Value::as_u64).unwrap_or(0);
+    let id = t.get("taskId").and_then(Value::as_str).unwrap_or_default();
+    match engine.gate().poll(owner, id, interval) {
+        Ok(()) => outcome,
+        Err(e) => {
+            engine.metrics().limit_hit("poll_rate_limit");
+            Err(e)
         }
     }
 }

@@ -252,6 +252,7 @@ impl Metrics {
             "max_concurrent_calls",
             "max_active_tasks_per_principal",
             "max_result_bytes",
+            "poll_rate_limit",
         ] {
             let n = self
                 .limit_hits

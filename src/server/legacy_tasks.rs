@@ -201,7 +201,10 @@ pub async fn task_method(
         Err(e) => return respond(id.as_ref(), Err(e)),
     };
     match req.method.as_str() {
-        "tasks/get" => respond(id.as_ref(), Ok(legacy_task(&current))),
+        "tasks/get" => respond(
+            id.as_ref(),
+            crate::dispatch::polled(engine, &get, owner, Ok(current)).map(|t| legacy_task(&t)),
+        ),
         "tasks/cancel" => {
             if is_terminal(&current) {
                 return respond(

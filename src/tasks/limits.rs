@@ -28,6 +28,8 @@ pub struct Limits {
     pub queue_timeout: Duration,
     /// Tasks running at once per principal.
     pub max_active_tasks_per_principal: usize,
+    /// Refuse `tasks/get` polls of one task faster than half its `pollIntervalMs`.
+    pub poll_rate_limit: bool,
 }
 
 impl Default for Limits {
@@ -37,6 +39,7 @@ impl Default for Limits {
             max_concurrent_calls: 0,
             queue_timeout: Duration::from_secs(30),
             max_active_tasks_per_principal: 0,
+            poll_rate_limit: false,
         }
     }
 }
@@ -47,6 +50,7 @@ pub struct Gate {
     limits: std::sync::OnceLock<Limits>,
     slots: DashMap<String, Arc<Semaphore>>,
     active: DashMap<String, Arc<AtomicUsize>>,
+    last_poll: DashMap<String, std::time::Instant>,
 }
 
 /// A running task counted against its principal until dropped.
@@ -118,6 +122,31 @@ impl Gate {
         ActiveTask(c)
     }
 
+    /// With `poll_rate_limit`: refuse a poll of `task` by `owner` sooner than half the
+    /// task's `pollIntervalMs` after the last one (clients jitter; this catches loops).
+    pub fn poll(&self, owner: &str, task: &str, interval_ms: u64) -> Result<(), RpcError> {
+        if !self.limits().poll_rate_limit {
+            return Ok(());
+        }
+        let key = format!("{owner}\0{task}");
+        let min = Duration::from_millis(interval_ms / 2);
+        let now = std::time::Instant::now();
+        if let Some(prev) = self.last_poll.get(&key).map(|p| *p) {
+            if now.duration_since(prev) < min {
+                return Err(RpcError::new(
+                    LIMIT_REACHED,
+                    format!("polling too fast: poll this task every {interval_ms} ms (its pollIntervalMs; limits.poll_rate_limit)"),
+                ));
+            }
+        }
+        if self.last_poll.len() > 100_000 {
+            self.last_poll
+                .retain(|_, t| now.duration_since(*t) < Duration::from_secs(600));
+        }
+        self.last_poll.insert(key, now);
+        Ok(())
+    }
+
     /// The error for a result over the limit, if it is.
     pub fn check_result(&self, r: &serde_json::Value) -> Result<(), RpcError> {
         let max = self.limits().max_result_bytes;
@@ -147,6 +176,7 @@ mod tests {
             queue_timeout: Duration::from_millis(50),
             max_active_tasks_per_principal: 1,
             max_result_bytes: 10,
+            poll_rate_limit: true,
         });
         let first = g.call_slot("up").await.unwrap();
         let e = g.call_slot("up").await.unwrap_err();
@@ -162,5 +192,9 @@ mod tests {
         assert!(g
             .check_result(&serde_json::json!("a much longer text"))
             .is_err());
+        assert!(g.poll("alice", "t1", 1000).is_ok());
+        assert!(g.poll("alice", "t1", 1000).is_err(), "too soon");
+        assert!(g.poll("bob", "t1", 1000).is_ok(), "per caller");
+        assert!(g.poll("alice", "t2", 1000).is_ok(), "per task");
     }
 }

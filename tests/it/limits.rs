@@ -134,3 +134,32 @@ async fn a_caller_with_too_many_running_tasks_is_refused_before_any_work() {
     assert_eq!(limit_hits(&h, "max_active_tasks_per_principal").await, "1");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn polling_faster_than_the_task_asks_is_refused_when_limited() {
+    let up = FixtureServer::new().tool(Tool::new("forever").sleep(Duration::from_secs(3600)));
+    let h = Harness::start(up, |c| {
+        c.limits.poll_rate_limit = true;
+        c.tasks.poll_interval = "1s".into();
+    })
+    .await;
+    let c = h.client();
+    let t = c.call_tool("forever", json!({})).await.unwrap().result;
+    let id = t["taskId"].as_str().expect("a task").to_string();
+    c.get_task(&id).await.expect("a first poll");
+    let (code, msg) = match c.get_task(&id).await {
+        Err(ClientError::Rpc(e)) => (e.code, e.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(code, -32003, "{msg}");
+    assert!(
+        msg.contains("pollIntervalMs") && msg.contains("1000"),
+        "{msg}"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    c.get_task(&id)
+        .await
+        .expect("a poll at the pace the task asks");
+    assert_eq!(limit_hits(&h, "poll_rate_limit").await, "1");
+    h.stop().await;
+}
