@@ -633,6 +633,7 @@ impl RawConfig {
             shown.auth.jwt.hs256_secret = REDACTED.into();
         }
         for u in &mut shown.upstreams {
+            u.url = redact_url_credentials(&u.url);
             u.headers.values_mut().for_each(|v| *v = REDACTED.into());
             u.env.values_mut().for_each(|v| *v = REDACTED.into());
         }
@@ -932,6 +933,24 @@ fn validate_upstream(
         tools,
         default_policy,
     })
+}
+
+/// An upstream URL with the password of its userinfo (or the whole userinfo when it is
+/// a bare token) replaced by `<redacted>`, for printing.
+fn redact_url_credentials(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_string();
+    };
+    let shown = match authority[..at].split_once(':') {
+        Some((user, _)) => format!("{user}:{REDACTED}"),
+        None => REDACTED.to_string(),
+    };
+    format!("{}{shown}{}", &url[..start], &url[start + at..])
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ mod listen_upstream;
 mod metrics;
 mod rmcp_peer;
 mod rules;
+mod security;
 mod sessions;
 mod shutdown;
 mod stdio;
