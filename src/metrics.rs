@@ -253,6 +253,7 @@ impl Metrics {
             "max_active_tasks_per_principal",
             "max_result_bytes",
             "poll_rate_limit",
+            "max_body_bytes",
         ] {
             let n = self
                 .limit_hits

@@ -213,7 +213,11 @@ async fn handle(
     let limit = state.cfg.max_body_bytes;
     let bytes: Bytes = match Limited::new(body, limit).collect().await {
         Ok(c) => c.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            state.engine.metrics().limit_hit("max_body_bytes");
             return error_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 None,
@@ -221,13 +225,16 @@ async fn handle(
                     REQUEST_TOO_LARGE,
                     format!("Request body too large: the limit is {limit} bytes (server.max_body_bytes)"),
                 ),
-            )
+            );
         }
         Err(e) => {
             return error_response(
                 StatusCode::BAD_REQUEST,
                 None,
-                RpcError::new(INVALID_REQUEST, format!("could not read the request body: {e}")),
+                RpcError::new(
+                    INVALID_REQUEST,
+                    format!("could not read the request body: {e}"),
+                ),
             )
         }
     };

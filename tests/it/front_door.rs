@@ -236,6 +236,13 @@ async fn oversized_body_is_413_naming_the_limit() {
         .await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(h.upstream.stats().calls.load(Ordering::Relaxed), 1);
+    let page = raw("GET", &h.url.replace("/mcp", "/metrics"), &[], "")
+        .await
+        .body;
+    assert!(
+        page.contains("tasklift_limit_hits_total{limit=\"max_body_bytes\"} 1"),
+        "{page}"
+    );
     h.stop().await;
 }
 
