@@ -412,12 +412,12 @@ impl Engine {
                             rec.status = TaskStatus::Cancelled;
                             rec.status_message = Some("cancelled by the client".into());
                             rec.updated_at_ms = self.clock.now_ms();
+                            self.metrics
+                                .task_finished(crate::metrics::Finished::Cancelled);
                             self.store
                                 .put(&rec)
                                 .await
                                 .map_err(|e| RpcError::new(INTERNAL_ERROR, e.to_string()))?;
-                            self.metrics
-                                .task_finished(crate::metrics::Finished::Cancelled);
                             self.publish(&rec);
                         }
                     }

@@ -229,6 +229,17 @@ impl Engine {
         drop(legacy);
         rec.input_requests.clear();
         rec.updated_at_ms = self.clock().now_ms();
+        // Counted before the write that makes the state visible, so a client that
+        // sees the task settled also sees it counted.
+        let how = match rec.status {
+            TaskStatus::Completed => crate::metrics::Finished::Completed,
+            TaskStatus::Cancelled => crate::metrics::Finished::Cancelled,
+            _ => crate::metrics::Finished::Failed,
+        };
+        self.metrics().task_finished(how);
+        drop(o.meter.take());
+        drop(o.slot.take());
+        drop(o.active.take());
         if let Err(e) = self.store().put(&rec).await {
             tracing::error!(error = %e, "could not record the task's final state");
             // Keep the outcome visible in a smaller form if the full one did not fit.
@@ -242,15 +253,6 @@ impl Engine {
             let _ = self.store().put(&rec).await;
         }
         self.publish(&rec);
-        drop(o.meter.take());
-        drop(o.slot.take());
-        drop(o.active.take());
-        let how = match rec.status {
-            TaskStatus::Completed => crate::metrics::Finished::Completed,
-            TaskStatus::Cancelled => crate::metrics::Finished::Cancelled,
-            _ => crate::metrics::Finished::Failed,
-        };
-        self.metrics().task_finished(how);
         tracing::info!(status = rec.status.as_str(), "task settled");
         self.running.remove(&rec.id);
     }

@@ -44,7 +44,7 @@ async fn metrics_follow_tasks_from_creation_to_expiry() {
         )
         .tool(Tool::new("forever").sleep(Duration::from_secs(3600)));
     let h = Harness::start(up, |c| {
-        c.tasks.ttl = "3s".into();
+        c.tasks.ttl = "8s".into();
         c.tasks.sweep_interval = "100ms".into();
         c.tasks.expired_grace = "100ms".into();
     })
@@ -119,8 +119,8 @@ async fn metrics_follow_tasks_from_creation_to_expiry() {
     let rejected = "tasklift_requests_total{method=\"tools/list\",outcome=\"rejected\"}";
     assert_eq!(sample(&page, rejected), 1.0);
 
-    // The three tasks expire (TTL 3 s) and the sweeper deletes them.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // The three tasks expire (TTL 8 s) and the sweeper deletes them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
     loop {
         let page = scrape(&h).await;
         if sample(&page, "tasklift_tasks_expired_total") == 3.0 {
