@@ -44,7 +44,8 @@ pub async fn serve(
     started: Instant,
     shutdown: watch::Receiver<bool>,
 ) {
-    crate::server::accept_loop(listener, shutdown, SHUTDOWN_GRACE, "admin", move |req, peer| {
+    let times = (SHUTDOWN_GRACE, Duration::from_secs(30));
+    crate::server::accept_loop(listener, shutdown, times, "admin", None, move |req, peer| {
         let (state, hosts) = (state.clone(), allowed_hosts.clone());
         async move {
             if !host_allowed(req.headers(), &hosts)

@@ -173,6 +173,8 @@ pub struct RawServer {
     /// At shutdown, how long calls in progress and running tasks may take to finish
     /// before they are cancelled upstream.
     pub shutdown_grace: String,
+    /// A connection that has not sent a request's headers within this time is closed.
+    pub header_read_timeout: String,
 }
 
 impl Default for RawServer {
@@ -184,6 +186,7 @@ impl Default for RawServer {
             keepalive_interval: "15s".into(),
             metrics: true,
             shutdown_grace: "10s".into(),
+            header_read_timeout: "30s".into(),
         }
     }
 }
@@ -414,6 +417,8 @@ pub struct ServerConfig {
     pub metrics: bool,
     /// Grace period at shutdown.
     pub shutdown_grace: Duration,
+    /// Time allowed to send a request's headers.
+    pub header_read_timeout: Duration,
 }
 
 /// Validated `[admin]`.
@@ -660,6 +665,14 @@ impl RawConfig {
                 "must be greater than zero",
             ));
         }
+        if humantime::parse_duration(s.header_read_timeout.trim()).is_ok_and(|d| d.is_zero())
+            || s.header_read_timeout.trim() == "0"
+        {
+            return Err(invalid(
+                "server.header_read_timeout",
+                "must be greater than zero",
+            ));
+        }
         let t = &self.tasks;
         let tasks = TaskDefaults {
             threshold: parse_duration("tasks.threshold", &t.threshold)?,
@@ -727,6 +740,10 @@ impl RawConfig {
                 keepalive_interval,
                 metrics: s.metrics,
                 shutdown_grace: parse_duration("server.shutdown_grace", &s.shutdown_grace)?,
+                header_read_timeout: parse_duration(
+                    "server.header_read_timeout",
+                    &s.header_read_timeout,
+                )?,
             },
             store: StoreConfig {
                 data_dir: PathBuf::from(&self.store.data_dir),

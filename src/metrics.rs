@@ -254,6 +254,7 @@ impl Metrics {
             "max_result_bytes",
             "poll_rate_limit",
             "max_body_bytes",
+            "header_read_timeout",
         ] {
             let n = self
                 .limit_hits

@@ -54,10 +54,16 @@ pub struct State {
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
 /// connections finish their in-flight requests.
 pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) {
-    let grace = state.cfg.shutdown_grace;
-    accept_loop(listener, shutdown, grace, "front door", move |req, peer| {
-        handle(state.clone(), req, peer)
-    })
+    let times = (state.cfg.shutdown_grace, state.cfg.header_read_timeout);
+    let metrics = Some(state.engine.metrics().clone());
+    accept_loop(
+        listener,
+        shutdown,
+        times,
+        "front door",
+        metrics,
+        move |req, peer| handle(state.clone(), req, peer),
+    )
     .await
 }
 
@@ -66,8 +72,9 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Re
 pub async fn accept_loop<F, Fut>(
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
-    grace: Duration,
+    (grace, header_timeout): (Duration, Duration),
     what: &'static str,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     answer: F,
 ) where
     F: Fn(http::Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
@@ -97,11 +104,18 @@ pub async fn accept_loop<F, Fut>(
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
+            .header_read_timeout(header_timeout)
             .serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);
+        let metrics = metrics.clone();
         conns.spawn(async move {
             if let Err(e) = conn.await {
+                if e.is_timeout() {
+                    // A client that never finished sending its headers (slow loris).
+                    if let Some(m) = &metrics {
+                        m.limit_hit("header_read_timeout");
+                    }
+                }
                 tracing::debug!(error = %e, client.addr = %peer, listener = what, "connection ended with an error");
             }
         });

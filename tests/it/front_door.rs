@@ -385,3 +385,35 @@ async fn mcp_param_headers_must_match_the_annotated_arguments() {
     );
     h.stop().await;
 }
+
+/// A client that never finishes its request headers (slow loris) is cut off after
+/// `server.header_read_timeout`, and counted.
+#[tokio::test]
+async fn a_client_too_slow_to_send_its_headers_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = Harness::start(FixtureServer::new(), |c| {
+        c.server.header_read_timeout = "300ms".into()
+    })
+    .await;
+    let addr = h
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read =
+        tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the connection was never closed");
+    let page = raw("GET", &h.url.replace("/mcp", "/metrics"), &[], "")
+        .await
+        .body;
+    assert!(
+        page.contains("tasklift_limit_hits_total{limit=\"header_read_timeout\"} 1"),
+        "{page}"
+    );
+    h.stop().await;
+}
