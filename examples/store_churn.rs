@@ -17,9 +17,15 @@
 //! Prints round, live data (the JSON of the live results), disk use as
 //! `TaskStore::stats` reports it (apparent file sizes) and the blocks actually
 //! allocated, then the final disk use against peak live data.
+//!
+//! Meanwhile a reader polls one small task (`get`, what `tasks/get` does) without
+//! pause, and the latency of its reads is reported apart for the time the sweep
+//! deletes and for the rest: whether the sweeper's work stalls requests.
 
 use std::path::Path;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tasklift::store::{SledStore, TaskOutcome, TaskRecord, TaskStatus, TaskStore};
@@ -52,6 +58,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "round", "live MiB", "disk MiB", "alloc MiB", "db MiB", "ms"
     );
 
+    // The reader: a small task that never expires, polled in a loop.
+    let mut probe = complete(record(u64::MAX, "status"));
+    probe.owner = "probe".into();
+    store.create(&probe).await?;
+    let sweeping = Arc::new(AtomicBool::new(false));
+    let samples: Arc<Mutex<(Vec<Duration>, Vec<Duration>)>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (store, id) = (store.clone(), probe.id.clone());
+        let (sweeping, samples, stop) = (sweeping.clone(), samples.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let during = sweeping.load(Ordering::Relaxed);
+                let t = Instant::now();
+                let _ = store.get(&id).await;
+                let took = t.elapsed();
+                {
+                    let mut s = samples.lock().unwrap();
+                    if during {
+                        s.0.push(took)
+                    } else {
+                        s.1.push(took)
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+
     let mut live: Vec<(String, usize)> = Vec::new();
     let (mut peak_live, mut peak_disk, mut written) = (0u64, 0u64, 0u64);
     let started = Instant::now();
@@ -70,6 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             live.push((done.id, len));
         }
         // Sweep what expired: everything created in earlier rounds.
+        sweeping.store(true, Ordering::Relaxed);
         loop {
             let ids = store.expired(round as u64, 64).await?;
             if ids.is_empty() {
@@ -81,6 +117,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         store.flush().await?;
+        sweeping.store(false, Ordering::Relaxed);
         let live_bytes: u64 = live.iter().map(|(_, n)| *n as u64).sum();
         let disk = store.stats().await?.disk_bytes;
         peak_live = peak_live.max(live_bytes);
@@ -96,6 +133,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 t.elapsed().as_millis()
             );
         }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = reader.await;
+    let (during, other) = std::mem::take(&mut *samples.lock().unwrap());
+    for (what, mut s) in [("while sweeping", during), ("otherwise", other)] {
+        s.sort();
+        let q = |p: f64| {
+            s.get(((s.len() as f64 * p) as usize).min(s.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or_default()
+        };
+        println!(
+            "reader get() {what:>15}: {:>8} reads, p50 {:>8.3} ms, p99 {:>8.3} ms, max {:>8.3} ms",
+            s.len(),
+            q(0.5).as_secs_f64() * 1e3,
+            q(0.99).as_secs_f64() * 1e3,
+            s.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        );
     }
     let last = store.stats().await?.disk_bytes;
     println!(
