@@ -385,7 +385,19 @@ pub fn load_or_create_key(data_dir: &std::path::Path) -> std::io::Result<Vec<u8>
             key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
             key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
             std::fs::create_dir_all(data_dir)?;
-            std::fs::write(&path, &key)?;
+            // Written whole or not at all: a crash mid-write must not leave a short
+            // key that the next start would replace, changing every principal.
+            let tmp = data_dir.join("principal.key.tmp");
+            {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&tmp)?;
+                f.write_all(&key)?;
+                f.sync_all()?;
+            }
+            std::fs::rename(&tmp, &path)?;
+            if let Ok(d) = std::fs::File::open(data_dir) {
+                let _ = d.sync_all();
+            }
             Ok(key)
         }
     }
