@@ -46,6 +46,9 @@ struct Inner {
     data_dir: PathBuf,
     /// Outcomes above this many bytes go to files.
     large_result_bytes: usize,
+    /// Records written but not flushed yet that must not be read before they are
+    /// durable (terminal states): a reader waits for the flush.
+    flushing: dashmap::DashMap<String, Arc<tokio::sync::Notify>>,
 }
 
 fn db_err(e: sled::Error) -> StoreError {
@@ -101,6 +104,7 @@ impl SledStore {
                 results_dir,
                 data_dir: data_dir.to_path_buf(),
                 large_result_bytes,
+                flushing: dashmap::DashMap::new(),
             }),
         };
         store.remove_orphan_files()?;
@@ -195,6 +199,11 @@ impl SledStore {
         // one written just before a crash, for a record then failed at restart)
         // goes.
         let stale_file = stored.outcome.is_some() && old.is_some();
+        let hidden = durable.then(|| {
+            let n = Arc::new(tokio::sync::Notify::new());
+            inner.flushing.insert(rec.id.clone(), n.clone());
+            Unhide(inner, rec.id.clone(), n)
+        });
         inner
             .tasks
             .insert(rec.id.as_bytes(), json)
@@ -214,6 +223,7 @@ impl SledStore {
         if durable {
             self.flush_blocking().await?;
         }
+        drop(hidden);
         if stale_file {
             let path = self.result_path(&rec.id);
             match tokio::fs::remove_file(&path).await {
@@ -224,6 +234,16 @@ impl SledStore {
             }
         }
         Ok(())
+    }
+}
+
+/// Shows a record again (and wakes its readers) when dropped, flushed or not.
+struct Unhide<'a>(&'a Inner, String, Arc<tokio::sync::Notify>);
+
+impl Drop for Unhide<'_> {
+    fn drop(&mut self) {
+        self.0.flushing.remove(&self.1);
+        self.2.notify_waiters();
     }
 }
 
@@ -277,7 +297,20 @@ impl TaskStore for SledStore {
 
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
         Box::pin(async move {
-            let Some(bytes) = self.inner.tasks.get(id.as_bytes()).map_err(db_err)? else {
+            let bytes = loop {
+                let bytes = self.inner.tasks.get(id.as_bytes()).map_err(db_err)?;
+                // A terminal state being flushed is not shown until it is on disk.
+                let Some(n) = self.inner.flushing.get(id).map(|e| e.value().clone()) else {
+                    break bytes;
+                };
+                let done = n.notified();
+                tokio::pin!(done);
+                done.as_mut().enable();
+                if self.inner.flushing.contains_key(id) {
+                    done.await;
+                }
+            };
+            let Some(bytes) = bytes else {
                 return Ok(None);
             };
             let mut rec = self.decode(id, &bytes)?;
