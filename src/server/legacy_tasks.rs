@@ -31,8 +31,8 @@ use crate::upstream::CallContext;
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// Tasks per `tasks/list` page.
 const PAGE: usize = 50;
-/// How often a blocked `tasks/result` looks at its task.
-const RESULT_POLL: Duration = Duration::from_millis(100);
+/// Longest wait for a cancelled task's owner to record it.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// Shortest TTL a client may ask for.
 const MIN_TTL: Duration = Duration::from_secs(1);
 
@@ -218,13 +218,16 @@ pub async fn task_method(
                     )),
                 );
             }
+            let mut changes = engine.subscribe();
             let cancel = modern(mcp::method::TASKS_CANCEL, &task_id, Map::new());
             if let Err(e) = engine.task_method(&cancel, owner, upstream).await {
                 return respond(id.as_ref(), Err(e));
             }
-            // The task is `cancelled` before the answer leaves, as 2025-11-25 requires.
+            // The task is `cancelled` before the answer leaves, as 2025-11-25 requires:
+            // wait for its owner to record it (a few milliseconds; at most CANCEL_WAIT).
+            let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
             let mut t = current;
-            for _ in 0..50 {
+            loop {
                 match engine.task_method(&get, owner, upstream).await {
                     Ok(now) if is_terminal(&now) => {
                         t = now;
@@ -233,7 +236,11 @@ pub async fn task_method(
                     Ok(now) => t = now,
                     Err(_) => break,
                 }
-                tokio::time::sleep(RESULT_POLL).await;
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                changed(&mut changes, &task_id, left).await;
             }
             respond(id.as_ref(), Ok(legacy_task(&t)))
         }
@@ -297,6 +304,8 @@ fn wait_result(
     keepalive: Duration,
 ) -> mpsc::Receiver<StreamItem> {
     let (tx, rx) = mpsc::channel(32);
+    // Subscribed before the first read, so no change falls in between.
+    let mut changes = engine.subscribe();
     tokio::spawn(async move {
         let get = modern(mcp::method::TASKS_GET, &task_id, Map::new());
         let mut asked = HashSet::new();
@@ -345,13 +354,36 @@ fn wait_result(
                 }
                 last_send = tokio::time::Instant::now();
             }
+            // Read the task again when it changes, or when a keep-alive is due.
+            let until_keepalive = keepalive.saturating_sub(last_send.elapsed());
             tokio::select! {
-                _ = tokio::time::sleep(RESULT_POLL) => {}
+                _ = changed(&mut changes, &task_id, until_keepalive) => {}
                 _ = tx.closed() => return,
             }
         }
     });
     rx
+}
+
+/// Wait until the engine records a change of `task_id`, or `limit` passes.
+async fn changed(
+    changes: &mut tokio::sync::broadcast::Receiver<crate::store::TaskRecord>,
+    task_id: &str,
+    limit: Duration,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let _ = tokio::time::timeout(limit, async {
+        loop {
+            match changes.recv().await {
+                Ok(r) if r.id == task_id => return,
+                Ok(_) => {}
+                // Changes were dropped: this one may be among them, so read again.
+                Err(RecvError::Lagged(_)) => return,
+                Err(RecvError::Closed) => std::future::pending::<()>().await,
+            }
+        }
+    })
+    .await;
 }
 
 /// Deliver the client's answer to one input request of a task, as `tasks/update`.

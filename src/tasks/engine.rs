@@ -484,8 +484,8 @@ impl Engine {
         let _ = self.changes.send(rec.clone());
     }
 
-    /// Subscribe to task changes.
-    pub(super) fn subscribe(&self) -> broadcast::Receiver<TaskRecord> {
+    /// Subscribe to task changes (every record the engine writes, as written).
+    pub fn subscribe(&self) -> broadcast::Receiver<TaskRecord> {
         self.changes.subscribe()
     }
 
