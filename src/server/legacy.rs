@@ -24,7 +24,6 @@ use tokio::sync::mpsc;
 
 use super::body::{self, RespBody};
 use super::{error_response, json_response, State};
-use crate::config::Transport;
 use crate::dispatch::{dispatch, Mount};
 use crate::jsonrpc::{self, Outcome, Request, RpcError, INVALID_PARAMS, INVALID_REQUEST};
 use crate::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
@@ -356,9 +355,10 @@ pub async fn post(
             // A legacy HTTP upstream has a session for this client and filters too; a
             // modern one gets the level per request. A stdio child's one session is
             // shared by every client, so its level is left alone and tasklift filters.
-            let own_session = matches!(mount.cfg.transport, Transport::Http { .. });
             match mount.upstream.era(&ctx).await {
-                Ok(Era::Legacy) if own_session => call(state, mount, &s, req, ctx).await,
+                Ok(Era::Legacy) if mount.upstream.session_per_client() => {
+                    call(state, mount, &s, req, ctx).await
+                }
                 _ => ok(id.as_ref(), Ok(json!({}))),
             }
         }

@@ -971,6 +971,10 @@ impl Upstream for HttpUpstream {
         })
     }
 
+    fn session_per_client(&self) -> bool {
+        true
+    }
+
     fn check_health<'a>(
         &'a self,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {

@@ -283,6 +283,12 @@ pub trait Upstream: Send + Sync + 'static {
     ) -> UpstreamFuture<'a, Listening> {
         Box::pin(async { Ok(Listening::none()) })
     }
+    /// Whether a legacy client gets an upstream session of its own (HTTP), so its
+    /// session-wide requests (`logging/setLevel`) may go upstream. A stdio child has
+    /// one session every client shares.
+    fn session_per_client(&self) -> bool {
+        false
+    }
     /// A legacy client's session ended: release what the upstream kept for it.
     fn end_session<'a>(
         &'a self,
