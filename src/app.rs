@@ -23,7 +23,7 @@ use crate::auth::{load_or_create_key, Authenticator};
 use crate::config::{Config, Transport};
 use crate::dispatch::Mount;
 use crate::server::{self, State};
-use crate::store::{SledStore, StoreError, TaskStore};
+use crate::store::{PgStore, SledStore, StoreError, TaskStore};
 use crate::tasks::{sweeper, Clock, Engine};
 use crate::upstream::http::HttpUpstream;
 use crate::upstream::stdio::StdioUpstream;
@@ -76,14 +76,31 @@ pub struct Running {
 /// Start tasklift with a validated configuration.
 pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let started = std::time::Instant::now();
-    let store = SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?;
-    let store: Arc<dyn TaskStore> = Arc::new(store);
-    let key = match &cfg.auth.hash_key {
-        Some(k) => k.as_bytes().to_vec(),
-        None => load_or_create_key(&cfg.store.data_dir).map_err(|source| StartError::Key {
-            dir: cfg.store.data_dir.display().to_string(),
-            source,
-        })?,
+    let (store, key, changes): (Arc<dyn TaskStore>, _, _) = match &cfg.store.url {
+        Some(url) => {
+            let pg = PgStore::connect(url, cfg.store.pool_size, cfg.store.lease).await?;
+            // Replicas must hash credentials alike, so the key lives in the database.
+            let key = match &cfg.auth.hash_key {
+                Some(k) => k.as_bytes().to_vec(),
+                None => pg.hash_key().await?,
+            };
+            tracing::info!(replica = pg.replica(), lease = ?cfg.store.lease, "using the shared PostgreSQL task store");
+            let changes = pg.take_changes();
+            (Arc::new(pg), key, changes)
+        }
+        None => {
+            let store = SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?;
+            let key = match &cfg.auth.hash_key {
+                Some(k) => k.as_bytes().to_vec(),
+                None => {
+                    load_or_create_key(&cfg.store.data_dir).map_err(|source| StartError::Key {
+                        dir: cfg.store.data_dir.display().to_string(),
+                        source,
+                    })?
+                }
+            };
+            (Arc::new(store), key, None)
+        }
     };
     let engine = Engine::new(
         store,
@@ -157,6 +174,13 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         cfg.tasks.sweep_interval,
         rx.clone(),
     ))];
+    if let Some(changes) = changes {
+        background.push(tokio::spawn(crate::tasks::replicas::run(
+            engine.clone(),
+            changes,
+            rx.clone(),
+        )));
+    }
     let idle_every = cfg
         .upstreams
         .iter()

@@ -118,6 +118,10 @@ pub struct Overrides {
     /// Directory for the task store [default: ./tasklift-data].
     #[arg(long)]
     pub data_dir: Option<String>,
+    /// Share tasks with other replicas through PostgreSQL, e.g.
+    /// postgres://tasklift@db:5432/tasklift [default: the embedded store in --data-dir].
+    #[arg(long = "store", value_name = "URL")]
+    pub store_url: Option<String>,
     /// Principal mode: none, bearer, header:NAME, or jwt ([auth.jwt] keys) [default: none].
     #[arg(long)]
     pub auth: Option<String>,
@@ -156,6 +160,9 @@ impl Overrides {
         }
         if let Some(v) = &self.data_dir {
             raw.store.data_dir = v.clone();
+        }
+        if let Some(v) = &self.store_url {
+            raw.store.url = v.clone();
         }
         if let Some(v) = &self.auth {
             raw.auth.mode = v.clone();

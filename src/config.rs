@@ -199,6 +199,14 @@ pub struct RawStore {
     pub data_dir: String,
     /// Results larger than this are kept as separate files so that deleting them frees disk.
     pub large_result_bytes: usize,
+    /// A PostgreSQL URL (`postgres://user@host/db`) to share tasks between replicas;
+    /// empty: the embedded store in `data_dir`.
+    pub url: String,
+    /// Connections to PostgreSQL per replica.
+    pub pool_size: usize,
+    /// How long a replica's claim on its running tasks lasts without renewal (it is
+    /// renewed every third of this); when it lapses, the other replicas fail them.
+    pub lease: String,
 }
 
 impl Default for RawStore {
@@ -206,6 +214,9 @@ impl Default for RawStore {
         Self {
             data_dir: "./tasklift-data".into(),
             large_result_bytes: 64 * 1024,
+            url: String::new(),
+            pool_size: 16,
+            lease: "15s".into(),
         }
     }
 }
@@ -437,6 +448,12 @@ pub struct StoreConfig {
     pub data_dir: PathBuf,
     /// Results above this size go to their own file.
     pub large_result_bytes: usize,
+    /// The shared PostgreSQL store, if any.
+    pub url: Option<String>,
+    /// PostgreSQL connections per replica.
+    pub pool_size: usize,
+    /// Lease on running tasks (shared store).
+    pub lease: Duration,
 }
 
 /// Validated `[tasks]`.
@@ -637,12 +654,44 @@ impl RawConfig {
         if !shown.auth.jwt.hs256_secret.is_empty() {
             shown.auth.jwt.hs256_secret = REDACTED.into();
         }
+        shown.store.url = redact_url_credentials(&shown.store.url);
         for u in &mut shown.upstreams {
             u.url = redact_url_credentials(&u.url);
             u.headers.values_mut().for_each(|v| *v = REDACTED.into());
             u.env.values_mut().for_each(|v| *v = REDACTED.into());
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
+    }
+
+    /// Validate `[store]`.
+    fn store_config(&self) -> Result<StoreConfig, ConfigError> {
+        let st = &self.store;
+        let url = Some(st.url.trim().to_string()).filter(|u| !u.is_empty());
+        if let Some(u) = &url {
+            if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
+                return Err(invalid(
+                    "store.url",
+                    format!(
+                        "{} is not a PostgreSQL URL (postgres://user@host:5432/db)",
+                        redact_url_credentials(u)
+                    ),
+                ));
+            }
+        }
+        let lease = parse_duration("store.lease", &st.lease)?;
+        if lease < Duration::from_millis(500) {
+            return Err(invalid("store.lease", "must be at least 500ms"));
+        }
+        if st.pool_size == 0 {
+            return Err(invalid("store.pool_size", "must be at least 1"));
+        }
+        Ok(StoreConfig {
+            data_dir: PathBuf::from(&st.data_dir),
+            large_result_bytes: st.large_result_bytes,
+            url,
+            pool_size: st.pool_size,
+            lease,
+        })
     }
 
     /// Validate everything; the first problem names its key.
@@ -745,10 +794,7 @@ impl RawConfig {
                     &s.header_read_timeout,
                 )?,
             },
-            store: StoreConfig {
-                data_dir: PathBuf::from(&self.store.data_dir),
-                large_result_bytes: self.store.large_result_bytes,
-            },
+            store: self.store_config()?,
             tasks,
             auth,
             legacy,
@@ -954,7 +1000,7 @@ fn validate_upstream(
 
 /// An upstream URL with the password of its userinfo (or the whole userinfo when it is
 /// a bare token) replaced by `<redacted>`, for printing.
-fn redact_url_credentials(url: &str) -> String {
+pub fn redact_url_credentials(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
         return url.to_string();
     };

@@ -468,9 +468,9 @@ pub async fn snapshot(state: &State) -> crate::metrics::Snapshot {
     check_upstreams(state).await;
     let store = state.engine.store();
     let mut snap = crate::metrics::Snapshot::default();
-    if let Ok(all) = store.all().await {
-        for r in all {
-            *snap.tasks_by_status.entry(r.status.as_str()).or_default() += 1;
+    if let Ok(counts) = store.counts().await {
+        for (status, n) in counts {
+            *snap.tasks_by_status.entry(status.as_str()).or_default() += n;
         }
     }
     snap.store_disk_bytes = store.stats().await.map(|s| s.disk_bytes).unwrap_or(0);

@@ -2,6 +2,7 @@
 //! implementation lives in `sled.rs` and is the only place sled appears; a shared
 //! PostgreSQL store can implement the same trait.
 
+mod pg_store;
 mod sled_store;
 
 use std::future::Future;
@@ -10,6 +11,7 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use pg_store::{Change, PgStore};
 pub use sled_store::{dir_size, result_file, SledStore};
 
 /// A boxed future returned by store methods (keeps the trait object-safe).
@@ -36,6 +38,13 @@ pub enum StoreError {
         dir: String,
         /// sled's message.
         detail: String,
+    },
+    /// A conditional write found the task already changed by someone else (another
+    /// replica settled it, or this replica's lease on it lapsed).
+    #[error("task {id} was changed by another tasklift replica")]
+    Conflict {
+        /// Task id.
+        id: String,
     },
     /// A record could not be decoded.
     #[error("task store: corrupt record {id}: {message}")]
@@ -151,7 +160,8 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Read a record with its outcome.
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
     /// Replace a record (status change, progress, outcome). Terminal states are
-    /// made durable before returning.
+    /// made durable before returning. A shared store refuses (`Conflict`) a write to
+    /// a task that another replica has settled or taken over meanwhile.
     fn put<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()>;
     /// Delete a record and its result.
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
@@ -171,6 +181,24 @@ pub trait TaskStore: Send + Sync + 'static {
     fn all(&self) -> StoreFuture<'_, Vec<TaskRecord>>;
     /// Size figures.
     fn stats(&self) -> StoreFuture<'_, StoreStats>;
+    /// How many records are in each status (for `/metrics`).
+    fn counts(&self) -> StoreFuture<'_, Vec<(TaskStatus, u64)>> {
+        Box::pin(async move {
+            let mut n = [0u64; 5];
+            for r in self.all().await? {
+                n[TaskStatus::ALL
+                    .iter()
+                    .position(|s| *s == r.status)
+                    .unwrap_or(0)] += 1;
+            }
+            Ok(TaskStatus::ALL.iter().copied().zip(n).collect())
+        })
+    }
     /// Flush everything to disk (at shutdown).
     fn flush(&self) -> StoreFuture<'_, ()>;
+    /// The shared store, when replicas share this one (leases, answers left for
+    /// another replica, changes heard from others).
+    fn shared(&self) -> Option<&PgStore> {
+        None
+    }
 }

@@ -38,6 +38,8 @@ pub(super) enum StopReason {
     Expired,
     /// tasklift is shutting down and the grace period is over.
     Shutdown,
+    /// Another replica settled the task (shared store): stop the call, write nothing.
+    Superseded,
 }
 
 /// The engine. One per process; shared by every mount.
@@ -157,7 +159,12 @@ impl Engine {
     }
 
     /// At start: tasks a previous process left running can never finish; fail them.
+    /// With a shared store this is the lease reaper's job instead: other replicas'
+    /// tasks are running, and this process's are found by their lapsed leases.
     pub async fn recover(&self) -> Result<usize, crate::store::StoreError> {
+        if self.store.shared().is_some() {
+            return Ok(0);
+        }
         let orphans = self.store.unfinished().await?;
         let now = self.clock.now_ms();
         for mut rec in orphans.iter().cloned() {
@@ -412,13 +419,16 @@ impl Engine {
                             rec.status = TaskStatus::Cancelled;
                             rec.status_message = Some("cancelled by the client".into());
                             rec.updated_at_ms = self.clock.now_ms();
-                            self.metrics
-                                .task_finished(crate::metrics::Finished::Cancelled);
-                            self.store
-                                .put(&rec)
-                                .await
-                                .map_err(|e| RpcError::new(INTERNAL_ERROR, e.to_string()))?;
-                            self.publish(&rec);
+                            match self.store.put(&rec).await {
+                                Ok(()) => {
+                                    self.metrics
+                                        .task_finished(crate::metrics::Finished::Cancelled);
+                                    self.publish(&rec);
+                                }
+                                // Settled meanwhile by the replica running it.
+                                Err(crate::store::StoreError::Conflict { .. }) => {}
+                                Err(e) => return Err(RpcError::new(INTERNAL_ERROR, e.to_string())),
+                            }
                         }
                     }
                 }
@@ -433,8 +443,24 @@ impl Engine {
                     .cloned()
                     .unwrap_or_default();
                 let sender = self.running.get(task_id).map(|s| s.value().clone());
-                if let (false, Some(s)) = (rec.status.is_terminal() || answers.is_empty(), sender) {
-                    let _ = s.send(Control::Answer(answers)).await;
+                if rec.status.is_terminal() || answers.is_empty() {
+                    return Ok(json!({"resultType": "complete"}));
+                }
+                match (sender, self.store.shared()) {
+                    (Some(s), _) => {
+                        let _ = s.send(Control::Answer(answers)).await;
+                    }
+                    // Another replica runs the call: the answers wait for it in the
+                    // database, and it is woken at once.
+                    (None, Some(shared)) => {
+                        shared.send_answers(task_id, &answers).await.map_err(|e| {
+                            RpcError::new(
+                                INTERNAL_ERROR,
+                                format!("tasklift could not pass the answers on: {e}"),
+                            )
+                        })?;
+                    }
+                    (None, None) => {}
                 }
                 Ok(json!({"resultType": "complete"}))
             }
@@ -512,6 +538,16 @@ impl Engine {
             }
             if n < 512 || !progressed {
                 break;
+            }
+        }
+        if let Some(shared) = self.store.shared() {
+            // Finished tasks of every replica, in batches, by their indexed expiry.
+            loop {
+                let n = shared.purge_expired(self.clock.now_ms(), 1000).await?;
+                deleted += n;
+                if n < 1000 {
+                    break;
+                }
             }
         }
         let now = self.clock.now_ms();

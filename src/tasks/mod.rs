@@ -7,6 +7,7 @@ pub mod input;
 pub mod limits;
 mod listen;
 mod owner;
+pub mod replicas;
 pub mod sweeper;
 mod sync;
 

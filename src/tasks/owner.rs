@@ -13,7 +13,7 @@ use super::engine::{finalize_result, is_progress_for, Control, Engine, StopReaso
 use super::progress_message;
 use super::sync::{admit_request, sleep_until_opt};
 use crate::jsonrpc::{Request, RpcError, INTERNAL_ERROR};
-use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
+use crate::store::{StoreError, TaskOutcome, TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
 
 /// What the owner takes over from the synchronous phase.
@@ -88,12 +88,14 @@ impl Engine {
         // to be written is flushed when that time comes (or with the next change).
         let mut last_progress_write = tokio::time::Instant::now() - PROGRESS_EVERY;
         let mut progress_due: Option<tokio::time::Instant> = None;
+        // Set when the task stopped being this process's to settle (shared store).
+        let mut lost = false;
         loop {
             tokio::select! {
                 _ = sleep_until_opt(progress_due) => {
                     progress_due = None;
                     last_progress_write = tokio::time::Instant::now();
-                    self.record(&mut rec).await;
+                    if !self.record(&mut rec).await { lost = true; break; }
                 }
                 ev = o.next() => match ev {
                     Some(CallEvent::Notification(n)) => {
@@ -104,7 +106,7 @@ impl Engine {
                                 if tokio::time::Instant::now() >= due {
                                     progress_due = None;
                                     last_progress_write = tokio::time::Instant::now();
-                                    self.record(&mut rec).await;
+                                    if !self.record(&mut rec).await { lost = true; break; }
                                 } else {
                                     progress_due.get_or_insert(due);
                                 }
@@ -121,7 +123,7 @@ impl Engine {
                         }
                         if !legacy.is_empty() {
                             rec.status = TaskStatus::InputRequired;
-                            self.record(&mut rec).await;
+                            if !self.record(&mut rec).await { lost = true; break; }
                         }
                     }
                     Some(CallEvent::Done(outcome)) => {
@@ -147,7 +149,7 @@ impl Engine {
                                     }
                                 } else {
                                     rec.status = TaskStatus::InputRequired;
-                                    self.record(&mut rec).await;
+                                    if !self.record(&mut rec).await { lost = true; break; }
                                 }
                             }
                             outcome => {
@@ -199,7 +201,7 @@ impl Engine {
                         if rec.input_requests.is_empty() {
                             rec.status = TaskStatus::Working;
                         }
-                        self.record(&mut rec).await;
+                        if !self.record(&mut rec).await { lost = true; break; }
                     }
                     Control::Stop(reason) => {
                         if let Some(c) = &mut o.call {
@@ -215,6 +217,10 @@ impl Engine {
                                 let msg = "tasklift shut down while this task was running; the call was cancelled upstream";
                                 fail(&mut rec, RpcError::new(INTERNAL_ERROR, msg));
                             }
+                            StopReason::Superseded => {
+                                lost = true;
+                                break;
+                            }
                             StopReason::Expired => {
                                 let msg = format!("the task ran past its TTL of {} ms and was cancelled upstream", rec.ttl_ms);
                                 fail(&mut rec, RpcError::new(INTERNAL_ERROR, msg));
@@ -227,6 +233,22 @@ impl Engine {
             }
         }
         drop(legacy);
+        if lost {
+            // Another replica settled it (a cancellation that landed there, or the
+            // lease lapsed and it was failed): the call stops and nothing is written.
+            if let Some(c) = &mut o.call {
+                c.canceller.cancel();
+            }
+            drop(o.meter.take());
+            drop(o.slot.take());
+            drop(o.active.take());
+            if let Ok(Some(now)) = self.store().get(&rec.id).await {
+                self.publish(&now);
+            }
+            tracing::info!("task settled by another replica; its call here was stopped");
+            self.running.remove(&rec.id);
+            return;
+        }
         rec.input_requests.clear();
         rec.updated_at_ms = self.clock().now_ms();
         // Counted before the write that makes the state visible, so a client that
@@ -241,6 +263,14 @@ impl Engine {
         drop(o.slot.take());
         drop(o.active.take());
         if let Err(e) = self.store().put(&rec).await {
+            if let StoreError::Conflict { .. } = e {
+                tracing::info!("task was settled by another replica first");
+                if let Ok(Some(now)) = self.store().get(&rec.id).await {
+                    self.publish(&now);
+                }
+                self.running.remove(&rec.id);
+                return;
+            }
             tracing::error!(error = %e, "could not record the task's final state");
             // Keep the outcome visible in a smaller form if the full one did not fit.
             fail(
@@ -257,13 +287,17 @@ impl Engine {
         self.running.remove(&rec.id);
     }
 
-    /// Store a non-terminal change and tell subscribers.
-    async fn record(&self, rec: &mut TaskRecord) {
+    /// Store a non-terminal change and tell subscribers. False when the task is no
+    /// longer this process's: another replica settled it or took it over.
+    async fn record(&self, rec: &mut TaskRecord) -> bool {
         rec.updated_at_ms = self.clock().now_ms();
-        if let Err(e) = self.store().put(rec).await {
-            tracing::warn!(error = %e, "could not record a task change");
+        match self.store().put(rec).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict { .. }) => return false,
+            Err(e) => tracing::warn!(error = %e, "could not record a task change"),
         }
         self.publish(rec);
+        true
     }
 
     /// Retry the original call upstream with a round's answers and `requestState`.

@@ -8,10 +8,7 @@
 //!    `failed`, saying tasklift restarted and the upstream outcome is unknown.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,7 +17,7 @@ use serde_json::{json, Value};
 use tasklift::client::Client;
 use tasklift::fixture::{FixtureServer, Tool};
 
-use crate::common::raw;
+use crate::proc::Proc;
 
 const KILLS: usize = 20;
 const CALLERS: usize = 5;
@@ -46,95 +43,22 @@ impl Rng {
     }
 }
 
-/// A running `tasklift serve` process.
-struct Proc {
-    child: Child,
-    url: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Proc {
-    /// Start `tasklift serve` on `data` in front of `upstream`; returns once it logs
-    /// its address and `/readyz` answers 200.
-    async fn start(upstream: &str, data: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tasklift"))
-            .args([
-                "--log-format",
-                "json",
-                "serve",
-                "--upstream",
-                upstream,
-                "--listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--threshold",
-                "100ms",
-                "--poll-interval",
-                "50ms",
-            ])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tasklift runs");
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-        let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
-        // Drain stderr for the whole life of the process (a full pipe would block
-        // it), and hand over the address it serves on.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("tasklift is serving") {
-                    let v: Value = serde_json::from_str(&line).unwrap_or_default();
-                    if let Some(a) = v["fields"]["listen"].as_str().and_then(|a| a.parse().ok()) {
-                        let _ = tx.send(a);
-                    }
-                }
-                let mut l = sink.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
-        let addr = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(30)))
-            .await
-            .unwrap();
-        let Ok(addr) = addr else {
-            let _ = child.kill();
-            let status = child.wait().unwrap();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            panic!(
-                "(1) tasklift did not start on its data dir after a kill ({status}); stderr:\n{}",
-                log.lock().unwrap()
-            );
-        };
-        let ready = raw("GET", &format!("http://{addr}/readyz"), &[], "").await;
-        assert_eq!(
-            ready.status, 200,
-            "(1) /readyz after restart: {}",
-            ready.body
-        );
-        Self {
-            child,
-            url: format!("http://{addr}/mcp"),
-            log,
-        }
-    }
-
-    /// SIGKILL the process and reap it.
-    fn kill9(&mut self) {
-        use nix::sys::signal::{kill, Signal};
-        use nix::unistd::Pid;
-        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL).expect("SIGKILL");
-        let status = self.child.wait().unwrap();
-        assert!(
-            status.code().is_none(),
-            "tasklift exited on its own before the kill ({status}); stderr:\n{}",
-            self.log.lock().unwrap()
-        );
-    }
+/// `tasklift serve` on `data` in front of `upstream`.
+async fn start(upstream: &str, data: &Path) -> Proc {
+    let args = [
+        "serve",
+        "--upstream",
+        upstream,
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--threshold",
+        "100ms",
+        "--poll-interval",
+        "50ms",
+    ];
+    Proc::start(&args, "(1) after a kill").await
 }
 
 /// What the clients learned about one task before a kill.
@@ -320,7 +244,7 @@ async fn kill_9_under_load_keeps_handles_and_results_and_fails_orphans() {
     let book: Book = Arc::default();
     let mut fig = Figures::default();
     let started = Instant::now();
-    let mut proc = Proc::start(&upstream_url, &data).await;
+    let mut proc = start(&upstream_url, &data).await;
     for round in 1..=KILLS {
         let stop = Arc::new(AtomicBool::new(false));
         // One long task per round: certainly in flight at the kill.
@@ -366,7 +290,7 @@ async fn kill_9_under_load_keeps_handles_and_results_and_fails_orphans() {
                 .unwrap();
         }
         let t0 = Instant::now();
-        proc = Proc::start(&upstream_url, &data).await;
+        proc = start(&upstream_url, &data).await;
         fig.restarts_ms.push(t0.elapsed().as_millis());
         check_all(&proc.url, &book, round, seed, &mut fig).await;
     }

@@ -4,6 +4,7 @@
 
 mod common;
 mod mock;
+mod proc;
 mod wire;
 
 mod admin;
@@ -28,6 +29,7 @@ mod limits;
 mod listen;
 mod listen_upstream;
 mod metrics;
+mod replicas;
 mod rmcp_peer;
 mod rules;
 mod security;

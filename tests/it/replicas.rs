@@ -1,0 +1,452 @@
+//! Several tasklift replicas sharing one PostgreSQL store, as real processes in
+//! front of one upstream, with requests spread round-robin:
+//! - a task created on one replica is polled, answered and cancelled on others;
+//! - a replica killed with `kill -9` has its tasks failed by the others once its
+//!   lease lapses, saying the replica was lost and the outcome is unknown;
+//! - a replica paused past its lease cannot overwrite the failure when it resumes;
+//! - expired tasks are deleted from the database;
+//! - principals hash alike on every replica (the key lives in the database).
+//!
+//! They need a PostgreSQL server: `TASKLIFT_TEST_POSTGRES` (a URL, or `1` for
+//! `postgres://postgres@127.0.0.1:5432/postgres`) makes them required, as in CI;
+//! without it they run when that default server answers and skip, saying so, when
+//! it does not. Each test works in a database of its own, dropped at the end.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tasklift::client::Client;
+use tasklift::fixture::FixtureServer;
+use tasklift::store::{PgStore, StoreError, TaskRecord, TaskStatus, TaskStore};
+use tokio_postgres::NoTls;
+
+use crate::common::wait_terminal;
+use crate::proc::Proc;
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+const LOST: &str = "the tasklift replica running this task was lost";
+
+/// A fresh database for one test, dropped when the test ends.
+struct Db {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Db {
+    /// Create one, or `None` (with a message) when no server is reachable and none
+    /// is required.
+    async fn create() -> Option<Db> {
+        let required = std::env::var("TASKLIFT_TEST_POSTGRES").ok();
+        let admin = match required.as_deref() {
+            Some(u) if u.starts_with("postgres") => u.to_string(),
+            _ => DEFAULT_URL.to_string(),
+        };
+        let name = format!("tasklift_test_{}", uuid::Uuid::new_v4().simple());
+        let created = async {
+            let (client, conn) = tokio_postgres::connect(&admin, NoTls).await?;
+            tokio::spawn(conn);
+            client
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .await
+        };
+        match tokio::time::timeout(Duration::from_secs(10), created).await {
+            Ok(Ok(())) => {}
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "timed out".into(),
+                };
+                if required.is_some() {
+                    panic!("TASKLIFT_TEST_POSTGRES is set but PostgreSQL at {admin} is not usable: {why}");
+                }
+                eprintln!("SKIPPED: no PostgreSQL at {admin} ({why}); set TASKLIFT_TEST_POSTGRES to require it");
+                return None;
+            }
+        }
+        let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+        let url = format!("{base}/{name}");
+        Some(Db { admin, name, url })
+    }
+
+    /// A connection to the test database, for looking at rows.
+    async fn client(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        // A runtime of its own: the test's may be shutting down.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok((c, conn)) = tokio_postgres::connect(&admin, NoTls).await {
+                    tokio::spawn(conn);
+                    let _ = c
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+/// Start the demo upstream.
+async fn upstream() -> FixtureServer {
+    FixtureServer::demo()
+        .start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// `n` replicas on `db` in front of `upstream`, with a lease of `lease`.
+async fn replicas(
+    n: usize,
+    db: &Db,
+    upstream: &str,
+    lease: &str,
+    dir: &std::path::Path,
+) -> Vec<Proc> {
+    let cfg = dir.join("tasklift.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+[store]
+url = "{url}"
+lease = "{lease}"
+pool_size = 4
+[tasks]
+threshold = "100ms"
+poll_interval = "50ms"
+sweep_interval = "200ms"
+ttl = "1h"
+[auth]
+mode = "bearer"
+[[upstreams]]
+url = "{upstream}"
+[upstreams.tools.confirm_delete]
+mode = "always"
+"#,
+            url = db.url
+        ),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for i in 0..n {
+        let when = format!("as replica {i}");
+        out.push(Proc::start(&["serve", "-c", cfg.to_str().unwrap()], &when).await);
+    }
+    out
+}
+
+fn client(p: &Proc, token: &str) -> Client {
+    let mut c = Client::new(&p.url).unwrap();
+    c.capabilities.insert("elicitation".into(), json!({}));
+    c.headers.push((
+        http::header::AUTHORIZATION,
+        http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    ));
+    c
+}
+
+/// Call `tool` and return the task id (the call must become a task).
+async fn task(c: &Client, tool: &str, args: Value) -> String {
+    let r = c.call_tool(tool, args).await.expect("tools/call").result;
+    assert_eq!(r["resultType"], "task", "{r}");
+    r["taskId"].as_str().unwrap().to_string()
+}
+
+async fn wait_status(c: &Client, id: &str, status: &str, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let t = c.get_task(id).await.expect("tasks/get");
+        if t["status"] == status {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "task {id} never {status}: {t}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn tasks_are_served_answered_and_cancelled_by_any_replica() {
+    let Some(db) = Db::create().await else { return };
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rs = replicas(3, &db, &up.url(), "3s", dir.path()).await;
+    let on = |i: usize| client(&rs[i % rs.len()], "alice-token");
+
+    // Round-robin: each task is created on one replica and followed on the next two.
+    let mut ids = Vec::new();
+    for i in 0..9 {
+        let label = format!("job{i}");
+        let id = task(
+            &on(i),
+            "slow_compute",
+            json!({"seconds": 0.4, "label": label}),
+        )
+        .await;
+        let seen = on(i + 1)
+            .get_task(&id)
+            .await
+            .expect("another replica finds it");
+        assert_eq!(seen["taskId"], id.as_str());
+        ids.push((i, id, label));
+    }
+    for (i, id, label) in &ids {
+        let done = wait_terminal(&on(i + 2), id, Duration::from_secs(20)).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(
+            done["result"]["content"][0]["text"],
+            format!("computed {label} in 0.4 s")
+        );
+    }
+
+    // Input: asked on the replica running the call, answered on another, seen on a third.
+    let id = task(&on(0), "confirm_delete", json!({"filename": "a.txt"})).await;
+    let t = wait_status(&on(1), &id, "input_required", Duration::from_secs(15)).await;
+    let key = t["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let ack = on(1)
+        .update_task(
+            &id,
+            json!({key: {"action": "accept", "content": {"confirm": true}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ack, json!({"resultType": "complete"}));
+    let done = wait_terminal(&on(2), &id, Duration::from_secs(15)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "Deleted a.txt.");
+
+    // Cancel on another replica: the task is cancelled at once, the call stops upstream.
+    let stats = up.stats();
+    let before = stats.cancelled.load(std::sync::atomic::Ordering::SeqCst);
+    let id = task(&on(0), "slow_compute", json!({"seconds": 60})).await;
+    let ack = on(2).cancel_task(&id).await.unwrap();
+    assert_eq!(ack, json!({"resultType": "complete"}));
+    let t = on(1).get_task(&id).await.unwrap();
+    assert_eq!(t["status"], "cancelled", "{t}");
+    crate::common::eventually(
+        "the upstream call is cancelled",
+        Duration::from_secs(10),
+        || stats.cancelled.load(std::sync::atomic::Ordering::SeqCst) > before,
+    )
+    .await;
+    // The owner does not overwrite it when its call ends.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(on(0).get_task(&id).await.unwrap()["status"], "cancelled");
+
+    // Another caller sees none of it, on any replica.
+    for r in &rs {
+        let e = client(r, "mallory-token").get_task(&id).await;
+        assert!(e.is_err(), "another principal must not see the task: {e:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_killed_replicas_tasks_are_failed_by_the_others_within_the_lease() {
+    let Some(db) = Db::create().await else { return };
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rs = replicas(3, &db, &up.url(), "2s", dir.path()).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(
+            task(
+                &client(&rs[0], "t"),
+                "slow_compute",
+                json!({"seconds": 120}),
+            )
+            .await,
+        );
+    }
+    // A task on a surviving replica keeps running.
+    let kept = task(&client(&rs[1], "t"), "slow_compute", json!({"seconds": 3})).await;
+    let killed_at = Instant::now();
+    rs[0].kill9();
+    let c = client(&rs[2], "t");
+    for id in &ids {
+        let t = wait_terminal(&c, id, Duration::from_secs(20)).await;
+        assert_eq!(t["status"], "failed", "{t}");
+        let msg = t["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(LOST), "{t}");
+        assert!(msg.contains("outcome is unknown"), "{t}");
+    }
+    let took = killed_at.elapsed();
+    eprintln!("tasks of the killed replica failed {took:?} after the kill (lease 2 s)");
+    let t = wait_terminal(&c, &kept, Duration::from_secs(20)).await;
+    assert_eq!(
+        t["status"], "completed",
+        "a live replica's task is untouched: {t}"
+    );
+}
+
+#[tokio::test]
+async fn a_paused_replica_cannot_overwrite_what_the_others_decided() {
+    let Some(db) = Db::create().await else { return };
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rs = replicas(2, &db, &up.url(), "1s", dir.path()).await;
+    let id = task(&client(&rs[0], "t"), "slow_compute", json!({"seconds": 2})).await;
+    rs[0].signal(nix::sys::signal::Signal::SIGSTOP);
+    let c = client(&rs[1], "t");
+    let t = wait_terminal(&c, &id, Duration::from_secs(20)).await;
+    assert_eq!(t["status"], "failed", "{t}");
+    // The upstream call finishes meanwhile; the paused replica wakes and tries to
+    // record the result: refused, the failure stands.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    rs[0].signal(nix::sys::signal::Signal::SIGCONT);
+    crate::common::eventually(
+        "the resumed replica notices",
+        Duration::from_secs(10),
+        || rs[0].logs().contains("settled by another replica"),
+    )
+    .await;
+    let after = c.get_task(&id).await.unwrap();
+    assert_eq!(after["status"], "failed", "{after}");
+    assert_eq!(after["error"], t["error"]);
+    let again = client(&rs[0], "t").get_task(&id).await.unwrap();
+    assert_eq!(again["status"], "failed", "{again}");
+}
+
+#[tokio::test]
+async fn expired_tasks_are_deleted_from_the_database() {
+    let Some(db) = Db::create().await else { return };
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rs = replicas(2, &db, &up.url(), "3s", dir.path()).await;
+    let c = client(&rs[0], "t");
+    let id = task(&c, "slow_compute", json!({"seconds": 0.2})).await;
+    wait_terminal(&c, &id, Duration::from_secs(10)).await;
+    let pg = db.client().await;
+    let n: i64 = pg
+        .query_one("SELECT count(*) FROM tasklift_tasks WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+    pg.execute(
+        "UPDATE tasklift_tasks SET expires_at_ms = 0 WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = pg
+            .query_one("SELECT count(*) FROM tasklift_tasks WHERE id = $1", &[&id])
+            .await
+            .unwrap()
+            .get(0);
+        if n == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the expired task was never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone = client(&rs[1], "t").get_task(&id).await;
+    assert!(gone.is_err(), "{gone:?}");
+}
+
+fn record(id: &str) -> TaskRecord {
+    TaskRecord {
+        id: id.into(),
+        owner: "o".into(),
+        upstream: "u".into(),
+        tool: "t".into(),
+        status: TaskStatus::Working,
+        status_message: None,
+        created_at_ms: 1,
+        updated_at_ms: 1,
+        ttl_ms: 60_000,
+        poll_interval_ms: 100,
+        expires_at_ms: u64::MAX / 4,
+        input_requests: Default::default(),
+        outcome: None,
+    }
+}
+
+#[tokio::test]
+async fn writes_are_compare_and_set_on_status_and_epoch() {
+    let Some(db) = Db::create().await else { return };
+    let a = PgStore::connect(&db.url, 2, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let b = PgStore::connect(&db.url, 2, Duration::from_secs(30))
+        .await
+        .unwrap();
+    // Migrations are idempotent: a third start finds nothing to do.
+    PgStore::connect(&db.url, 2, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(a.hash_key().await.unwrap(), b.hash_key().await.unwrap());
+
+    let mut rec = record("task-1");
+    a.create(&rec).await.unwrap();
+    rec.status_message = Some("halfway".into());
+    a.put(&rec).await.unwrap();
+    assert_eq!(
+        b.get("task-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .status_message
+            .as_deref(),
+        Some("halfway")
+    );
+
+    // B cancels it (a tasks/cancel that landed there); A's late progress is refused.
+    let mut cancel = b.get("task-1").await.unwrap().unwrap();
+    cancel.status = TaskStatus::Cancelled;
+    b.put(&cancel).await.unwrap();
+    rec.status_message = Some("late".into());
+    assert!(matches!(
+        a.put(&rec).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let mut done = rec.clone();
+    done.status = TaskStatus::Completed;
+    assert!(matches!(
+        a.put(&done).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(
+        a.get("task-1").await.unwrap().unwrap().status,
+        TaskStatus::Cancelled
+    );
+    // A finished task never changes again, whoever writes.
+    assert!(matches!(
+        b.put(&done).await,
+        Err(StoreError::Conflict { .. })
+    ));
+
+    // Answers left by B reach A, once, in order.
+    a.create(&record("task-2")).await.unwrap();
+    let one = json!({"k1": 1}).as_object().unwrap().clone();
+    let two = json!({"k2": 2}).as_object().unwrap().clone();
+    b.send_answers("task-2", &one).await.unwrap();
+    b.send_answers("task-2", &two).await.unwrap();
+    let got = a.take_answers(&["task-2".into()]).await.unwrap();
+    assert_eq!(got, vec![("task-2".into(), one), ("task-2".into(), two)]);
+    assert!(a.take_answers(&["task-2".into()]).await.unwrap().is_empty());
+}
