@@ -78,7 +78,13 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let started = std::time::Instant::now();
     let (store, key, changes): (Arc<dyn TaskStore>, _, _) = match &cfg.store.url {
         Some(url) => {
-            let pg = PgStore::connect(url, cfg.store.pool_size, cfg.store.lease).await?;
+            let pg = PgStore::connect(
+                url,
+                cfg.store.pool_size,
+                cfg.store.lease,
+                cfg.store.ca_file.as_deref(),
+            )
+            .await?;
             // Replicas must hash credentials alike, so the key lives in the database.
             let key = match &cfg.auth.hash_key {
                 Some(k) => k.as_bytes().to_vec(),
@@ -109,6 +115,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         cfg.server.keepalive_interval,
     );
     engine.gate().set(cfg.limits.clone());
+    if cfg.store.url.is_some() {
+        engine.share_state_key(&key);
+    }
     engine.recover().await?;
 
     let mut mounts = HashMap::new();

@@ -3,7 +3,6 @@
 //! for tests.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -241,17 +240,7 @@ impl Client {
 fn http_client(
     https: bool,
 ) -> Result<HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>, ClientError> {
-    let mut roots = rustls::RootCertStore::empty();
-    if https {
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| ClientError::Http(format!("TLS setup: {e}")))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = crate::tls::client_config(https, None).map_err(ClientError::Http)?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

@@ -204,6 +204,8 @@ pub struct RawStore {
     pub url: String,
     /// Connections to PostgreSQL per replica.
     pub pool_size: usize,
+    /// Extra root certificates (PEM) for PostgreSQL over TLS (`?sslmode=require`).
+    pub ca_file: String,
     /// How long a replica's claim on its running tasks lasts without renewal (it is
     /// renewed every third of this); when it lapses, the other replicas fail them.
     pub lease: String,
@@ -216,6 +218,7 @@ impl Default for RawStore {
             large_result_bytes: 64 * 1024,
             url: String::new(),
             pool_size: 16,
+            ca_file: String::new(),
             lease: "15s".into(),
         }
     }
@@ -452,6 +455,8 @@ pub struct StoreConfig {
     pub url: Option<String>,
     /// PostgreSQL connections per replica.
     pub pool_size: usize,
+    /// Extra roots for PostgreSQL over TLS.
+    pub ca_file: Option<PathBuf>,
     /// Lease on running tasks (shared store).
     pub lease: Duration,
 }
@@ -690,6 +695,9 @@ impl RawConfig {
             large_result_bytes: st.large_result_bytes,
             url,
             pool_size: st.pool_size,
+            ca_file: Some(st.ca_file.trim())
+                .filter(|f| !f.is_empty())
+                .map(PathBuf::from),
             lease,
         })
     }

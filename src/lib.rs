@@ -44,5 +44,6 @@ pub mod session;
 pub mod store;
 pub mod store_admin;
 pub mod tasks;
+pub mod tls;
 pub mod trace;
 pub mod upstream;

@@ -28,7 +28,9 @@ use dashmap::DashMap;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, NoTls, Row};
+use tokio_postgres::config::SslMode;
+use tokio_postgres::{AsyncMessage, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::redact_url_credentials as redact_url;
 
@@ -111,12 +113,28 @@ pub struct PgStore {
     listener: tokio::task::JoinHandle<()>,
 }
 
-fn db(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Db(e.to_string())
+/// An error with its causes ("error performing TLS handshake: invalid peer
+/// certificate: …"): the driver's own message often leaves the cause out.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let m = s.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        next = s.source();
+    }
+    out
+}
+
+fn db(e: impl std::error::Error + 'static) -> StoreError {
+    StoreError::Db(chain(&e))
 }
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
-    StoreError::Db(format!("no database connection: {e}"))
+    StoreError::Db(format!("no database connection: {}", chain(&e)))
 }
 
 fn status_of(s: &str) -> TaskStatus {
@@ -183,9 +201,24 @@ fn outcome_bytes(rec: &TaskRecord) -> Result<Option<Vec<u8>>, StoreError> {
 
 impl PgStore {
     /// Connect, apply migrations, and start listening for other replicas' changes.
-    pub async fn connect(url: &str, pool_size: usize, lease: Duration) -> Result<Self, StoreError> {
+    ///
+    /// TLS is used when the URL asks for it (`?sslmode=require`, or `prefer`), and
+    /// the server's certificate is checked against the system's roots plus
+    /// `ca_file`; a URL without `sslmode` connects in plain TCP.
+    pub async fn connect(
+        url: &str,
+        pool_size: usize,
+        lease: Duration,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self, StoreError> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Db(format!("invalid store URL {}: {e}", redact_url(url))))?;
+        if !url.contains("sslmode=") {
+            config.ssl_mode(SslMode::Disable);
+        }
+        let tls = MakeRustlsConnect::new(
+            crate::tls::client_config(true, ca_file).map_err(StoreError::Db)?,
+        );
         let replica = uuid::Uuid::new_v4().simple().to_string();
         config.application_name(format!("tasklift {replica}"));
         if config.get_connect_timeout().is_none() {
@@ -193,7 +226,7 @@ impl PgStore {
         }
         let mgr = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -208,7 +241,7 @@ impl PgStore {
         let (tx, rx) = mpsc::channel(4096);
         let store = Self {
             pool,
-            listener: tokio::spawn(listen(config, replica.clone(), tx)),
+            listener: tokio::spawn(listen(config, tls, replica.clone(), tx)),
             replica,
             lease,
             owned: DashMap::new(),
@@ -548,10 +581,15 @@ impl Drop for PgStore {
 
 /// Listen for other replicas' changes on a connection of its own, reconnecting
 /// after a second when it drops (and asking for a resync each time it is up).
-async fn listen(config: tokio_postgres::Config, me: String, tx: mpsc::Sender<Change>) {
+async fn listen(
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    me: String,
+    tx: mpsc::Sender<Change>,
+) {
     let mut warned = false;
     loop {
-        match config.connect(NoTls).await {
+        match config.connect(tls.clone()).await {
             Ok((client, mut conn)) => {
                 let sql = format!("LISTEN {CHANNEL}");
                 let listen = client.batch_execute(&sql);
@@ -561,7 +599,7 @@ async fn listen(config: tokio_postgres::Config, me: String, tx: mpsc::Sender<Cha
                     tokio::select! {
                         r = &mut listen, if !listening => {
                             if let Err(e) = r {
-                                tracing::warn!(error = %e, "could not LISTEN for other replicas' changes");
+                                tracing::warn!(error = %chain(&e), "could not LISTEN for other replicas' changes");
                                 break;
                             }
                             listening = true;
@@ -582,7 +620,7 @@ async fn listen(config: tokio_postgres::Config, me: String, tx: mpsc::Sender<Cha
                             }
                             Some(Ok(_)) => {}
                             Some(Err(e)) => {
-                                tracing::warn!(error = %e, "the listening connection to the task store failed");
+                                tracing::warn!(error = %chain(&e), "the listening connection to the task store failed");
                                 break;
                             }
                             None => break,
@@ -592,7 +630,7 @@ async fn listen(config: tokio_postgres::Config, me: String, tx: mpsc::Sender<Cha
             }
             Err(e) => {
                 if !warned {
-                    tracing::warn!(error = %e, "cannot reach the task store to listen for other replicas' changes; retrying");
+                    tracing::warn!(error = %chain(&e), "cannot reach the task store to listen for other replicas' changes; retrying");
                     warned = true;
                 }
             }

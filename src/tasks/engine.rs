@@ -51,7 +51,7 @@ pub struct Engine {
     /// Calls parked until the client retries with answers (MRTR), by park id.
     pub(super) parked: DashMap<String, std::sync::Mutex<Parked>>,
     /// Seals the `requestState` of parked calls.
-    pub(super) sealer: StateSealer,
+    sealer: std::sync::OnceLock<StateSealer>,
     /// Every task change, for `subscriptions/listen` streams.
     changes: broadcast::Sender<TaskRecord>,
     /// Turns true at shutdown: listen streams end gracefully.
@@ -121,7 +121,7 @@ impl Engine {
             store,
             running: DashMap::new(),
             parked: DashMap::new(),
-            sealer: StateSealer::default(),
+            sealer: std::sync::OnceLock::new(),
             changes: broadcast::channel(1024).0,
             closing: tokio::sync::watch::channel(false).0,
             upstream_tasks: DashMap::new(),
@@ -131,6 +131,18 @@ impl Engine {
             metrics: Arc::default(),
             gate: Default::default(),
         })
+    }
+
+    /// Seals `requestState` (a key of this process's own unless shared).
+    pub(super) fn sealer(&self) -> &StateSealer {
+        self.sealer.get_or_init(StateSealer::default)
+    }
+
+    /// Replicas sharing a store: seal `requestState` with a key derived from the
+    /// shared one, so another replica recognises a state it cannot resume and says
+    /// so. Call before serving.
+    pub fn share_state_key(&self, shared_key: &[u8]) {
+        let _ = self.sealer.set(StateSealer::shared(shared_key));
     }
 
     /// The limits and their counts (set once at start).

@@ -25,12 +25,20 @@ pub struct StateClaims {
     pub request: String,
     /// Expiry, unix milliseconds.
     pub exp: u64,
+    /// The process that parked the call (filled in when sealed).
+    #[serde(default)]
+    pub issuer: String,
 }
 
-/// Seals and opens `requestState` values with a per-process key (parked calls live
-/// in memory, so a state cannot outlive the process that issued it anyway).
+/// Seals and opens `requestState` values. Parked calls live in the memory of the
+/// process that parked them, so a state is good only there. With one process the
+/// key is its own; replicas sharing a store share a key derived from the shared
+/// hash key, so a replica can tell a state issued by another one (and say so)
+/// from a forged one.
 pub struct StateSealer {
     key: Vec<u8>,
+    /// This process.
+    issuer: String,
 }
 
 impl Default for StateSealer {
@@ -38,7 +46,10 @@ impl Default for StateSealer {
         let mut key = Vec::with_capacity(32);
         key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
         key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-        Self { key }
+        Self {
+            key,
+            issuer: uuid::Uuid::new_v4().simple().to_string(),
+        }
     }
 }
 
@@ -47,6 +58,16 @@ fn invalid(msg: &str) -> RpcError {
 }
 
 impl StateSealer {
+    /// A sealer whose key every replica sharing `shared_key` derives alike.
+    pub fn shared(shared_key: &[u8]) -> Self {
+        let mut m = Hmac::<Sha256>::new_from_slice(shared_key).expect("any key length");
+        m.update(b"tasklift requestState");
+        Self {
+            key: m.finalize().into_bytes().to_vec(),
+            ..Self::default()
+        }
+    }
+
     fn mac(&self, payload: &str) -> Vec<u8> {
         let mut m = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
         m.update(payload.as_bytes());
@@ -55,7 +76,11 @@ impl StateSealer {
 
     /// Seal claims into an opaque string.
     pub fn seal(&self, c: &StateClaims) -> String {
-        let payload = B64.encode(serde_json::to_vec(c).expect("claims serialize"));
+        let c = StateClaims {
+            issuer: self.issuer.clone(),
+            ..c.clone()
+        };
+        let payload = B64.encode(serde_json::to_vec(&c).expect("claims serialize"));
         let tag = B64.encode(self.mac(&payload));
         format!("{STATE_PREFIX}{payload}.{tag}")
     }
@@ -76,7 +101,7 @@ impl StateSealer {
         let mut m = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
         m.update(payload.as_bytes());
         m.verify_slice(&tag).map_err(|_| {
-            invalid("integrity check failed (tampered, or issued before tasklift restarted)")
+            invalid("integrity check failed (tampered, issued before tasklift restarted, or issued by a tasklift replica that does not share this one's store); call the tool again")
         })?;
         let claims: StateClaims = B64
             .decode(payload)
@@ -91,6 +116,11 @@ impl StateSealer {
         }
         if claims.exp <= now_ms {
             return Err(invalid("it has expired; call the tool again"));
+        }
+        if claims.issuer != self.issuer {
+            return Err(invalid(
+                "the call it resumes waits on another tasklift replica (or on this one before it restarted), and only that process can resume it; send a call's retries to the replica that answered it, or call the tool again",
+            ));
         }
         Ok(claims)
     }
@@ -180,6 +210,7 @@ mod tests {
             owner: "alice".into(),
             request: "tools/call deploy".into(),
             exp: 1_000,
+            issuer: String::new(),
         }
     }
 
@@ -187,10 +218,8 @@ mod tests {
     fn sealed_state_opens_only_for_its_owner_request_and_time() {
         let s = StateSealer::default();
         let st = s.seal(&claims());
-        assert_eq!(
-            s.open(&st, "alice", "tools/call deploy", 999).unwrap(),
-            claims()
-        );
+        let opened = s.open(&st, "alice", "tools/call deploy", 999).unwrap();
+        assert_eq!((opened.park, opened.exp), (claims().park, claims().exp));
         assert!(s
             .open(&st, "bob", "tools/call deploy", 999)
             .unwrap_err()
@@ -225,6 +254,16 @@ mod tests {
         assert!(
             other.open(&st, "alice", "tools/call deploy", 1).is_err(),
             "another process's key"
+        );
+        // Replicas sharing a key recognise each other's states and say where they belong.
+        let (a, b) = (StateSealer::shared(b"k"), StateSealer::shared(b"k"));
+        let st = a.seal(&claims());
+        assert!(a.open(&st, "alice", "tools/call deploy", 1).is_ok());
+        let e = b.open(&st, "alice", "tools/call deploy", 1).unwrap_err();
+        assert!(
+            e.message.contains("another tasklift replica"),
+            "{}",
+            e.message
         );
     }
 

@@ -296,11 +296,12 @@ impl Engine {
     fn park_waiting(self: &Arc<Self>, p: Parked, id: Option<Value>) -> Value {
         let park = uuid::Uuid::new_v4().to_string();
         let exp = self.clock().now_ms() + PARK_TTL.as_millis() as u64;
-        let state = self.sealer.seal(&StateClaims {
+        let state = self.sealer().seal(&StateClaims {
             park: park.clone(),
             owner: p.sc.owner.clone(),
             request: p.sc.binding.clone(),
             exp,
+            issuer: String::new(),
         });
         let requests: Map<String, Value> = p
             .waiting
@@ -334,13 +335,14 @@ impl Engine {
         task: Option<TaskSpec>,
     ) -> Reply {
         let binding = request_binding(&req.method, &req.params);
-        let claims = match self
-            .sealer
-            .open(state, &ctx.principal, &binding, self.clock().now_ms())
-        {
-            Ok(c) => c,
-            Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e))),
-        };
+        let claims =
+            match self
+                .sealer()
+                .open(state, &ctx.principal, &binding, self.clock().now_ms())
+            {
+                Ok(c) => c,
+                Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e))),
+            };
         let Some(mut p) = self
             .parked
             .remove(&claims.park)

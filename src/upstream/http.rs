@@ -138,32 +138,12 @@ impl HttpUpstream {
 }
 
 fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(native.certs);
-    if let Some(path) = &cfg.ca_file {
-        use rustls::pki_types::{pem::PemObject, CertificateDer};
-        let err = |m: String| UpstreamError::Unreachable {
+    let tls = crate::tls::client_config(true, cfg.ca_file.as_deref()).map_err(|message| {
+        UpstreamError::Unreachable {
             name: cfg.name.clone(),
-            message: format!("ca_file {}: {m}", path.display()),
-        };
-        let certs = CertificateDer::pem_file_iter(path).map_err(|e| err(e.to_string()))?;
-        for c in certs {
-            roots
-                .add(c.map_err(|e| err(e.to_string()))?)
-                .map_err(|e| err(e.to_string()))?;
+            message,
         }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| UpstreamError::Unreachable {
-        name: cfg.name.clone(),
-        message: format!("TLS setup: {e}"),
-    })?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    })?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

@@ -389,14 +389,14 @@ fn record(id: &str) -> TaskRecord {
 #[tokio::test]
 async fn writes_are_compare_and_set_on_status_and_epoch() {
     let Some(db) = Db::create().await else { return };
-    let a = PgStore::connect(&db.url, 2, Duration::from_secs(30))
+    let a = PgStore::connect(&db.url, 2, Duration::from_secs(30), None)
         .await
         .unwrap();
-    let b = PgStore::connect(&db.url, 2, Duration::from_secs(30))
+    let b = PgStore::connect(&db.url, 2, Duration::from_secs(30), None)
         .await
         .unwrap();
     // Migrations are idempotent: a third start finds nothing to do.
-    PgStore::connect(&db.url, 2, Duration::from_secs(30))
+    PgStore::connect(&db.url, 2, Duration::from_secs(30), None)
         .await
         .unwrap();
     assert_eq!(a.hash_key().await.unwrap(), b.hash_key().await.unwrap());
@@ -449,4 +449,102 @@ async fn writes_are_compare_and_set_on_status_and_epoch() {
     let got = a.take_answers(&["task-2".into()]).await.unwrap();
     assert_eq!(got, vec![("task-2".into(), one), ("task-2".into(), two)]);
     assert!(a.take_answers(&["task-2".into()]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn per_connection_state_on_another_replica_fails_clearly_and_retryably() {
+    let Some(db) = Db::create().await else { return };
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rs = replicas(2, &db, &up.url(), "3s", dir.path()).await;
+
+    // MRTR: the parked call lives on the replica that parked it.
+    let (a, b) = (client(&rs[0], "t"), client(&rs[1], "t"));
+    let asked = a.call_tool("multi_input", json!({})).await.unwrap().result;
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let state = asked["requestState"].clone();
+    let mut answers = serde_json::Map::new();
+    for (k, r) in asked["inputRequests"].as_object().unwrap() {
+        let content = if r["params"]["message"] == "Your name?" {
+            json!({"name": "Ann"})
+        } else {
+            json!({"confirm": true})
+        };
+        answers.insert(k.clone(), json!({"action": "accept", "content": content}));
+    }
+    let retry = json!({"name": "multi_input", "arguments": {}, "requestState": state, "inputResponses": answers});
+    let e = b
+        .request("tools/call", retry.clone())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("waits on another tasklift replica"), "{e}");
+    assert!(e.contains("call the tool again"), "{e}");
+    let done = a.request("tools/call", retry).await.unwrap().result;
+    assert_eq!(
+        done["isError"],
+        json!(null),
+        "the replica that parked it resumes it: {done}"
+    );
+
+    // Legacy sessions live on the replica that opened them: elsewhere they are
+    // unknown (404), which tells a 2025 client to initialize again.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let h = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("authorization", "Bearer t"),
+    ];
+    let r = crate::common::raw("POST", &rs[0].url, &h, init).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let mut hs = h.to_vec();
+    hs.push(("mcp-session-id", &sid));
+    hs.push(("mcp-protocol-version", "2025-11-25"));
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let elsewhere = crate::common::raw("POST", &rs[1].url, &hs, list).await;
+    assert_eq!(elsewhere.status, 404, "{}", elsewhere.body);
+    let home = crate::common::raw("POST", &rs[0].url, &hs, list).await;
+    assert_eq!(home.status, 200, "{}", home.body);
+}
+
+#[tokio::test]
+async fn postgres_over_tls_is_verified() {
+    // Debian's PostgreSQL serves TLS with its snakeoil certificate, issued to
+    // "localhost"; without it there is nothing to check.
+    let snakeoil = std::path::Path::new("/etc/ssl/certs/ssl-cert-snakeoil.pem");
+    let Some(db) = Db::create().await else { return };
+    let pg = db.client().await;
+    let ssl: String = pg.query_one("SHOW ssl", &[]).await.unwrap().get(0);
+    if ssl != "on" || !snakeoil.exists() {
+        eprintln!("SKIPPED: this PostgreSQL does not serve TLS with Debian's snakeoil certificate");
+        return;
+    }
+    let lease = Duration::from_secs(30);
+    // The certificate is checked: it names localhost, not 127.0.0.1.
+    let by_ip = format!("{}?sslmode=require", db.url);
+    let e = PgStore::connect(&by_ip, 2, lease, Some(snakeoil))
+        .await
+        .err()
+        .expect("a certificate for another name is refused");
+    assert!(e.to_string().contains("invalid peer certificate"), "{e}");
+    let url = by_ip.replace("127.0.0.1", "localhost");
+    let store = PgStore::connect(&url, 2, lease, Some(snakeoil))
+        .await
+        .unwrap();
+    let row = pg
+        .query_one(
+            "SELECT bool_and(s.ssl), count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+             WHERE a.application_name = $1",
+            &[&format!("tasklift {}", store.replica())],
+        )
+        .await
+        .unwrap();
+    let (all_tls, n): (Option<bool>, i64) = (row.get(0), row.get(1));
+    assert!(n >= 1, "the store's connections are visible");
+    assert_eq!(
+        all_tls,
+        Some(true),
+        "every connection of the store uses TLS"
+    );
 }
