@@ -10,6 +10,7 @@ mod wire;
 mod admin;
 mod auth_ownership;
 mod basics;
+mod bench_smoke;
 mod call_cli;
 mod cli;
 mod crash;

@@ -1,0 +1,176 @@
+//! `tasklift-bench`: measures tasklift against a baseline MCP upstream and nginx, on
+//! loopback, with every component a separate process the harness starts and stops.
+//!
+//! ```text
+//! tasklift-bench [--duration 5s] [--warmup 1s] [--reps 3] [--concurrency 16] [--rate 2000]
+//!                [--tasks 10000] [--skip nginx,memory,churn,...] [--out docs/benchmarks] [--quick]
+//! tasklift-bench upstream --listen 127.0.0.1:0      # the baseline upstream alone
+//! ```
+//!
+//! Scenarios: pass-through throughput and latency (direct to the upstream, through
+//! nginx, through tasklift; closed loop and open loop at a fixed rate), `tasks/get`
+//! throughput, task creation (time to handle, time to a visible completion), memory
+//! per running task with 10,000 held calls, and the store churn example. Results go
+//! to stdout, `results.md`, `throughput.svg` and `latency.svg` in `--out`.
+//! `scripts/bench` installs nginx, builds in release mode and runs this.
+
+#[path = "tasklift-bench/bench.rs"]
+mod bench;
+#[path = "tasklift-bench/loadgen.rs"]
+mod loadgen;
+#[path = "tasklift-bench/procs.rs"]
+mod procs;
+#[path = "tasklift-bench/report.rs"]
+mod report;
+#[path = "tasklift-bench/upstream.rs"]
+mod upstream;
+#[path = "tasklift-bench/wire.rs"]
+mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "tasklift-bench",
+    version,
+    about = "Benchmark tasklift against a direct upstream and nginx",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the baseline upstream MCP server (prints `listening on ADDR`).
+    Upstream {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Tokio worker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+}
+
+/// Options of a benchmark run.
+#[derive(Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Measured time of each load run (after the warm-up).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Warm-up before each load run (sent, not measured).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Repetitions; the targets are interleaved within each.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Closed-loop connections.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Open-loop request rate (requests per second).
+    #[arg(long, default_value_t = 2000.0)]
+    pub rate: f64,
+    /// Open-loop connections the timetable is spread over.
+    #[arg(long, default_value_t = 32)]
+    pub open_connections: usize,
+    /// Running tasks in the memory scenario.
+    #[arg(long, default_value_t = 10_000)]
+    pub tasks: usize,
+    /// Client connections that start the memory scenario's calls.
+    #[arg(long, default_value_t = 200)]
+    pub memory_clients: usize,
+    /// Tasks created for the tasks/get scenario.
+    #[arg(long, default_value_t = 1000)]
+    pub get_tasks: usize,
+    /// Clients of the task-creation scenario.
+    #[arg(long, default_value_t = 8)]
+    pub creation_clients: usize,
+    /// Scenarios to leave out: nginx, open, tasks-get, creation, memory, churn.
+    #[arg(long, value_delimiter = ',')]
+    pub skip: Vec<String>,
+    /// Where results.md and the SVG charts go.
+    #[arg(long, default_value = "docs/benchmarks")]
+    pub out: PathBuf,
+    /// A smoke run: tiny durations and counts.
+    #[arg(long)]
+    pub quick: bool,
+    /// The tasklift binary (default: `tasklift` beside this one).
+    #[arg(long)]
+    pub tasklift: Option<PathBuf>,
+    /// The nginx binary (default: `nginx` on PATH or in /usr/sbin).
+    #[arg(long)]
+    pub nginx: Option<PathBuf>,
+    /// Arguments of `examples/store_churn` (rounds batch size).
+    #[arg(long, default_value = "200 8 1048576")]
+    pub churn_args: String,
+    /// The repository, for the store churn example and the git commit.
+    #[arg(long, default_value = env!("CARGO_MANIFEST_DIR"))]
+    pub repo: PathBuf,
+    /// A run during which the rest of the machine (other processes, interrupts) kept
+    /// more than this share of a core busy counts as disturbed and is run again.
+    #[arg(long, default_value_t = 0.3)]
+    pub max_other: f64,
+    /// How many times a disturbed run is repeated (the least disturbed is kept).
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
+    /// Before each run, wait up to this long for the machine to be quiet.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub quiet_wait: Duration,
+    /// Stop waiting and retrying once this much time went to it in all.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub quiet_budget: Duration,
+    /// Worker threads of the baseline upstream.
+    #[arg(long, default_value_t = 2)]
+    pub upstream_threads: usize,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Some(Cmd::Upstream { listen, threads }) => upstream::run(listen, threads),
+        None => {
+            let mut args = cli.run;
+            if args.quick {
+                args.duration = Duration::from_millis(500);
+                args.warmup = Duration::from_millis(200);
+                args.reps = 1;
+                args.get_tasks = args.get_tasks.min(100);
+                args.rate = args.rate.min(500.0);
+                args.open_connections = args.open_connections.min(8);
+                args.memory_clients = args.memory_clients.min(50);
+                args.retries = 0;
+                args.quiet_wait = Duration::ZERO;
+                args.quiet_budget = Duration::ZERO;
+            }
+            // One core for the load generator, like `wrk -t1`.
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        tokio::select! {
+                            r = bench::run(args) => r,
+                            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+                        }
+                    })
+                })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tasklift-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

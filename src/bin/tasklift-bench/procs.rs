@@ -1,0 +1,280 @@
+//! The processes the harness starts: the baseline upstream, tasklift and nginx,
+//! each in its own process group, each stopped (the whole group: nginx's workers
+//! too) when its handle is dropped, on success, error or Ctrl-C alike.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::wire::{Conn, Endpoint};
+
+/// A scratch directory under the system's temp dir, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A new, empty directory `tasklift-bench-<tag>-<uuid>`.
+    pub fn new(tag: &str) -> anyhow::Result<Self> {
+        let p = std::env::temp_dir().join(format!(
+            "tasklift-bench-{tag}-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
+        Ok(Self(p))
+    }
+
+    /// The path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process, in a process group of its own, killed with its group on drop.
+pub struct Proc {
+    /// What it is, for messages.
+    pub name: String,
+    child: Child,
+}
+
+impl Proc {
+    /// Start `program args…`, raising its soft open-files limit to the hard one
+    /// first (through `sh -c 'ulimit -n …; exec …'`), stdout piped, stderr to `log`.
+    pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Self> {
+        let stderr =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$0" "$@""#)
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", program.display()))?;
+        Ok(Self {
+            name: name.to_string(),
+            child,
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> anyhow::Result<u32> {
+        self.child
+            .id()
+            .with_context(|| format!("{} has exited", self.name))
+    }
+
+    /// Read stdout lines until one starts with `prefix`; the rest of that line.
+    pub async fn stdout_line(&mut self, prefix: &str, limit: Duration) -> anyhow::Result<String> {
+        let out = self.child.stdout.take().context("stdout already taken")?;
+        let mut lines = BufReader::new(out).lines();
+        let found = tokio::time::timeout(limit, async {
+            while let Some(l) = lines.next_line().await? {
+                if let Some(rest) = l.strip_prefix(prefix) {
+                    return Ok::<_, std::io::Error>(Some(rest.trim().to_string()));
+                }
+            }
+            Ok(None)
+        })
+        .await;
+        match found {
+            Ok(Ok(Some(s))) => {
+                // Keep draining stdout so the child never blocks on a full pipe.
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                Ok(s)
+            }
+            Ok(Ok(None)) => bail!("{} exited before printing {prefix:?}", self.name),
+            Ok(Err(e)) => bail!("reading {}'s output: {e}", self.name),
+            Err(_) => bail!("{} did not print {prefix:?} within {limit:?}", self.name),
+        }
+    }
+
+    /// Fail if the process has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("{} exited ({status})", self.name);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let Some(id) = self.child.id() else { return };
+        let pg = Pid::from_raw(id as i32);
+        // Ask first (nginx's master stops its workers on SIGTERM), then make sure.
+        let _ = killpg(pg, Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = killpg(pg, Signal::SIGKILL);
+        let _ = self.child.start_kill();
+    }
+}
+
+/// An address on 127.0.0.1 nothing listens on (bound and released).
+pub fn free_port() -> anyhow::Result<SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?)
+}
+
+/// Wait until `GET path` on `addr` answers 200 (or the process exits, or `limit`).
+pub async fn wait_http_ok(
+    proc_: &mut Proc,
+    addr: SocketAddr,
+    path: &str,
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let ep = Endpoint::new(addr, "/");
+    loop {
+        proc_.check_alive()?;
+        let last = match Conn::connect(&ep).await {
+            Ok(mut c) => match c.plain("GET", path).await {
+                Ok((s, _)) if s.is_success() => return Ok(()),
+                Ok((s, b)) => format!("HTTP {s}: {}", crate::wire::snippet(&b)),
+                Err(e) => format!("{e:#}"),
+            },
+            Err(e) => format!("{e:#}"),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "{} did not answer GET {path} on {addr} within {limit:?} ({last})",
+                proc_.name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Memory of a process from /proc: VmRSS and (if the kernel has smaps_rollup) Pss,
+/// in KiB.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mem {
+    /// Resident set size.
+    pub rss_kib: u64,
+    /// Proportional set size (0 when unknown).
+    pub pss_kib: u64,
+}
+
+fn kib_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Read `pid`'s memory.
+pub fn mem(pid: u32) -> anyhow::Result<Mem> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let rss_kib = kib_field(&status, "VmRSS:").context("VmRSS in /proc/PID/status")?;
+    let pss_kib = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|t| kib_field(&t, "Pss:"))
+        .unwrap_or(0);
+    Ok(Mem { rss_kib, pss_kib })
+}
+
+/// Open file descriptors of `pid`.
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The soft and hard open-files limits of this process.
+pub fn nofile_limits() -> (String, String) {
+    let text = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with("Max open files"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f.get(3).unwrap_or(&"?").to_string(),
+                f.get(4).unwrap_or(&"?").to_string(),
+            )
+        })
+        .unwrap_or(("?".into(), "?".into()))
+}
+
+/// CPU time (user + system) used so far by `pid`, in clock ticks of 1/100 s
+/// (`USER_HZ`); 0 if the process is gone.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // The command name may hold spaces: the fields start after its closing ')'.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    n(11) + n(12)
+}
+
+/// `pid` and its direct children (nginx's master and workers).
+pub fn with_children(pid: u32) -> Vec<u32> {
+    let mut v = vec![pid];
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(child) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(pid) {
+                v.push(child);
+            }
+        }
+    }
+    v
+}
+
+/// CPU time of several processes, in seconds.
+pub fn cpu_secs(pids: &[u32]) -> f64 {
+    pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() as f64 / 100.0
+}
+
+/// CPU time the whole machine has been busy (all cores, from /proc/stat), seconds.
+pub fn machine_busy_secs() -> f64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal: all but idle and iowait.
+    let busy: u64 = [0usize, 1, 2, 5, 6, 7]
+        .iter()
+        .map(|i| f.get(*i).copied().unwrap_or(0))
+        .sum();
+    busy as f64 / 100.0
+}

@@ -1,0 +1,91 @@
+//! A smoke run of the benchmark harness (`tasklift-bench --quick`): it starts the
+//! baseline upstream and tasklift as processes, drives every scenario but nginx and
+//! the store churn briefly, and writes its report. No timing is asserted, only that
+//! each scenario ran, answered and failed nothing.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[test]
+fn the_benchmark_harness_runs_every_scenario_without_errors() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let started = Instant::now();
+    let run = Command::new(env!("CARGO_BIN_EXE_tasklift-bench"))
+        .args([
+            "--quick",
+            "--skip",
+            "nginx,churn",
+            "--tasks",
+            "300",
+            "--out",
+        ])
+        .arg(out.path())
+        .arg("--tasklift")
+        .arg(env!("CARGO_BIN_EXE_tasklift"))
+        .output()
+        .expect("tasklift-bench runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "tasklift-bench failed ({}):\n{stdout}\n{stderr}",
+        run.status
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "{stderr}");
+
+    let md = std::fs::read_to_string(out.path().join("results.md")).expect("results.md");
+    // Each load run: a row with a non-zero request rate and no errors.
+    for label in [
+        "direct",
+        "tasklift",
+        "tasks/get",
+        "direct @500/s",
+        "tasklift @500/s",
+    ] {
+        let row = md
+            .split("## Pass-through and tasks/get")
+            .nth(1)
+            .expect("the pass-through section")
+            .lines()
+            .find(|l| l.starts_with(&format!("| {label} | ")))
+            .unwrap_or_else(|| panic!("no row for {label} in:\n{md}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let rps: f64 = cells[2]
+            .parse()
+            .unwrap_or_else(|_| panic!("req/s of {row}"));
+        assert!(rps > 0.0, "{row}");
+        let errors = cells[cells.len() - 2];
+        assert_eq!(errors, "0", "{row}");
+    }
+    for section in [
+        "## Pass-through and tasks/get",
+        "## Task creation",
+        "## Memory per running task",
+    ] {
+        assert!(md.contains(section), "{section} missing:\n{md}");
+    }
+    assert!(
+        md.contains("- completed: 300, errors: 0"),
+        "memory scenario:\n{md}"
+    );
+    let creation = md
+        .lines()
+        .find(|l| l.starts_with("| request → handle |"))
+        .expect("task creation row");
+    let tasks: u64 = creation.split('|').nth(2).unwrap().trim().parse().unwrap();
+    assert!(tasks > 0, "{creation}");
+    assert!(md.contains("Errors: 0."), "task creation errors:\n{md}");
+
+    for chart in ["throughput.svg", "latency.svg"] {
+        let svg = std::fs::read_to_string(out.path().join(chart)).expect(chart);
+        assert!(svg.starts_with("<svg"), "{chart}: {svg}");
+        assert!(svg.trim_end().ends_with("</svg>"), "{chart}");
+        assert_eq!(
+            svg.matches("<svg").count(),
+            svg.matches("</svg>").count(),
+            "{chart}"
+        );
+    }
+    // The table went to stdout too.
+    assert!(stdout.contains("tasks/get"), "{stdout}");
+}
