@@ -38,6 +38,12 @@ fn load(
     Ok(raw)
 }
 
+/// mimalloc: glibc's malloc took a tenth of tasklift's CPU per proxied request
+/// (docs/benchmarks/results.md) and fragments per thread under many running tasks.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
