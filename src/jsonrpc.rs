@@ -166,6 +166,26 @@ impl Request {
         Value::Object(o)
     }
 
+    /// The request as JSON bytes with `id` (or none): serialized from the borrowed
+    /// fields, without building a copy of the params first.
+    pub fn to_vec_with_id(&self, id: Option<&Value>) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Wire<'a> {
+            jsonrpc: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            id: Option<&'a Value>,
+            method: &'a str,
+            params: &'a Map<String, Value>,
+        }
+        serde_json::to_vec(&Wire {
+            jsonrpc: "2.0",
+            id,
+            method: &self.method,
+            params: &self.params,
+        })
+        .expect("JSON values serialize")
+    }
+
     /// A string param, if present.
     pub fn str_param(&self, key: &str) -> Option<&str> {
         self.params.get(key).and_then(Value::as_str)
@@ -246,6 +266,19 @@ impl Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn borrowed_serialization_matches_the_value() {
+        let r = Request::from_value(
+            json!({"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x","arguments":{"b":[1,2]}}}),
+        )
+        .unwrap();
+        for id in [None, Some(json!(7))] {
+            let bytes = r.to_vec_with_id(id.as_ref());
+            let v: Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(v, r.to_value_with_id(id.as_ref()));
+        }
+    }
 
     #[test]
     fn rejects_batches_and_responses() {

@@ -49,7 +49,15 @@ struct Inner {
     /// Records written but not flushed yet that must not be read before they are
     /// durable (terminal states): a reader waits for the flush.
     flushing: dashmap::DashMap<String, Arc<tokio::sync::Notify>>,
+    /// Finished records with their outcome inline, as last written or read: they
+    /// never change again, so polling them needs no decoding. Bounded by
+    /// [`SETTLED_MAX`] entries of at most [`SLED_RECORD_MAX`] bytes each; filled
+    /// only after a record is on disk.
+    settled: dashmap::DashMap<String, TaskRecord>,
 }
+
+/// How many finished records [`Inner::settled`] keeps.
+const SETTLED_MAX: usize = 4096;
 
 fn db_err(e: sled::Error) -> StoreError {
     StoreError::Db(e.to_string())
@@ -105,6 +113,7 @@ impl SledStore {
                 data_dir: data_dir.to_path_buf(),
                 large_result_bytes,
                 flushing: dashmap::DashMap::new(),
+                settled: dashmap::DashMap::new(),
             }),
         };
         store.remove_orphan_files()?;
@@ -172,8 +181,20 @@ impl SledStore {
         })
     }
 
+    /// Remember a finished record whose outcome is inline (small by construction).
+    fn settle(&self, rec: &TaskRecord) {
+        let settled = &self.inner.settled;
+        if settled.len() >= SETTLED_MAX {
+            if let Some(k) = settled.iter().next().map(|e| e.key().clone()) {
+                settled.remove(&k);
+            }
+        }
+        settled.insert(rec.id.clone(), rec.clone());
+    }
+
     async fn write_record(&self, rec: &TaskRecord, durable: bool) -> Result<(), StoreError> {
         let inner = &self.inner;
+        inner.settled.remove(&rec.id);
         let mut stored = rec.clone();
         let outcome = stored.outcome.take();
         let mut json = serde_json::to_vec(&stored).expect("records serialize");
@@ -224,6 +245,10 @@ impl SledStore {
             self.flush_blocking().await?;
         }
         drop(hidden);
+        let inline = stored.outcome.is_some() || rec.outcome.is_none();
+        if durable && rec.status.is_terminal() && inline {
+            self.settle(rec);
+        }
         if stale_file {
             let path = self.result_path(&rec.id);
             match tokio::fs::remove_file(&path).await {
@@ -297,6 +322,9 @@ impl TaskStore for SledStore {
 
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
         Box::pin(async move {
+            if let Some(r) = self.inner.settled.get(id) {
+                return Ok(Some(r.clone()));
+            }
             let bytes = loop {
                 let bytes = self.inner.tasks.get(id.as_bytes()).map_err(db_err)?;
                 // A terminal state being flushed is not shown until it is on disk.
@@ -325,6 +353,8 @@ impl TaskStore for SledStore {
                         message: format!("result file: {e}"),
                     })?;
                 rec.outcome = Some(outcome);
+            } else if rec.status.is_terminal() {
+                self.settle(&rec);
             }
             Ok(Some(rec))
         })
@@ -336,7 +366,10 @@ impl TaskStore for SledStore {
 
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            if let Some(old) = self.inner.tasks.remove(id.as_bytes()).map_err(db_err)? {
+            self.inner.settled.remove(id);
+            let removed = self.inner.tasks.remove(id.as_bytes()).map_err(db_err);
+            self.inner.settled.remove(id);
+            if let Some(old) = removed? {
                 if let Ok(rec) = self.decode(id, &old) {
                     self.inner
                         .expiry

@@ -19,7 +19,7 @@ use dashmap::DashMap;
 use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, mpsc};
 
-use super::input::{request_binding, StateSealer, STATE_PREFIX};
+use super::input::{StateSealer, STATE_PREFIX};
 use super::sync::{Parked, SyncCall};
 use super::{detailed_task, Clock};
 use crate::config::{ToolMode, ToolPolicy};
@@ -242,7 +242,7 @@ impl Engine {
         let token = match req.meta().and_then(|m| m.get(mcp::META_PROGRESS_TOKEN)) {
             Some(t) => t.clone(),
             None => {
-                let t = json!(format!("tasklift-{}", uuid::Uuid::new_v4().simple()));
+                let t = json!(progress_token());
                 mcp::meta_mut(&mut req.params).insert(mcp::META_PROGRESS_TOKEN.into(), t.clone());
                 t
             }
@@ -330,7 +330,6 @@ impl Engine {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             owner: ctx.principal.clone(),
-            binding: request_binding(&req.method, &req.params),
             input_keys: Default::default(),
             backlog: Default::default(),
             session: ctx.session.clone(),
@@ -570,6 +569,16 @@ impl Engine {
         }
         Ok(deleted)
     }
+}
+
+/// A progress token of tasklift's own: unique in this process and across restarts
+/// (a random prefix per process), without a random draw per call.
+fn progress_token() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..12].to_string());
+    format!("tasklift-{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Whether `n` is a progress notification under `token`.

@@ -69,8 +69,6 @@ pub(super) struct SyncCall {
     pub log_level: Option<String>,
     /// The caller's principal.
     pub owner: String,
-    /// Method and name the call was made for (binds its `requestState`).
-    pub binding: String,
     /// Input request keys handed out so far (keys stay unique for the call's life).
     pub input_keys: InputKeys,
     /// Events read ahead while collecting input requests.
@@ -299,7 +297,12 @@ impl Engine {
         let state = self.sealer().seal(&StateClaims {
             park: park.clone(),
             owner: p.sc.owner.clone(),
-            request: p.sc.binding.clone(),
+            request: p
+                .sc
+                .origin
+                .as_ref()
+                .map(|(_, r, _)| request_binding(&r.method, &r.params))
+                .unwrap_or_default(),
             exp,
             issuer: String::new(),
         });

@@ -753,8 +753,7 @@ impl Shared {
         let id = self.upstream_id();
         match era {
             Era::Modern => {
-                let body = serde_json::to_vec(&wire_message(&req, &Era::Modern, Some(&id)))
-                    .expect("serializes");
+                let body = req.to_vec_with_id(Some(&id));
                 match self.post(body, modern_headers(&req), &ctx).await {
                     Ok(ans) => self.pump(ans, id, tx, None).await,
                     Err(e) => {
