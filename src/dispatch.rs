@@ -42,7 +42,7 @@ pub async fn dispatch(
         return Reply::Accepted;
     }
     let id = req.id.clone();
-    let json = |outcome| Reply::Json(jsonrpc::response(id.as_ref(), &outcome));
+    let json = |outcome| Reply::Json(jsonrpc::response_from(id.as_ref(), outcome));
     match req.method.as_str() {
         method::DISCOVER => match up.discover(&req, &ctx).await {
             Ok(outcome) => json(outcome.map(|r| discover_result(r, &mount.cfg))),

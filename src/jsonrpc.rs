@@ -202,11 +202,16 @@ pub type Outcome = Result<Value, RpcError>;
 
 /// Build a response message.
 pub fn response(id: Option<&Value>, outcome: &Outcome) -> Value {
+    response_from(id, outcome.clone())
+}
+
+/// Build a response message, taking the outcome (no copy of a large result).
+pub fn response_from(id: Option<&Value>, outcome: Outcome) -> Value {
     let mut o = Map::new();
     o.insert("jsonrpc".into(), json!("2.0"));
     o.insert("id".into(), id.cloned().unwrap_or(Value::Null));
     match outcome {
-        Ok(r) => o.insert("result".into(), r.clone()),
+        Ok(r) => o.insert("result".into(), r),
         Err(e) => o.insert("error".into(), e.to_value()),
     };
     Value::Object(o)

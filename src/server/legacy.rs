@@ -143,12 +143,11 @@ fn accepted() -> Response<RespBody> {
 }
 
 fn ok(id: Option<&Value>, outcome: Outcome) -> Response<RespBody> {
-    let v = jsonrpc::response(id, &outcome);
     let status = match &outcome {
         Err(e) if e.code == INVALID_REQUEST => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     };
-    json_response(status, &v)
+    json_response(status, &jsonrpc::response_from(id, outcome))
 }
 
 /// `initialize` without a session: open one, with the upstream's capabilities.

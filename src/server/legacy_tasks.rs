@@ -92,7 +92,7 @@ fn is_terminal(t: &Value) -> bool {
 }
 
 fn respond(id: Option<&Value>, outcome: Outcome) -> Response<RespBody> {
-    json_response(StatusCode::OK, &jsonrpc::response(id, &outcome))
+    json_response(StatusCode::OK, &jsonrpc::response_from(id, outcome))
 }
 
 /// `tools/call` with `params.task`: a task right away, as 2025-11-25 requires.

@@ -21,7 +21,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::input::{StateSealer, STATE_PREFIX};
 use super::sync::{Parked, SyncCall};
-use super::{detailed_task, Clock};
+use super::{into_detailed_task, Clock};
 use crate::config::{ToolMode, ToolPolicy};
 use crate::jsonrpc::{self, Outcome, Request, RpcError, INTERNAL_ERROR};
 use crate::mcp::{self, method};
@@ -412,7 +412,7 @@ impl Engine {
         };
         let rec = self.visible(task_id, owner, upstream).await?;
         match req.method.as_str() {
-            method::TASKS_GET => Ok(detailed_task(&rec)),
+            method::TASKS_GET => Ok(into_detailed_task(rec)),
             method::TASKS_CANCEL => {
                 if !rec.status.is_terminal() {
                     let sender = self.running.get(task_id).map(|s| s.value().clone());

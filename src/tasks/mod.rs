@@ -83,20 +83,25 @@ pub fn create_task_result(rec: &TaskRecord) -> Value {
 
 /// The `DetailedTask` returned by `tasks/get`.
 pub fn detailed_task(rec: &TaskRecord) -> Value {
-    let mut o = task_fields(rec);
+    into_detailed_task(rec.clone())
+}
+
+/// [`detailed_task`], taking the record (its result is moved, not copied).
+pub fn into_detailed_task(mut rec: TaskRecord) -> Value {
+    let mut o = task_fields(&rec);
     o.insert("resultType".into(), json!("complete"));
     if !rec.input_requests.is_empty() {
         o.insert(
             "inputRequests".into(),
-            Value::Object(rec.input_requests.clone()),
+            Value::Object(std::mem::take(&mut rec.input_requests)),
         );
     }
-    match &rec.outcome {
+    match rec.outcome.take() {
         Some(TaskOutcome::Result(r)) => {
-            o.insert("result".into(), r.clone());
+            o.insert("result".into(), r);
         }
         Some(TaskOutcome::Error(e)) => {
-            o.insert("error".into(), e.clone());
+            o.insert("error".into(), e);
         }
         None => {}
     }

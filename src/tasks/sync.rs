@@ -225,7 +225,7 @@ impl Engine {
                             r.entry("ttlMs").or_insert_with(|| json!(ttl));
                             r.entry("cacheScope").or_insert_with(|| json!(scope));
                         }
-                        return Step::Final(jsonrpc::response(sc.id.as_ref(), &outcome));
+                        return Step::Final(jsonrpc::response_from(sc.id.as_ref(), outcome));
                     }
                     Some(CallEvent::Notification(n)) => {
                         if is_progress_for(&n, &sc.token) {
