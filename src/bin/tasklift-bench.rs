@@ -109,6 +109,11 @@ pub struct RunArgs {
     /// The nginx binary (default: `nginx` on PATH or in /usr/sbin).
     #[arg(long)]
     pub nginx: Option<PathBuf>,
+    /// Also measure tasks/get and task creation with the PostgreSQL store on this
+    /// server (a scratch database is created and dropped), e.g.
+    /// postgres://postgres@127.0.0.1:5432/postgres.
+    #[arg(long)]
+    pub postgres: Option<String>,
     /// Arguments of `examples/store_churn` (rounds batch size).
     #[arg(long, default_value = "200 8 1048576")]
     pub churn_args: String,

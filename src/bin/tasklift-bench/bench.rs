@@ -30,6 +30,53 @@ pub const CREATION_SLEEP: Duration = Duration::from_millis(200);
 /// The memory scenario's threshold.
 pub const MEMORY_THRESHOLD: Duration = Duration::from_millis(10);
 
+/// The label of `tasks/get` with the PostgreSQL store.
+pub const PG_GET: &str = "tasks/get (PostgreSQL)";
+
+/// A scratch database on the PostgreSQL server the harness was given.
+struct ScratchDb {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl ScratchDb {
+    async fn create(admin: &str) -> anyhow::Result<Self> {
+        let name = format!("tasklift_bench_{}", std::process::id());
+        let (c, conn) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {admin} (--postgres)"))?;
+        tokio::spawn(conn);
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {name}"),
+            format!("CREATE DATABASE {name}"),
+        ] {
+            c.batch_execute(&sql)
+                .await
+                .context("creating the scratch database")?;
+        }
+        let base = admin.split('?').next().unwrap_or(admin);
+        let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
+        Ok(Self {
+            admin: admin.to_string(),
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    async fn drop_db(self) {
+        if let Ok((c, conn)) = tokio_postgres::connect(&self.admin, tokio_postgres::NoTls).await {
+            tokio::spawn(conn);
+            let _ = c
+                .batch_execute(&format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    self.name
+                ))
+                .await;
+        }
+    }
+}
+
 /// A running tasklift.
 pub struct Tasklift {
     proc_: Proc,
@@ -49,6 +96,7 @@ impl Tasklift {
         tag: &str,
         threshold: Duration,
         tools: &[(&str, Duration)],
+        store_url: Option<&str>,
     ) -> anyhow::Result<Self> {
         let dir = TempDir::new(tag)?;
         let listen = procs::free_port()?;
@@ -59,6 +107,7 @@ shutdown_grace = "1s"
 
 [store]
 data_dir = "{data}"
+url = "{store_url}"
 
 [tasks]
 threshold = "{threshold}ms"
@@ -79,6 +128,7 @@ era = "auto"
             data = dir.path().join("data").display(),
             threshold = threshold.as_millis(),
             url = upstream.url(),
+            store_url = store_url.unwrap_or(""),
         );
         for (tool, t) in tools {
             toml.push_str(&format!(
@@ -452,9 +502,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "main",
         MAIN_THRESHOLD,
         &[("sleep", GET_THRESHOLD)],
+        None,
     )
     .await?;
     eprintln!("tasklift on {} (threshold 2s; sleep: 20ms)", main.ep.url());
+
+    // The same tasks/get and creation scenarios with the PostgreSQL store, on a
+    // scratch database dropped at the end.
+    let scratch = match &args.postgres {
+        Some(url) => Some(ScratchDb::create(url).await?),
+        None => None,
+    };
+    let mut pg = None;
+    if let Some(db) = &scratch {
+        let get = Tasklift::start(
+            &tasklift_bin,
+            &up,
+            "pg-main",
+            MAIN_THRESHOLD,
+            &[("sleep", GET_THRESHOLD)],
+            Some(&db.url),
+        )
+        .await?;
+        let ids = create_completed_tasks(&get.ep, args.get_tasks).await?;
+        let work = Arc::new(Workload {
+            requests: ids.iter().map(|id| wire::tasks_get(id)).collect(),
+            expect: b"\"status\":\"completed\"",
+        });
+        let creation = Tasklift::start(
+            &tasklift_bin,
+            &up,
+            "pg-creation",
+            CREATION_THRESHOLD,
+            &[],
+            Some(&db.url),
+        )
+        .await?;
+        eprintln!("tasklift with the PostgreSQL store on {}", get.ep.url());
+        pg = Some((get, work, creation));
+    }
 
     let fast = Arc::new(Workload {
         requests: vec![wire::tool_call("fast", json!({}), true)],
@@ -479,7 +565,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let creation_tl = if skip(&args, "creation") {
         None
     } else {
-        Some(Tasklift::start(&tasklift_bin, &up, "creation", CREATION_THRESHOLD, &[]).await?)
+        Some(
+            Tasklift::start(
+                &tasklift_bin,
+                &up,
+                "creation",
+                CREATION_THRESHOLD,
+                &[],
+                None,
+            )
+            .await?,
+        )
     };
 
     let mut rep = Report::new(&args);
@@ -522,6 +618,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             log_run("tasks/get", &s);
             rep.push("tasks/get", s);
         }
+        if let Some((tl, gw, _)) = &pg {
+            let cpu = Cpu {
+                proxy: vec![tl.pid()?],
+                upstream: up_cpu.clone(),
+            };
+            let s = measured(&args, &cpu, || loadgen::closed(&tl.ep, gw.clone(), c, w, d)).await?;
+            log_run(PG_GET, &s);
+            rep.push(PG_GET, s);
+        }
         if !skip(&args, "open") {
             for (label, ep, cpu) in &targets {
                 let label = format!("{label} @{:.0}/s", args.rate);
@@ -547,6 +652,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             );
             rep.creation.push(cr);
         }
+        if let Some((_, _, tl)) = &pg {
+            let cr = creation(&tl.ep, args.creation_clients, d).await?;
+            eprintln!(
+                "  creation (PostgreSQL): {} tasks, handle p99 {} µs, completion overhead p99 {} µs, errors {}",
+                cr.handle_us.len(),
+                loadgen::quantile(&sorted(&cr.handle_us), 0.99),
+                loadgen::quantile(&sorted(&cr.complete_over_us), 0.99),
+                cr.errors
+            );
+            rep.creation_pg.push(cr);
+        }
         upstream.check_alive()?;
     }
     rep.logs.push(main.log_summary("main"));
@@ -556,9 +672,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     rep.main_mem = procs::mem(main.pid()?).ok();
     drop(creation_tl);
     drop(main);
+    if let Some((a, _, b)) = pg.take() {
+        rep.logs.push(a.log_summary("pg-main"));
+        rep.logs.push(b.log_summary("pg-creation"));
+    }
+    if let Some(db) = scratch {
+        db.drop_db().await;
+    }
 
     if !skip(&args, "memory") {
-        let tl = Tasklift::start(&tasklift_bin, &up, "memory", MEMORY_THRESHOLD, &[]).await?;
+        let tl = Tasklift::start(&tasklift_bin, &up, "memory", MEMORY_THRESHOLD, &[], None).await?;
         if quiet_budget_left(&args) {
             wait_quiet(args.max_other, args.quiet_wait).await;
         }
@@ -949,6 +1072,9 @@ pub fn order(args: &RunArgs) -> Vec<String> {
     v.push("tasklift".into());
     if !skip(args, "tasks-get") {
         v.push("tasks/get".into());
+    }
+    if args.postgres.is_some() {
+        v.push(PG_GET.into());
     }
     if !skip(args, "open") {
         v.push(format!("direct @{:.0}/s", args.rate));

@@ -158,6 +158,8 @@ pub struct Report {
     pub samples: Samples,
     /// Task creation, per repetition.
     pub creation: Vec<Creation>,
+    /// Task creation with the PostgreSQL store, per repetition.
+    pub creation_pg: Vec<Creation>,
     /// The memory scenario.
     pub memory: Option<Memory>,
     /// Store churn.
@@ -278,6 +280,7 @@ impl Report {
         Self {
             samples: Samples::new(),
             creation: Vec::new(),
+            creation_pg: Vec::new(),
             memory: None,
             churn: None,
             logs: Vec::new(),
@@ -414,6 +417,27 @@ impl Report {
                 pass: Some(over <= 2000.0 && c.errors == 0),
             });
         }
+        if let Some(s) = self.per_rep(bench::PG_GET, "tasks/get", |p, g| p.rps / g.rps) {
+            let (value, spread) = ratio(s);
+            v.push(Verdict {
+                what: "tasks/get throughput, PostgreSQL store ÷ sled".into(),
+                value,
+                spread,
+                target: "(reference)".into(),
+                pass: None,
+            });
+        }
+        if let Some(c) = creation_of(&self.creation_pg) {
+            let p99 = quantile(&c.handle_sorted, 0.99) as f64;
+            let over = p99 - bench::CREATION_THRESHOLD.as_micros() as f64;
+            v.push(Verdict {
+                what: "time to handle p99 − threshold, PostgreSQL store".into(),
+                value: ms(over),
+                spread: format!("{} errors", c.errors),
+                target: "(reference)".into(),
+                pass: None,
+            });
+        }
         if let Some(m) = &self.memory {
             v.push(Verdict {
                 what: "RSS per running task".into(),
@@ -434,17 +458,19 @@ impl Report {
     }
 
     fn creation_all(&self) -> Option<CreationAll> {
-        if self.creation.is_empty() {
+        creation_of(&self.creation)
+    }
+}
+
+/// The repetitions of a creation scenario pooled.
+fn creation_of(reps: &[Creation]) -> Option<CreationAll> {
+    {
+        if reps.is_empty() {
             return None;
         }
-        let mut handle_sorted: Vec<u32> = self
-            .creation
-            .iter()
-            .flat_map(|c| c.handle_us.clone())
-            .collect();
+        let mut handle_sorted: Vec<u32> = reps.iter().flat_map(|c| c.handle_us.clone()).collect();
         handle_sorted.sort_unstable();
-        let mut over_sorted: Vec<u32> = self
-            .creation
+        let mut over_sorted: Vec<u32> = reps
             .iter()
             .flat_map(|c| c.complete_over_us.clone())
             .collect();
@@ -452,11 +478,13 @@ impl Report {
         Some(CreationAll {
             handle_sorted,
             over_sorted,
-            errors: self.creation.iter().map(|c| c.errors).sum(),
-            first_error: self.creation.iter().find_map(|c| c.first_error.clone()),
+            errors: reps.iter().map(|c| c.errors).sum(),
+            first_error: reps.iter().find_map(|c| c.first_error.clone()),
         })
     }
+}
 
+impl Report {
     /// Print the table, write results.md and the charts.
     pub fn finish(&self, args: &RunArgs, tasklift_bin: &Path) -> anyhow::Result<()> {
         let verdicts = self.verdicts(args);
@@ -538,6 +566,20 @@ impl Report {
                 "\nfsync in the store's filesystem: p50 {:.2} ms, p99 {:.2} ms",
                 quantile(&self.fsync, 0.5) as f64 / 1000.0,
                 quantile(&self.fsync, 0.99) as f64 / 1000.0
+            );
+        }
+        if let Some(c) = creation_of(&self.creation_pg) {
+            let _ = writeln!(
+                t,
+                "\ntask creation with the PostgreSQL store ({} tasks): time to handle p50 {:.3} p99 {:.3} max {:.3} ms; \
+                 completed visible after sleep + p50 {:.3} p99 {:.3} ms; errors {}",
+                c.handle_sorted.len(),
+                quantile(&c.handle_sorted, 0.5) as f64 / 1000.0,
+                quantile(&c.handle_sorted, 0.99) as f64 / 1000.0,
+                c.handle_sorted.last().copied().unwrap_or(0) as f64 / 1000.0,
+                quantile(&c.over_sorted, 0.5) as f64 / 1000.0,
+                quantile(&c.over_sorted, 0.99) as f64 / 1000.0,
+                c.errors
             );
         }
         if let Some(c) = self.creation_all() {
@@ -894,6 +936,43 @@ impl Report {
                 c.errors,
                 c.first_error.map(|e| format!(" (first: `{e}`)")).unwrap_or_default()
             );
+        }
+        if let Some(c) = creation_of(&self.creation_pg) {
+            let q = |v: &[u32], x: f64| quantile(v, x) as f64 / 1000.0;
+            let _ = writeln!(s, "## PostgreSQL store\n");
+            let _ = writeln!(
+                s,
+                "The same `tasks/get` and task-creation scenarios against tasklift instances using the PostgreSQL \
+                 store (`--store postgres://…`, a scratch database on the local server, pool of 16) instead of sled. \
+                 `{}` in the tables above is the `tasks/get` run; every read is a query, every create and status \
+                 change a committed transaction with a `NOTIFY`.\n",
+                bench::PG_GET
+            );
+            let _ = writeln!(
+                s,
+                "| | tasks | p50 ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|"
+            );
+            let (h, o) = (&c.handle_sorted, &c.over_sorted);
+            let _ = writeln!(
+                s,
+                "| request → handle | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                h.len(),
+                q(h, 0.5),
+                q(h, 0.9),
+                q(h, 0.99),
+                h.last().copied().unwrap_or(0) as f64 / 1000.0
+            );
+            let _ = writeln!(
+                s,
+                "| request → `completed` visible, minus the {} ms sleep | {} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
+                bench::CREATION_SLEEP.as_millis(),
+                o.len(),
+                q(o, 0.5),
+                q(o, 0.9),
+                q(o, 0.99),
+                o.last().copied().unwrap_or(0) as f64 / 1000.0
+            );
+            let _ = writeln!(s, "Errors: {}.\n", c.errors);
         }
         if let Some(m) = &self.memory {
             let _ = writeln!(s, "## Memory per running task\n");
