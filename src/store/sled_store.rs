@@ -185,7 +185,10 @@ impl SledStore {
     fn settle(&self, rec: &TaskRecord) {
         let settled = &self.inner.settled;
         if settled.len() >= SETTLED_MAX {
-            if let Some(k) = settled.iter().next().map(|e| e.key().clone()) {
+            // The iterator's shard guard must be gone before `remove` locks the
+            // shard: in an `if let` scrutinee it would live through the block.
+            let victim = settled.iter().next().map(|e| e.key().clone());
+            if let Some(k) = victim {
                 settled.remove(&k);
             }
         }
@@ -448,5 +451,49 @@ impl TaskStore for SledStore {
 
     fn flush(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.flush_blocking())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(i: usize) -> TaskRecord {
+        TaskRecord {
+            id: format!("task-{i}"),
+            owner: "o".into(),
+            upstream: "u".into(),
+            tool: "t".into(),
+            status: TaskStatus::Completed,
+            status_message: None,
+            created_at_ms: 1,
+            updated_at_ms: 2,
+            ttl_ms: 60_000,
+            poll_interval_ms: 100,
+            expires_at_ms: 60_001,
+            input_requests: Default::default(),
+            outcome: Some(TaskOutcome::Result(serde_json::json!({"n": i}))),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn more_finished_records_than_the_cache_holds_stay_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
+        let n = SETTLED_MAX + 64;
+        for i in 0..n {
+            s.put(&finished(i)).await.unwrap();
+        }
+        assert!(s.inner.settled.len() <= SETTLED_MAX, "the cache is bounded");
+        // Reads of every record, cached or not, in two passes (the first refills
+        // the cache past its bound, evicting as it goes).
+        for _ in 0..2 {
+            for i in 0..n {
+                let got = s.get(&format!("task-{i}")).await.unwrap().unwrap();
+                assert_eq!(got, finished(i));
+            }
+        }
+        s.delete("task-0").await.unwrap();
+        assert_eq!(s.get("task-0").await.unwrap(), None, "deleted means gone");
     }
 }
