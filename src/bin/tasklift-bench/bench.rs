@@ -619,8 +619,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             rep.push("tasks/get", s);
         }
         if let Some((tl, gw, _)) = &pg {
+            // The store's work is the database server's: its CPU counts with
+            // tasklift's (a local server; a remote one shows as neither).
+            let mut proxy = vec![tl.pid()?];
+            proxy.extend(procs::named("postgres"));
             let cpu = Cpu {
-                proxy: vec![tl.pid()?],
+                proxy,
                 upstream: up_cpu.clone(),
             };
             let s = measured(&args, &cpu, || loadgen::closed(&tl.ep, gw.clone(), c, w, d)).await?;

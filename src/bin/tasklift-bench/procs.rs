@@ -260,6 +260,24 @@ pub fn cpu_secs(pids: &[u32]) -> f64 {
     pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() as f64 / 100.0
 }
 
+/// Every process whose command name is `comm` (e.g. the PostgreSQL server's
+/// backends, whose CPU belongs to the store being measured).
+pub fn named(comm: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if name.trim_end() == comm {
+                v.push(pid);
+            }
+        }
+    }
+    v
+}
+
 /// CPU time the whole machine has been busy (all cores, from /proc/stat), seconds.
 pub fn machine_busy_secs() -> f64 {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();

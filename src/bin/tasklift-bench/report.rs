@@ -945,7 +945,8 @@ impl Report {
                 "The same `tasks/get` and task-creation scenarios against tasklift instances using the PostgreSQL \
                  store (`--store postgres://…`, a scratch database on the local server, pool of 16) instead of sled. \
                  `{}` in the tables above is the `tasks/get` run; every read is a query, every create and status \
-                 change a committed transaction with a `NOTIFY`.\n",
+                 change a committed transaction with a `NOTIFY`. Its proxy CPU includes the local PostgreSQL \
+                 server's processes.\n",
                 bench::PG_GET
             );
             let _ = writeln!(
