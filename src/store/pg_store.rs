@@ -487,81 +487,46 @@ impl PgStore {
         let terminal = rec.status.is_terminal();
         let c = self.client().await?;
         let held = self.owned.get(&rec.id).map(|e| *e);
-        let n = match held {
-            // The owner: only while the row is unfinished and the epoch is still ours.
-            Some(epoch) => {
-                let st = c
-                    .prepare_cached(
-                        "WITH u AS (
-                             UPDATE tasklift_tasks SET status = $3, status_message = $4,
-                                 updated_at_ms = $5, expires_at_ms = $6, input_requests = $7,
-                                 outcome = $8,
-                                 replica = CASE WHEN $9 THEN NULL ELSE replica END,
-                                 lease_expires_at = CASE WHEN $9 THEN NULL ELSE lease_expires_at END
-                             WHERE id = $1 AND lease_epoch = $2
-                                 AND status IN ('working', 'input_required')
-                             RETURNING id)
-                         SELECT pg_notify($10, $11 || ' ' || id) FROM u",
-                    )
-                    .await
-                    .map_err(db)?;
-                c.query(
-                    &st,
-                    &[
-                        &rec.id,
-                        &epoch,
-                        &rec.status.as_str(),
-                        &rec.status_message,
-                        &i(rec.updated_at_ms),
-                        &i(rec.expires_at_ms),
-                        &inputs,
-                        &outcome,
-                        &terminal,
-                        &CHANNEL,
-                        &self.replica,
-                    ],
-                )
-                .await
-                .map_err(db)?
-                .len()
-            }
-            // Anyone else (a cancellation that landed here): only an unfinished
-            // row, and the epoch moves on so the owner's later writes are refused.
-            None => {
-                let st = c
-                    .prepare_cached(
-                        "WITH u AS (
-                             UPDATE tasklift_tasks SET status = $2, status_message = $3,
-                                 updated_at_ms = $4, expires_at_ms = $5, input_requests = $6,
-                                 outcome = $7, lease_epoch = lease_epoch + 1,
-                                 replica = CASE WHEN $8 THEN NULL ELSE replica END,
-                                 lease_expires_at = CASE WHEN $8 THEN NULL ELSE lease_expires_at END
-                             WHERE id = $1 AND status IN ('working', 'input_required')
-                             RETURNING id)
-                         SELECT pg_notify($9, $10 || ' ' || id) FROM u",
-                    )
-                    .await
-                    .map_err(db)?;
-                c.query(
-                    &st,
-                    &[
-                        &rec.id,
-                        &rec.status.as_str(),
-                        &rec.status_message,
-                        &i(rec.updated_at_ms),
-                        &i(rec.expires_at_ms),
-                        &inputs,
-                        &outcome,
-                        &terminal,
-                        &CHANNEL,
-                        &self.replica,
-                    ],
-                )
-                .await
-                .map_err(db)?
-                .len()
-            }
-        };
+        // The owner writes only while the row is unfinished and the epoch is still
+        // its own. Anyone else (a cancellation that landed here) writes only an
+        // unfinished row, and moves the epoch on so the owner's later writes are
+        // refused.
+        let st = c
+            .prepare_cached(
+                "WITH u AS (
+                     UPDATE tasklift_tasks SET status = $3, status_message = $4,
+                         updated_at_ms = $5, expires_at_ms = $6, input_requests = $7,
+                         outcome = $8,
+                         lease_epoch = CASE WHEN $2::bigint IS NULL THEN lease_epoch + 1 ELSE lease_epoch END,
+                         replica = CASE WHEN $9 THEN NULL ELSE replica END,
+                         lease_expires_at = CASE WHEN $9 THEN NULL ELSE lease_expires_at END
+                     WHERE id = $1 AND ($2::bigint IS NULL OR lease_epoch = $2)
+                         AND status IN ('working', 'input_required')
+                     RETURNING id)
+                 SELECT pg_notify($10, $11 || ' ' || id) FROM u",
+            )
+            .await
+            .map_err(db)?;
+        let n = c
+            .query(
+                &st,
+                &[
+                    &rec.id,
+                    &held,
+                    &rec.status.as_str(),
+                    &rec.status_message,
+                    &i(rec.updated_at_ms),
+                    &i(rec.expires_at_ms),
+                    &inputs,
+                    &outcome,
+                    &terminal,
+                    &CHANNEL,
+                    &self.replica,
+                ],
+            )
+            .await
+            .map_err(db)?
+            .len();
         if n == 0 {
             self.owned.remove(&rec.id);
             return Err(StoreError::Conflict { id: rec.id.clone() });
