@@ -462,6 +462,32 @@ impl Report {
     }
 }
 
+/// The creation table: time to handle and to `completed`, in milliseconds.
+fn creation_table(s: &mut String, c: &CreationAll) {
+    let q = |v: &[u32], x: f64| quantile(v, x) as f64 / 1000.0;
+    let row = |s: &mut String, what: &str, v: &[u32]| {
+        let max = v.last().copied().unwrap_or(0) as f64 / 1000.0;
+        let _ = writeln!(
+            s,
+            "| {what} | {} | {:.3} | {:.3} | {:.3} | {max:.3} |",
+            v.len(),
+            q(v, 0.5),
+            q(v, 0.9),
+            q(v, 0.99)
+        );
+    };
+    let _ = writeln!(
+        s,
+        "| | tasks | p50 ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|"
+    );
+    row(s, "request → handle", &c.handle_sorted);
+    let what = format!(
+        "request → `completed` visible, minus the {} ms sleep",
+        bench::CREATION_SLEEP.as_millis()
+    );
+    row(s, &what, &c.over_sorted);
+}
+
 /// The repetitions of a creation scenario pooled.
 fn creation_of(reps: &[Creation]) -> Option<CreationAll> {
     {
@@ -901,31 +927,8 @@ impl Report {
                 bench::CREATION_SLEEP.as_millis(),
                 args.duration.as_secs_f64()
             );
-            let _ = writeln!(
-                s,
-                "| | tasks | p50 ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|"
-            );
+            creation_table(&mut s, &c);
             let h = &c.handle_sorted;
-            let o = &c.over_sorted;
-            let _ = writeln!(
-                s,
-                "| request → handle | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
-                h.len(),
-                q(h, 0.5),
-                q(h, 0.9),
-                q(h, 0.99),
-                h.last().copied().unwrap_or(0) as f64 / 1000.0
-            );
-            let _ = writeln!(
-                s,
-                "| request → `completed` visible, minus the {} ms sleep | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
-                bench::CREATION_SLEEP.as_millis(),
-                o.len(),
-                q(o, 0.5),
-                q(o, 0.9),
-                q(o, 0.99),
-                o.last().copied().unwrap_or(0) as f64 / 1000.0
-            );
             let _ = writeln!(
                 s,
                 "\np99 − threshold: {:.3} ms. tasklift writes and flushes the `working` record before the handle \
@@ -938,7 +941,6 @@ impl Report {
             );
         }
         if let Some(c) = creation_of(&self.creation_pg) {
-            let q = |v: &[u32], x: f64| quantile(v, x) as f64 / 1000.0;
             let _ = writeln!(s, "## PostgreSQL store\n");
             let _ = writeln!(
                 s,
@@ -949,31 +951,8 @@ impl Report {
                  server's processes.\n",
                 bench::PG_GET
             );
-            let _ = writeln!(
-                s,
-                "| | tasks | p50 ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|"
-            );
-            let (h, o) = (&c.handle_sorted, &c.over_sorted);
-            let _ = writeln!(
-                s,
-                "| request → handle | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
-                h.len(),
-                q(h, 0.5),
-                q(h, 0.9),
-                q(h, 0.99),
-                h.last().copied().unwrap_or(0) as f64 / 1000.0
-            );
-            let _ = writeln!(
-                s,
-                "| request → `completed` visible, minus the {} ms sleep | {} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
-                bench::CREATION_SLEEP.as_millis(),
-                o.len(),
-                q(o, 0.5),
-                q(o, 0.9),
-                q(o, 0.99),
-                o.last().copied().unwrap_or(0) as f64 / 1000.0
-            );
-            let _ = writeln!(s, "Errors: {}.\n", c.errors);
+            creation_table(&mut s, &c);
+            let _ = writeln!(s, "\nErrors: {}.\n", c.errors);
         }
         if let Some(m) = &self.memory {
             let _ = writeln!(s, "## Memory per running task\n");
