@@ -166,3 +166,39 @@ fn serve_with_a_bad_flag_exits_64_before_binding_or_opening_anything() {
     assert!(stderr.contains(&listen), "{stderr}");
     drop(taken);
 }
+
+/// The README's first command is `cargo run -- demo`: with a second binary in the
+/// package (the benchmark harness), `cargo run` must still pick the proxy.
+#[test]
+fn cargo_run_starts_the_proxy() {
+    // Only the environment a user's shell would have: the variables cargo sets for
+    // tests (CARGO_MANIFEST_DIR, …) would make it rebuild crates whose build
+    // scripts watch them.
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.env_clear();
+    for k in [
+        "PATH",
+        "HOME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO_TARGET_DIR",
+        "TMPDIR",
+    ] {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
+    let out = cmd
+        .args(["run", "-q", "--", "--version"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("cargo runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.starts_with("tasklift "),
+        "cargo run: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
