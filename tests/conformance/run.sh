@@ -18,21 +18,26 @@ BIN=${TASKLIFT_BIN:-${CARGO_TARGET_DIR:-target}/debug/tasklift}
 CONFIG=tests/conformance/tasklift.toml
 MODE=http
 if [ "${1:-}" = "--stdio" ]; then CONFIG=tests/conformance/tasklift-stdio.toml; MODE=stdio; shift; fi
-URL=http://127.0.0.1:38080/mcp
 [ -x "$BIN" ] || cargo build --quiet --bin tasklift
 OUT=target/conformance/$MODE
 rm -rf "$OUT" target/conformance/data && mkdir -p "$OUT"
+# Free ports chosen now (the configurations name 38080 and 39000): a machine
+# where something else holds those must not fail every scenario.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PORT=$(free_port); FIXTURE_PORT=$(free_port)
+sed -e "s/127.0.0.1:38080/127.0.0.1:$PORT/" -e "s/127.0.0.1:39000/127.0.0.1:$FIXTURE_PORT/" "$CONFIG" >"$OUT/tasklift.toml"
+URL=http://127.0.0.1:$PORT/mcp
 FIXTURE=
 if [ "$MODE" = http ]; then
-  "$BIN" demo-server --listen 127.0.0.1:39000 >"$OUT/fixture.log" 2>&1 &
+  "$BIN" demo-server --listen "127.0.0.1:$FIXTURE_PORT" >"$OUT/fixture.log" 2>&1 &
   FIXTURE=$!
 fi
-echo "conformance against tasklift with $CONFIG"
-"$BIN" serve --config "$CONFIG" >"$OUT/tasklift.log" 2>&1 &
+echo "conformance against tasklift with $CONFIG (on port $PORT)"
+"$BIN" serve --config "$OUT/tasklift.toml" >"$OUT/tasklift.log" 2>&1 &
 PROXY=$!
 trap 'kill $FIXTURE $PROXY 2>/dev/null; wait $FIXTURE $PROXY 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
-  (echo >/dev/tcp/127.0.0.1/38080) 2>/dev/null && break
+  (echo >/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && break
   sleep 0.1
 done
 
