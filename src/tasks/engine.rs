@@ -521,6 +521,12 @@ impl Engine {
         let _ = self.changes.send(rec.clone());
     }
 
+    /// Whether anything here waits for task changes (`subscriptions/listen` streams,
+    /// blocked 2025-11-25 `tasks/result` calls).
+    pub(super) fn has_listeners(&self) -> bool {
+        self.changes.receiver_count() > 0
+    }
+
     /// Subscribe to task changes (every record the engine writes, as written).
     pub fn subscribe(&self) -> broadcast::Receiver<TaskRecord> {
         self.changes.subscribe()

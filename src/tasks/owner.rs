@@ -242,11 +242,11 @@ impl Engine {
             drop(o.meter.take());
             drop(o.slot.take());
             drop(o.active.take());
-            if let Ok(Some(now)) = self.store().get(&rec.id).await {
-                self.publish(&now);
-            }
-            tracing::info!("task settled by another replica; its call here was stopped");
-            self.running.remove(&rec.id);
+            self.settled_elsewhere(
+                &rec.id,
+                "task settled by another replica; its call here was stopped",
+            )
+            .await;
             return;
         }
         rec.input_requests.clear();
@@ -264,11 +264,8 @@ impl Engine {
         drop(o.active.take());
         if let Err(e) = self.store().put(&rec).await {
             if let StoreError::Conflict { .. } = e {
-                tracing::info!("task was settled by another replica first");
-                if let Ok(Some(now)) = self.store().get(&rec.id).await {
-                    self.publish(&now);
-                }
-                self.running.remove(&rec.id);
+                self.settled_elsewhere(&rec.id, "task was settled by another replica first")
+                    .await;
                 return;
             }
             tracing::error!(error = %e, "could not record the task's final state");
@@ -285,6 +282,18 @@ impl Engine {
         self.publish(&rec);
         tracing::info!(status = rec.status.as_str(), "task settled");
         self.running.remove(&rec.id);
+    }
+
+    /// Another replica's state stands (shared store): show it to local listeners and
+    /// let the task go.
+    async fn settled_elsewhere(&self, id: &str, why: &str) {
+        if self.has_listeners() {
+            if let Ok(Some(now)) = self.store().get(id).await {
+                self.publish(&now);
+            }
+        }
+        tracing::info!("{why}");
+        self.running.remove(id);
     }
 
     /// Store a non-terminal change and tell subscribers. False when the task is no

@@ -77,8 +77,10 @@ impl Engine {
                         self.metrics()
                             .task_finished(crate::metrics::Finished::Failed);
                         tracing::warn!(task.id = %id, "failed a task whose replica was lost");
-                        if let Ok(Some(rec)) = self.store().get(id).await {
-                            self.publish(&rec);
+                        if self.has_listeners() {
+                            if let Ok(Some(rec)) = self.store().get(id).await {
+                                self.publish(&rec);
+                            }
                         }
                         // Our own lapsed lease (a long pause): stop the call too.
                         self.stop_here(id).await;
@@ -122,16 +124,21 @@ impl Engine {
         }
     }
 
-    /// Another replica changed task `id` (or left answers for it).
+    /// Another replica changed task `id` (or left answers for it). The record is
+    /// read again only when it matters here: the call runs here (a cancellation or
+    /// a lost lease stops it), or a local stream is waiting for changes. Otherwise
+    /// every status write on one replica would cost a query on every other one.
     async fn heard(&self, id: &str) {
         let runs_here = self.running.contains_key(id);
         if runs_here {
             self.deliver_answers(&[id.to_string()]).await;
+        } else if !self.has_listeners() {
+            return;
         }
         let Ok(Some(rec)) = self.store().get(id).await else {
             return;
         };
-        if runs_here && (rec.status.is_terminal() || !self.shared_store().owns(id)) {
+        if runs_here && rec.status.is_terminal() {
             self.stop_here(id).await;
         }
         self.publish(&rec);

@@ -107,6 +107,19 @@ async fn upstream() -> FixtureServer {
         .unwrap()
 }
 
+/// A fresh database, the demo upstream, and `n` replicas with a lease of `lease`
+/// (the directory holds their configuration); `None` when PostgreSQL is skipped.
+async fn cluster(
+    n: usize,
+    lease: &str,
+) -> Option<(Db, FixtureServer, tempfile::TempDir, Vec<Proc>)> {
+    let db = Db::create().await?;
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rs = replicas(n, &db, &up.url(), lease, dir.path()).await;
+    Some((db, up, dir, rs))
+}
+
 /// `n` replicas on `db` in front of `upstream`, with a lease of `lease`.
 async fn replicas(
     n: usize,
@@ -181,10 +194,9 @@ async fn wait_status(c: &Client, id: &str, status: &str, limit: Duration) -> Val
 
 #[tokio::test]
 async fn tasks_are_served_answered_and_cancelled_by_any_replica() {
-    let Some(db) = Db::create().await else { return };
-    let up = upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let rs = replicas(3, &db, &up.url(), "3s", dir.path()).await;
+    let Some((_db, up, _dir, rs)) = cluster(3, "3s").await else {
+        return;
+    };
     let on = |i: usize| client(&rs[i % rs.len()], "alice-token");
 
     // Round-robin: each task is created on one replica and followed on the next two.
@@ -262,10 +274,9 @@ async fn tasks_are_served_answered_and_cancelled_by_any_replica() {
 
 #[tokio::test]
 async fn a_killed_replicas_tasks_are_failed_by_the_others_within_the_lease() {
-    let Some(db) = Db::create().await else { return };
-    let up = upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut rs = replicas(3, &db, &up.url(), "2s", dir.path()).await;
+    let Some((_db, _up, _dir, mut rs)) = cluster(3, "2s").await else {
+        return;
+    };
     let mut ids = Vec::new();
     for _ in 0..4 {
         ids.push(
@@ -300,10 +311,9 @@ async fn a_killed_replicas_tasks_are_failed_by_the_others_within_the_lease() {
 
 #[tokio::test]
 async fn a_paused_replica_cannot_overwrite_what_the_others_decided() {
-    let Some(db) = Db::create().await else { return };
-    let up = upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let rs = replicas(2, &db, &up.url(), "1s", dir.path()).await;
+    let Some((_db, _up, _dir, rs)) = cluster(2, "1s").await else {
+        return;
+    };
     let id = task(&client(&rs[0], "t"), "slow_compute", json!({"seconds": 2})).await;
     rs[0].signal(nix::sys::signal::Signal::SIGSTOP);
     let c = client(&rs[1], "t");
@@ -328,10 +338,9 @@ async fn a_paused_replica_cannot_overwrite_what_the_others_decided() {
 
 #[tokio::test]
 async fn expired_tasks_are_deleted_from_the_database() {
-    let Some(db) = Db::create().await else { return };
-    let up = upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let rs = replicas(2, &db, &up.url(), "3s", dir.path()).await;
+    let Some((db, _up, _dir, rs)) = cluster(2, "3s").await else {
+        return;
+    };
     let c = client(&rs[0], "t");
     let id = task(&c, "slow_compute", json!({"seconds": 0.2})).await;
     wait_terminal(&c, &id, Duration::from_secs(10)).await;
@@ -453,10 +462,9 @@ async fn writes_are_compare_and_set_on_status_and_epoch() {
 
 #[tokio::test]
 async fn per_connection_state_on_another_replica_fails_clearly_and_retryably() {
-    let Some(db) = Db::create().await else { return };
-    let up = upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let rs = replicas(2, &db, &up.url(), "3s", dir.path()).await;
+    let Some((_db, _up, _dir, rs)) = cluster(2, "3s").await else {
+        return;
+    };
 
     // MRTR: the parked call lives on the replica that parked it.
     let (a, b) = (client(&rs[0], "t"), client(&rs[1], "t"));
@@ -547,4 +555,30 @@ async fn postgres_over_tls_is_verified() {
         Some(true),
         "every connection of the store uses TLS"
     );
+}
+
+#[tokio::test]
+async fn a_blocked_tasks_result_on_another_replica_wakes_when_the_task_ends() {
+    let Some((_db, _up, _dir, rs)) = cluster(2, "3s").await else {
+        return;
+    };
+    // A 2025-11-25 client's task runs on one replica; its blocking tasks/result
+    // waits on the other, woken by the notification the owner's write sends.
+    let auth = [("authorization", "Bearer t")];
+    let (a, _) =
+        crate::wire::LegacyClient::start_with(&rs[0].url, "2025-11-25", json!({}), &auth).await;
+    let (b, _) =
+        crate::wire::LegacyClient::start_with(&rs[1].url, "2025-11-25", json!({}), &auth).await;
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "x"}, "task": {"ttl": 60000}});
+    let created = crate::input_common::result(&a.request(1, "tools/call", call).await);
+    let id = created["task"]["taskId"].clone();
+    assert!(id.is_string(), "a CreateTaskResult: {created}");
+    let waited = tokio::time::timeout(
+        Duration::from_secs(15),
+        b.request(2, "tasks/result", json!({"taskId": id})),
+    )
+    .await
+    .expect("tasks/result on the other replica returns once the task ends");
+    let res = crate::input_common::result(&waited);
+    assert_eq!(res["content"][0]["text"], "computed x in 1 s", "{res}");
 }
