@@ -476,9 +476,16 @@ impl PgStore {
         Ok(n as usize)
     }
 
-    /// Whether this replica runs the task's upstream call (per the store).
-    pub fn owns(&self, id: &str) -> bool {
-        self.owned.contains_key(id)
+    /// Records (without outcomes) selected by `tail`: a WHERE and/or ORDER BY clause.
+    async fn records(
+        &self,
+        tail: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let c = self.client().await?;
+        let sql = format!("SELECT {COLUMNS} FROM tasklift_tasks {tail}");
+        let rows = c.query(&sql, params).await.map_err(db)?;
+        rows.iter().map(|r| record(r, false)).collect()
     }
 
     async fn put_record(&self, rec: &TaskRecord) -> Result<(), StoreError> {
@@ -714,20 +721,7 @@ impl TaskStore for PgStore {
     }
 
     fn unfinished(&self) -> StoreFuture<'_, Vec<TaskRecord>> {
-        Box::pin(async move {
-            let c = self.client().await?;
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {COLUMNS} FROM tasklift_tasks
-                         WHERE status IN ('working', 'input_required')"
-                    ),
-                    &[],
-                )
-                .await
-                .map_err(db)?;
-            rows.iter().map(|r| record(r, false)).collect()
-        })
+        Box::pin(self.records("WHERE status IN ('working', 'input_required')", &[]))
     }
 
     fn list<'a>(
@@ -737,36 +731,17 @@ impl TaskStore for PgStore {
         now_ms: u64,
     ) -> StoreFuture<'a, Vec<TaskRecord>> {
         Box::pin(async move {
-            let c = self.client().await?;
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {COLUMNS} FROM tasklift_tasks
-                         WHERE owner = $1 AND upstream = $2 AND expires_at_ms > $3
-                         ORDER BY created_at_ms, id"
-                    ),
-                    &[&owner, &upstream, &i(now_ms)],
-                )
-                .await
-                .map_err(db)?;
-            rows.iter().map(|r| record(r, false)).collect()
+            let now = i(now_ms);
+            self.records(
+                "WHERE owner = $1 AND upstream = $2 AND expires_at_ms > $3 ORDER BY created_at_ms, id",
+                &[&owner, &upstream, &now],
+            )
+            .await
         })
     }
 
     fn all(&self) -> StoreFuture<'_, Vec<TaskRecord>> {
-        Box::pin(async move {
-            let c = self.client().await?;
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {COLUMNS} FROM tasklift_tasks ORDER BY created_at_ms DESC, id DESC"
-                    ),
-                    &[],
-                )
-                .await
-                .map_err(db)?;
-            rows.iter().map(|r| record(r, false)).collect()
-        })
+        Box::pin(self.records("ORDER BY created_at_ms DESC, id DESC", &[]))
     }
 
     fn stats(&self) -> StoreFuture<'_, StoreStats> {
