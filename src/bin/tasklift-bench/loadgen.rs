@@ -167,14 +167,7 @@ pub async fn closed(
             out
         }));
     }
-    let mut r = RunResult {
-        window: duration,
-        ..RunResult::default()
-    };
-    for h in handles {
-        r.merge(h.await?);
-    }
-    Ok(r)
+    gather(handles, duration).await
 }
 
 /// Open loop: `rate` requests per second for `warmup + duration`, request `i`
@@ -234,8 +227,16 @@ pub async fn open(
             out
         }));
     }
+    gather(handles, duration).await
+}
+
+/// Merge the workers' results of a run measured over `window`.
+async fn gather(
+    handles: Vec<tokio::task::JoinHandle<WorkerOut>>,
+    window: Duration,
+) -> anyhow::Result<RunResult> {
     let mut r = RunResult {
-        window: duration,
+        window,
         ..RunResult::default()
     };
     for h in handles {

@@ -457,6 +457,14 @@ impl Report {
         v
     }
 
+    /// Each label's runs summarised, in report order.
+    fn summaries(&self) -> Vec<(&str, Summary)> {
+        self.order
+            .iter()
+            .filter_map(|l| Some((l.as_str(), summarize(self.samples.get(l)?))))
+            .collect()
+    }
+
     fn creation_all(&self) -> Option<CreationAll> {
         creation_of(&self.creation)
     }
@@ -540,11 +548,7 @@ impl Report {
             "{:<20} {:>10} {:>19} {:>9} {:>9} {:>9} {:>9} {:>8}",
             "target", "req/s", "(min–max)", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors"
         );
-        for label in &self.order {
-            let Some(s) = self.samples.get(label) else {
-                continue;
-            };
-            let m = summarize(s);
+        for (label, m) in self.summaries() {
             let _ = writeln!(
                 t,
                 "{:<20} {:>10.0} {:>19} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8}",
@@ -569,11 +573,7 @@ impl Report {
             "upstream µs/req",
             "elsewhere (max)"
         );
-        for label in &self.order {
-            let Some(s) = self.samples.get(label) else {
-                continue;
-            };
-            let m = summarize(s);
+        for (label, m) in self.summaries() {
             let _ = writeln!(
                 t,
                 "{:<20} {:>10.0}% {:>9.0}% {:>12.0}% {:>15.1} {:>18.1} {:>15.0}%",
@@ -812,11 +812,7 @@ impl Report {
             s,
             "| target | req/s (median) | min–max | p50 ms | p90 ms | p99 ms (median) | p99 min–max | max ms | requests | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
-        for label in &self.order {
-            let Some(v) = self.samples.get(label) else {
-                continue;
-            };
-            let m = summarize(v);
+        for (label, m) in self.summaries() {
             let _ = writeln!(
                 s,
                 "| {label} | {:.0} | {:.0}–{:.0} | {:.3} | {:.3} | {:.3} | {:.3}–{:.3} | {:.3} | {} | {} |",
@@ -834,11 +830,7 @@ impl Report {
             );
         }
         let _ = writeln!(s);
-        for label in &self.order {
-            let Some(v) = self.samples.get(label) else {
-                continue;
-            };
-            let m = summarize(v);
+        for (label, m) in self.summaries() {
             if let Some(e) = &m.first_error {
                 let _ = writeln!(s, "- {label}: first error: `{e}`");
             }
@@ -861,11 +853,7 @@ impl Report {
             s,
             "| target | load generator | proxy | upstream | other (max) | proxy CPU µs/req | upstream CPU µs/req | answers as SSE |\n|---|---:|---:|---:|---:|---:|---:|---:|"
         );
-        for label in &self.order {
-            let Some(v) = self.samples.get(label) else {
-                continue;
-            };
-            let m = summarize(v);
+        for (label, m) in self.summaries() {
             let _ = writeln!(
                 s,
                 "| {label} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.1} | {:.1} | {} |",
