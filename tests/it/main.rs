@@ -30,6 +30,8 @@ mod limits;
 mod listen;
 mod listen_upstream;
 mod metrics;
+mod peers_node;
+mod peers_python;
 mod replicas;
 mod rmcp_peer;
 mod rules;

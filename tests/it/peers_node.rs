@@ -1,0 +1,1 @@
+//! Foreign MCP peers (peers_node): see the module's tests.

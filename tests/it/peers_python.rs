@@ -1,0 +1,1 @@
+//! Foreign MCP peers (peers_python): see the module's tests.
