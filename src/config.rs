@@ -326,6 +326,15 @@ pub struct RawUpstream {
     pub cwd: String,
     /// stdio: how many child processes to run; calls are spread across them.
     pub processes: usize,
+    /// stdio: the pool may grow to this many child processes (0: `processes`), so
+    /// that with `isolate_input` calls still run side by side.
+    pub max_processes: usize,
+    /// stdio: at most one call that may ask the client for input (a `tools/call`,
+    /// `prompts/get`, …) per child process at a time. A child's requests to the client
+    /// carry no link to the call that caused them; with one such call per child they
+    /// are attributed exactly, otherwise tasklift refuses them (the client is never
+    /// asked on another caller's behalf). Turn on for servers that elicit or sample.
+    pub isolate_input: bool,
     /// stdio: how long to wait for an answer to the `server/discover` probe before
     /// treating the child as a legacy server.
     pub probe_timeout: String,
@@ -342,6 +351,10 @@ pub struct RawUpstream {
     pub connect_timeout: String,
     /// Idle legacy sessions are closed (DELETE) after this long.
     pub session_idle: String,
+    /// Legacy HTTP upstream: how many sessions tasklift may open for one caller, so
+    /// that each concurrent call that may ask the client for input has a session of
+    /// its own (a request on a session's GET stream names no call).
+    pub sessions_per_caller: usize,
     /// `ttlMs` added to list results relayed from legacy upstreams.
     pub list_ttl_ms: u64,
     /// `cacheScope` added to list results relayed from legacy upstreams.
@@ -362,6 +375,8 @@ impl Default for RawUpstream {
             env: BTreeMap::new(),
             cwd: String::new(),
             processes: 1,
+            max_processes: 0,
+            isolate_input: false,
             probe_timeout: "3s".into(),
             shutdown_grace: "3s".into(),
             era: "auto".into(),
@@ -369,6 +384,7 @@ impl Default for RawUpstream {
             headers: BTreeMap::new(),
             connect_timeout: "5s".into(),
             session_idle: "5m".into(),
+            sessions_per_caller: 8,
             list_ttl_ms: 0,
             list_cache_scope: "private".into(),
             ca_file: String::new(),
@@ -554,6 +570,8 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     /// Legacy session idle time.
     pub session_idle: Duration,
+    /// Legacy HTTP: upstream sessions per caller.
+    pub sessions_per_caller: usize,
     /// `ttlMs` for list results from legacy upstreams.
     pub list_ttl_ms: u64,
     /// `cacheScope` for list results from legacy upstreams.
@@ -587,8 +605,12 @@ pub struct StdioConfig {
     pub env: Vec<(String, String)>,
     /// Working directory.
     pub cwd: Option<PathBuf>,
-    /// Pool size.
+    /// Pool size at start.
     pub processes: usize,
+    /// Largest pool size (at least `processes`).
+    pub max_processes: usize,
+    /// At most one call that may ask for input per child.
+    pub isolate_input: bool,
     /// `server/discover` probe timeout.
     pub probe_timeout: Duration,
     /// Grace period at shutdown (stdin closed → SIGTERM → SIGKILL).
@@ -898,6 +920,8 @@ fn validate_upstream(
                 env: u.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 cwd: (!u.cwd.is_empty()).then(|| PathBuf::from(&u.cwd)),
                 processes: u.processes,
+                max_processes: u.max_processes.max(u.processes),
+                isolate_input: u.isolate_input,
                 probe_timeout: parse_duration(&key("probe_timeout"), &u.probe_timeout)?,
                 shutdown_grace: parse_duration(&key("shutdown_grace"), &u.shutdown_grace)?,
             })
@@ -998,6 +1022,10 @@ fn validate_upstream(
         headers,
         connect_timeout: parse_duration(&key("connect_timeout"), &u.connect_timeout)?,
         session_idle: parse_duration(&key("session_idle"), &u.session_idle)?,
+        sessions_per_caller: match u.sessions_per_caller {
+            0 => return Err(invalid(key("sessions_per_caller"), "must be at least 1")),
+            n => n,
+        },
         list_ttl_ms: u.list_ttl_ms,
         list_cache_scope: u.list_cache_scope.clone(),
         ca_file: (!u.ca_file.is_empty()).then(|| PathBuf::from(&u.ca_file)),

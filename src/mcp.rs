@@ -71,6 +71,29 @@ pub fn is_cacheable_method(method: &str) -> bool {
     )
 }
 
+/// Whether a request may make the server ask the client something while it runs
+/// (elicitation, sampling, roots): anything but listings, pings and session plumbing.
+/// A server's request that names no call is attributed only among these.
+pub fn may_ask(method: &str) -> bool {
+    !matches!(
+        method,
+        "tools/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "prompts/list"
+            | "ping"
+            | "initialize"
+            | "server/discover"
+            | "logging/setLevel"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+            | "completion/complete"
+            | "tasks/get"
+            | "tasks/list"
+            | "tasks/cancel"
+    )
+}
+
 /// Whether this request declared the Tasks extension in its per-request capabilities.
 pub fn declares_tasks(params: &Map<String, Value>) -> bool {
     params

@@ -76,13 +76,29 @@ fn session_meta(s: &ClientSession) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert(mcp::META_PROTOCOL_VERSION.into(), json!(MODERN_VERSION));
     m.insert(mcp::META_CLIENT_INFO.into(), s.client_info.clone());
-    m.insert(mcp::META_CLIENT_CAPABILITIES.into(), s.capabilities.clone());
+    m.insert(
+        mcp::META_CLIENT_CAPABILITIES.into(),
+        era_capabilities(&s.capabilities),
+    );
     // Without logging/setLevel a legacy server may send any log message.
     m.insert(
         "io.modelcontextprotocol/logLevel".into(),
         json!(s.log_level().unwrap_or_else(|| "debug".into())),
     );
     m
+}
+
+/// A legacy session's capabilities as the modern pipeline should read them. Under
+/// 2025-11-25 a declared `io.modelcontextprotocol/tasks` extension MUST NOT enable
+/// tasks (SEP-2663, versioning): such a client cannot read a 2026-07-28 task handle,
+/// so it waits for the result like any legacy client (its own `params.task` asks
+/// for a task of its era instead).
+fn era_capabilities(caps: &Value) -> Value {
+    let mut caps = caps.clone();
+    if let Some(Value::Object(ext)) = caps.get_mut("extensions") {
+        ext.remove(mcp::TASKS_EXTENSION);
+    }
+    caps
 }
 
 /// A request from a session, reshaped for the modern pipeline: the session's state

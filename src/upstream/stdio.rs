@@ -15,7 +15,7 @@
 //!   stdin, waits, then SIGTERMs the group, waits, then SIGKILLs it.
 
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,6 +64,8 @@ struct Pool {
     shutdown: watch::Sender<bool>,
     /// Supervisor tasks, joined at shutdown.
     supervisors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// How many slots have been started (the pool grows with `isolate_input`).
+    started: AtomicUsize,
 }
 
 /// One child process position in the pool.
@@ -100,6 +102,8 @@ struct Conn {
     pending: DashMap<u64, (mpsc::Sender<CallEvent>, Option<String>)>,
     /// Whose call each pending one is (log lines are only relayed within one caller).
     owners: DashMap<u64, String>,
+    /// The pending calls that may cause a request to the client (see `may_ask`).
+    askers: DashMap<u64, ()>,
     /// Progress token -> upstream id.
     tokens: DashMap<String, u64>,
     /// Upstream-side ids.
@@ -123,6 +127,7 @@ impl Conn {
             stdin,
             pending: DashMap::new(),
             owners: DashMap::new(),
+            askers: DashMap::new(),
             tokens: DashMap::new(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
@@ -137,9 +142,13 @@ impl Conn {
         id: u64,
         token: Option<String>,
         owner: &str,
+        asks: bool,
     ) -> Result<mpsc::Receiver<CallEvent>, String> {
         let (tx, rx) = mpsc::channel(64);
         self.owners.insert(id, owner.to_string());
+        if asks {
+            self.askers.insert(id, ());
+        }
         if let Some(t) = &token {
             self.tokens.insert(t.clone(), id);
         }
@@ -153,6 +162,7 @@ impl Conn {
 
     fn forget(&self, id: u64) -> bool {
         self.owners.remove(&id);
+        self.askers.remove(&id);
         match self.pending.remove(&id) {
             Some((_, (_, token))) => {
                 if let Some(t) = token {
@@ -168,7 +178,7 @@ impl Conn {
     async fn ask(&self, method: &str, params: Value, timeout: Duration) -> Option<Outcome> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let mut rx = self.send(msg, id, None, "tasklift").await.ok()?;
+        let mut rx = self.send(msg, id, None, "tasklift", false).await.ok()?;
         let r = tokio::time::timeout(timeout, async {
             while let Some(ev) = rx.recv().await {
                 if let CallEvent::Done(o) = ev {
@@ -195,7 +205,7 @@ impl StdioUpstream {
                 message: "not a stdio upstream".into(),
             });
         };
-        let slots = (0..stdio.processes)
+        let slots = (0..stdio.max_processes.max(stdio.processes))
             .map(|index| {
                 Arc::new(Slot {
                     index,
@@ -210,13 +220,11 @@ impl StdioUpstream {
             slots,
             shutdown: watch::channel(false).0,
             supervisors: Mutex::default(),
+            started: AtomicUsize::new(0),
         });
-        let handles = pool
-            .slots
-            .iter()
-            .map(|s| tokio::spawn(pool.clone().supervise(s.clone())))
-            .collect();
-        *pool.supervisors.lock().expect("supervisors") = handles;
+        for _ in 0..pool.stdio.processes {
+            pool.grow();
+        }
         Ok(Self { inner: pool })
     }
 }
@@ -224,6 +232,25 @@ impl StdioUpstream {
 impl Pool {
     fn name(&self) -> &str {
         &self.cfg.name
+    }
+
+    /// Start the next slot's supervisor, if the pool has room; false when it is full.
+    fn grow(self: &Arc<Self>) -> bool {
+        let mut sup = self.supervisors.lock().expect("supervisors");
+        let n = self.started.load(Ordering::Relaxed);
+        let Some(slot) = self.slots.get(n) else {
+            return false;
+        };
+        if *self.shutdown.borrow() {
+            return false;
+        }
+        self.started.store(n + 1, Ordering::Relaxed);
+        if n >= self.stdio.processes {
+            tracing::info!(upstream = %self.name(), process = slot.index,
+                "every child has a call that may ask for input; starting another (isolate_input)");
+        }
+        sup.push(tokio::spawn(self.clone().supervise(slot.clone())));
+        true
     }
 
     /// Keep one child running in `slot` until shutdown.
@@ -428,17 +455,41 @@ impl Pool {
     }
 
     /// A ready child with the fewest calls in flight, waiting for one if none is ready.
-    async fn pick(&self) -> Result<Arc<Conn>, RpcError> {
+    /// With `isolate_input`, a call that may ask for input (`asks`) gets a child with
+    /// no other such call, growing the pool up to `max_processes` for it; past that
+    /// it shares one, and requests the child cannot attribute are refused.
+    async fn pick(self: &Arc<Self>, asks: bool) -> Result<Arc<Conn>, RpcError> {
         let deadline = tokio::time::Instant::now() + READY_WAIT;
+        let isolate = asks && self.stdio.isolate_input;
+        let mut grew = false;
         loop {
-            let best = self
+            let live: Vec<Arc<Conn>> = self
                 .slots
                 .iter()
                 .filter_map(|s| s.conn.borrow().clone())
                 .filter(|c| !c.closed.load(Ordering::Relaxed))
-                .min_by_key(|c| c.pending.len());
+                .collect();
+            if isolate {
+                if let Some(c) = live
+                    .iter()
+                    .filter(|c| c.askers.is_empty())
+                    .min_by_key(|c| c.pending.len())
+                {
+                    return Ok(c.clone());
+                }
+                // A child being started for an earlier call is waited for too.
+                if !grew && !self.starting() && self.grow() {
+                    grew = true;
+                }
+            }
+            let best = live
+                .iter()
+                .min_by_key(|c| (c.askers.len(), c.pending.len()))
+                .cloned();
             if let Some(c) = best {
-                return Ok(c);
+                if !isolate || (!grew && !self.starting()) {
+                    return Ok(c);
+                }
             }
             if let Some(e) = self.crash_looping() {
                 return Err(RpcError::new(UPSTREAM_ERROR, e));
@@ -458,18 +509,31 @@ impl Pool {
         }
     }
 
+    /// Whether a started slot has no ready child yet (it is starting or restarting).
+    fn starting(&self) -> bool {
+        self.started().iter().any(|s| s.conn.borrow().is_none())
+    }
+
+    /// The slots whose supervisor runs (the pool grows with `isolate_input`).
+    fn started(&self) -> &[Arc<Slot>] {
+        let n = self.started.load(Ordering::Relaxed);
+        &self.slots[..n.clamp(1, self.slots.len())]
+    }
+
     /// A ready child, as an upstream error when there is none.
-    async fn ready(&self) -> Result<Arc<Conn>, UpstreamError> {
-        self.pick().await.map_err(|e| UpstreamError::Unreachable {
-            name: self.name().to_string(),
-            message: e.message,
-        })
+    async fn ready(self: &Arc<Self>) -> Result<Arc<Conn>, UpstreamError> {
+        self.pick(false)
+            .await
+            .map_err(|e| UpstreamError::Unreachable {
+                name: self.name().to_string(),
+                message: e.message,
+            })
     }
 
     /// `Some(explanation)` when every child keeps crashing.
     fn crash_looping(&self) -> Option<String> {
         let hs: Vec<Health> = self
-            .slots
+            .started()
             .iter()
             .map(|s| s.health.lock().expect("health").clone())
             .collect();
@@ -589,6 +653,7 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
         Msg::Response { id, outcome } => {
             let Some(id) = id.as_u64() else { return };
             conn.owners.remove(&id);
+            conn.askers.remove(&id);
             if let Some((_, (tx, token))) = conn.pending.remove(&id) {
                 if let Some(t) = token {
                     conn.tokens.remove(&t);
@@ -626,14 +691,20 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
         }
         Msg::Request { id, method, params } => {
             // stdio carries no link between a server-to-client request and the call
-            // that caused it: it goes to the only call in flight, or else to the most
-            // recently started one.
-            if conn.pending.len() > 1 {
-                tracing::warn!(upstream = %name, %method,
-                    "child asked for input with several calls in flight; routing it to the most recent call");
+            // that caused it. It goes to a call only when that is provable: the
+            // request names the call's progress token, or exactly one call that may
+            // ask is in flight on this child. Anything else is refused: guessing could
+            // show one caller's prompt to another and hand back their answer.
+            let target = attribute(conn, &params);
+            if let Err(n) = target {
+                if n > 1 {
+                    tracing::warn!(upstream = %name, %method, calls = n,
+                        "child asked for input with several calls in flight; it names none of them, so it is refused (set isolate_input for this upstream)");
+                }
             }
-            let target = conn.pending.iter().map(|e| *e.key()).max();
-            let sender = target.and_then(|t| conn.pending.get(&t).map(|e| e.value().0.clone()));
+            let sender = target
+                .ok()
+                .and_then(|t| conn.pending.get(&t).map(|e| e.value().0.clone()));
             let stdin = conn.stdin.clone();
             let reply_id = id.clone();
             let responder: Box<dyn FnOnce(Outcome) + Send> = Box::new(move |outcome| {
@@ -645,14 +716,38 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
                     let _ = tx.send(CallEvent::Input(req)).await;
                 }
                 None => {
-                    tracing::warn!(upstream = %name, %method, "child asked for input with no call in flight; answering with an error");
-                    req.answer(Err(RpcError::new(
-                        METHOD_NOT_FOUND,
-                        format!("no client is waiting to answer {method}"),
-                    )));
+                    if target.is_err_and(|n| n == 0) {
+                        tracing::warn!(upstream = %name, %method, "child asked for input with no call in flight; answering with an error");
+                    }
+                    let why = match target {
+                        Err(0) => format!("no client is waiting to answer {method}"),
+                        _ => format!(
+                            "tasklift cannot tell which of the calls in flight this {method} belongs to, so it asks no client"
+                        ),
+                    };
+                    req.answer(Err(RpcError::new(METHOD_NOT_FOUND, why)));
                 }
             }
         }
+    }
+}
+
+/// The call a child's request to the client belongs to: the one whose progress
+/// token the request names, else the only call in flight that may ask. `Err(n)`:
+/// `n` calls could have caused it, so it cannot be attributed.
+fn attribute(conn: &Conn, params: &Value) -> Result<u64, usize> {
+    let token = params
+        .get("_meta")
+        .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
+        .map(Value::to_string);
+    if let Some(id) = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value())) {
+        return Ok(id);
+    }
+    let mut askers = conn.askers.iter().map(|e| *e.key());
+    match (askers.next(), askers.next()) {
+        (Some(id), None) => Ok(id),
+        (None, _) => Err(0),
+        (Some(_), Some(_)) => Err(2 + askers.count()),
     }
 }
 
@@ -766,7 +861,8 @@ impl Upstream for StdioUpstream {
         ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, UpstreamCall> {
         Box::pin(async move {
-            let conn = match self.inner.pick().await {
+            let asks = mcp::may_ask(&req.method);
+            let conn = match self.inner.pick(asks).await {
                 Ok(c) => c,
                 Err(e) => return Ok(UpstreamCall::failed(e)),
             };
@@ -777,7 +873,7 @@ impl Upstream for StdioUpstream {
                 .meta()
                 .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
                 .map(Value::to_string);
-            let events = match conn.send(msg, id, token, &ctx.principal).await {
+            let events = match conn.send(msg, id, token, &ctx.principal, asks).await {
                 Ok(rx) => rx,
                 Err(why) => {
                     return Ok(UpstreamCall::failed(RpcError::new(
@@ -815,7 +911,7 @@ impl Upstream for StdioUpstream {
         _ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Outcome> {
         Box::pin(async move {
-            let conn = match self.inner.pick().await {
+            let conn = match self.inner.pick(false).await {
                 Ok(c) => c,
                 Err(e) => return Ok(Err(e)),
             };

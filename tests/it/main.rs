@@ -22,6 +22,7 @@ mod input_legacy;
 mod input_modern;
 mod input_state;
 mod input_task;
+mod interop_bridge;
 mod legacy_front;
 mod legacy_sessions;
 mod legacy_tasks;

@@ -1,0 +1,249 @@
+//! Bridging bugs seen with servers and clients written by others, each pinned
+//! down against a scripted upstream that behaves the way the foreign peer did
+//! (the foreign peers themselves run in `peers_node`, `peers_python`, `stdio_peer`).
+
+use serde_json::{json, Value};
+use tasklift::fixture::FixtureServer;
+
+use crate::common::*;
+use crate::mock::{MockReply, MockUpstream};
+
+/// A legacy (2025-11-25) upstream answering `handler` for everything after the
+/// handshake; like the TypeScript SDK v1, it refuses a `tools/call` carrying
+/// `params.task` when it has no task support.
+async fn legacy_mock(
+    handler: impl Fn(&Value) -> MockReply + Send + Sync + 'static,
+) -> MockUpstream {
+    MockUpstream::start(move |m| match m["method"].as_str().unwrap_or("") {
+        "server/discover" => {
+            MockReply::Error(400, -32600, "Bad Request: No valid session ID".into())
+        }
+        "initialize" => MockReply::Result(json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "legacy-mock", "version": "1"},
+        })),
+        "tools/call" if m["params"].get("task").is_some() => {
+            MockReply::Error(200, -32603, "Server does not support task creation".into())
+        }
+        _ => handler(m),
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_modern_calls_legacy_params_task_never_reaches_the_upstream() {
+    let mock = legacy_mock(|m| match m["method"].as_str().unwrap_or("") {
+        "tools/call" => MockReply::Result(json!({"content": [{"type": "text", "text": "ran"}]})),
+        _ => MockReply::Result(json!({})),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &mock.url, dir, |_| {}).await;
+    // A 2026-07-28 request that also carries a 2025-11-25 `params.task` (as clients
+    // written for both eras send): the extension says servers MUST ignore it.
+    let r = Post::new(
+        &h.url,
+        1,
+        "tools/call",
+        json!({"name": "echo", "arguments": {}, "task": {"ttl": 60000}}),
+        true,
+    )
+    .send()
+    .await;
+    let resp = r.response();
+    assert_eq!(resp["result"]["content"][0]["text"], "ran", "{resp}");
+    let calls = mock.received("tools/call");
+    assert_eq!(calls.len(), 1);
+    assert!(calls[0]["params"].get("task").is_none(), "{}", calls[0]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_legacy_session_declaring_the_2026_extension_waits_for_a_plain_result() {
+    // MCP Inspector's legacy mode: protocolVersion 2025-11-25 plus the 2026-07-28
+    // tasks extension in its capabilities. Under 2025-11-25 that capability MUST NOT
+    // enable tasks: a slow call past the threshold is still a plain CallToolResult.
+    let up = FixtureServer::new()
+        .tool(tasklift::fixture::Tool::new("slow").sleep(std::time::Duration::from_millis(900)));
+    let h = Harness::start(up, |_| {}).await;
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}});
+    let (c, _) = LegacyClient::start(&h.url, "2025-11-25", caps).await;
+    let r = c
+        .request(2, "tools/call", json!({"name": "slow", "arguments": {}}))
+        .await;
+    let msgs = crate::legacy_front::all_messages(&r);
+    let resp = msgs
+        .iter()
+        .find(|m| m["id"] == 2)
+        .unwrap_or_else(|| panic!("no response: {r:?}"));
+    let result = &resp["result"];
+    assert!(result.get("taskId").is_none(), "{resp}");
+    assert!(result.get("resultType").is_none(), "{resp}");
+    assert!(result.get("task").is_none(), "{resp}");
+    assert!(result["content"].is_array(), "{resp}");
+    assert_eq!(stored_tasks(&h).await, 0, "no task was created");
+    h.stop().await;
+}
+
+// ---- A stdio child's requests to the client carry no link to their call ----
+
+/// A client for `url` with a bearer token (its principal), declaring the tasks
+/// extension and elicitation.
+fn caller(url: &str, token: &str) -> tasklift::client::Client {
+    let mut c = tasklift::client::Client::new(url).unwrap();
+    c.headers.push((
+        http::header::AUTHORIZATION,
+        http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    ));
+    c.capabilities.insert("elicitation".into(), json!({}));
+    c
+}
+
+/// Poll `id` until it is terminal (or `input_required`, when `stop_at_input`);
+/// every status seen on the way, and the last task.
+async fn follow_until(
+    c: &tasklift::client::Client,
+    id: &str,
+    stop_at_input: bool,
+) -> (Vec<Value>, Value) {
+    guarded("the task settles", async {
+        let mut seen = Vec::new();
+        loop {
+            let t = c.get_task(id).await.expect("tasks/get");
+            seen.push(t.clone());
+            let s = t["status"].as_str().unwrap_or_default();
+            if matches!(s, "completed" | "failed" | "cancelled") {
+                return (seen, t);
+            }
+            if s == "input_required" && stop_at_input {
+                return (seen, t);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+/// Poll `id` until it is terminal or asks for input.
+async fn follow(c: &tasklift::client::Client, id: &str) -> (Vec<Value>, Value) {
+    follow_until(c, id, true).await
+}
+
+/// The task id of a call answered with a handle.
+fn task_id(a: &tasklift::client::Answer) -> String {
+    assert_eq!(a.result["resultType"], "task", "{}", a.result);
+    a.result["taskId"].as_str().unwrap().to_string()
+}
+
+/// tasklift with `tests/data/stdio/asker.py` as its stdio upstream.
+async fn asker(
+    tweak: impl FnOnce(&mut tasklift::config::RawUpstream),
+) -> crate::stdio::StdioHarness {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/stdio/asker.py");
+    crate::stdio::StdioHarness::start_command(
+        |_| vec!["python3".into(), script.into()],
+        |raw| {
+            raw.auth.mode = "bearer".into();
+            tweak(&mut raw.upstreams[0]);
+        },
+    )
+    .await
+}
+
+/// B calls a tool that asks its question 1 s in; A calls a slow tool meanwhile.
+/// Returns (B's client and task, A's client and task).
+async fn two_callers(
+    url: &str,
+    a_token: &str,
+    b_token: &str,
+) -> (
+    (tasklift::client::Client, String),
+    (tasklift::client::Client, String),
+) {
+    let (b, a) = (caller(url, b_token), caller(url, a_token));
+    let bt = task_id(
+        &b.call_tool("ask_later", json!({"delay": 1.0, "who": "B"}))
+            .await
+            .unwrap(),
+    );
+    let at = task_id(&a.call_tool("slow", json!({"seconds": 2.5})).await.unwrap());
+    ((b, bt), (a, at))
+}
+
+/// A's task never showed B's question, and finished with its own result.
+async fn a_saw_nothing(a: &tasklift::client::Client, at: &str) {
+    let (seen, last) = follow(a, at).await;
+    for t in &seen {
+        assert!(
+            !t.to_string().contains("secret question"),
+            "A was shown B's question: {t}"
+        );
+        assert_ne!(t["status"], "input_required", "{t}");
+    }
+    assert_eq!(last["status"], "completed", "{last}");
+    let r = a.get_task(at).await.unwrap();
+    assert_eq!(r["result"]["content"][0]["text"], "slow done", "{r}");
+}
+
+#[tokio::test]
+async fn a_stdio_childs_question_is_never_shown_to_another_caller() {
+    let h = asker(|_| {}).await;
+    for (a_token, b_token) in [("alice", "bob"), ("carol", "carol")] {
+        // Across principals, and between two calls of one principal alike: with two
+        // calls in flight on one child, the question names neither, so no caller is
+        // asked; B's tool gets an error for it and says so.
+        let ((b, bt), (a, at)) = two_callers(&h.url, a_token, b_token).await;
+        a_saw_nothing(&a, &at).await;
+        let (seen, last) = follow(&b, &bt).await;
+        assert!(
+            seen.iter().all(|t| t["status"] != "input_required"),
+            "{seen:?}"
+        );
+        assert_eq!(last["status"], "completed", "{last}");
+        let r = b.get_task(&bt).await.unwrap();
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        assert!(
+            r["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("cannot tell which"),
+            "{r}"
+        );
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn with_isolate_input_each_caller_gets_its_own_question_and_answer() {
+    let h = asker(|u| {
+        u.isolate_input = true;
+        u.max_processes = 3;
+    })
+    .await;
+    let ((b, bt), (a, at)) = two_callers(&h.url, "alice", "bob").await;
+    let (_, t) = follow(&b, &bt).await;
+    assert_eq!(t["status"], "input_required", "{t}");
+    let (key, req) = t["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    assert!(req.to_string().contains("secret question for B"), "{req}");
+    b.update_task(
+        &bt,
+        json!({key: {"action": "accept", "content": {"word": "bob's word"}}}),
+    )
+    .await
+    .unwrap();
+    let (_, last) = follow_until(&b, &bt, false).await;
+    assert_eq!(last["status"], "completed", "{last}");
+    let r = b.get_task(&bt).await.unwrap();
+    assert_eq!(
+        r["result"]["content"][0]["text"], "B got: bob's word",
+        "{r}"
+    );
+    a_saw_nothing(&a, &at).await;
+    h.stop().await;
+}
