@@ -81,10 +81,14 @@ struct Shared {
     epoch: Instant,
 }
 
-/// Holds the current session for one key; the mutex is held while (re)opening it.
+/// Holds the sessions for one key. `current` is the caller's main session (lists,
+/// notifications, subscriptions, session-wide settings); its mutex is held while
+/// (re)opening it. `extra` are further sessions for calls that may ask the client
+/// for input while another such call runs (see `Shared::call_session`).
 #[derive(Default)]
 struct SessionSlot {
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
+    extra: tokio::sync::Mutex<Vec<Arc<Session>>>,
 }
 
 /// One legacy session.
@@ -103,6 +107,39 @@ struct Session {
     /// session by itself (answers to the server's requests, the closing DELETE): an
     /// upstream that authenticates every request would refuse them otherwise.
     opener: CallContext,
+    /// The calls in flight on this session that may ask the client for input, by
+    /// upstream request id. A request on the session's GET stream names no call: it
+    /// goes to the only one of these, and is refused when there are several.
+    askers: Mutex<Vec<(Value, mpsc::Sender<CallEvent>)>>,
+    /// The session's notifications that belong to no call (list changes, resource
+    /// updates), from its GET stream, for `subscriptions/listen` streams.
+    changes: tokio::sync::broadcast::Sender<Value>,
+    /// Reads the session's GET stream; stopped when the session is dropped.
+    get_stream: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(h) = self.get_stream.get_mut().ok().and_then(Option::take) {
+            h.abort();
+        }
+    }
+}
+
+/// A call registered among its session's `askers`; unregisters on drop.
+struct Asker {
+    session: Arc<Session>,
+    id: Value,
+}
+
+impl Drop for Asker {
+    fn drop(&mut self) {
+        self.session
+            .askers
+            .lock()
+            .expect("askers lock")
+            .retain(|(id, _)| *id != self.id);
+    }
 }
 
 impl HttpUpstream {
@@ -501,51 +538,175 @@ impl Shared {
                 tracing::warn!(upstream = %self.cfg.name, %uri, error = %e, "resources/subscribe failed");
             }
         }
-        let mut h = s.headers();
-        h.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        let ans = self.send(Method::GET, None, h, ctx).await?;
-        if !ans.status.is_success() {
-            tracing::info!(upstream = %self.cfg.name, status = %ans.status, "the legacy upstream offers no GET stream; no change notifications");
+        if s.id.is_none() {
+            tracing::info!(upstream = %self.cfg.name, "the legacy upstream keeps no sessions, so it has no GET stream; no change notifications");
             return Ok(Listening::none());
         }
+        // The session's one GET stream (opened with the session) carries them; a
+        // second GET would be refused by servers that allow one per session.
+        let mut changes = s.changes.subscribe();
         let (tx, rx) = mpsc::channel(64);
-        let name = self.cfg.name.clone();
         let session = s.clone();
         session.in_flight.fetch_add(1, Ordering::Relaxed);
         let task = tokio::spawn(async move {
             let _busy = InFlight(&session);
-            let mut parser = SseParser::default();
-            let mut body = ans.body;
-            while let Some(Ok(frame)) = body.frame().await {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                for ev in parser.feed(&data) {
-                    if let Some(Msg::Notification { method, params }) =
-                        serde_json::from_str::<Value>(&ev)
-                            .ok()
-                            .and_then(Msg::classify)
-                    {
-                        if tx
-                            .send(jsonrpc::notification(&method, params))
-                            .await
-                            .is_err()
-                        {
+            loop {
+                match changes.recv().await {
+                    Ok(n) => {
+                        if tx.send(n).await.is_err() {
                             return;
                         }
                     }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(
+                            skipped = n,
+                            "a listener fell behind the upstream's change notifications"
+                        );
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }
             }
-            tracing::debug!(upstream = %name, "the legacy GET stream ended");
         });
         Ok(Listening {
             agreed,
             events: rx,
             canceller: Canceller::new(task.abort_handle(), None),
         })
+    }
+
+    /// Open `s`'s standalone GET stream and read it for as long as the session
+    /// lives: requests to the client go to the call they belong to (`route_request`),
+    /// other messages to the session's listeners. A stream the server ends is
+    /// reopened (with `Last-Event-ID`); a server without one (405) is left alone.
+    fn open_get_stream(self: &Arc<Self>, s: &Arc<Session>) {
+        if s.id.is_none() {
+            return; // no session, no standalone stream
+        }
+        let me = self.clone();
+        let weak = Arc::downgrade(s);
+        let task = tokio::spawn(async move {
+            let name = me.cfg.name.clone();
+            let mut last: Option<String> = None;
+            let mut failures = 0u32;
+            loop {
+                let Some(sess) = weak.upgrade() else { return };
+                let mut h = sess.headers();
+                h.insert(
+                    header::ACCEPT,
+                    HeaderValue::from_static("text/event-stream"),
+                );
+                if let Some(v) = last.as_deref().and_then(|l| HeaderValue::from_str(l).ok()) {
+                    h.insert(HeaderName::from_static("last-event-id"), v);
+                }
+                let opener = sess.opener.clone();
+                drop(sess);
+                let ans = match me.send(Method::GET, None, h, &opener).await {
+                    Ok(a) if a.status.is_success() => a,
+                    Ok(a) => {
+                        tracing::debug!(upstream = %name, status = %a.status, "the legacy upstream offers no GET stream on this session");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(upstream = %name, error = %e, "could not open the session's GET stream");
+                        failures += 1;
+                        if failures > 3 {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(500 * u64::from(failures))).await;
+                        continue;
+                    }
+                };
+                let mut parser = SseParser::default();
+                parser.last_event_id = last.clone();
+                let mut body = ans.body;
+                while let Some(Ok(frame)) = body.frame().await {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    for ev in parser.feed(&data) {
+                        let Some(msg) = serde_json::from_str::<Value>(&ev)
+                            .ok()
+                            .and_then(Msg::classify)
+                        else {
+                            continue;
+                        };
+                        let Some(sess) = weak.upgrade() else { return };
+                        failures = 0;
+                        match msg {
+                            Msg::Request { id, method, params } => {
+                                me.route_request(&sess, id, method, params).await
+                            }
+                            Msg::Notification { method, params } => {
+                                let _ = sess.changes.send(jsonrpc::notification(&method, params));
+                            }
+                            Msg::Response { .. } => {}
+                        }
+                    }
+                }
+                last = parser.last_event_id.clone();
+                failures += 1;
+                if failures > 3 {
+                    tracing::debug!(upstream = %name, "the session's GET stream keeps ending; not reopening it");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(failures))).await;
+            }
+        });
+        *s.get_stream.lock().expect("get stream lock") = Some(task.abort_handle());
+    }
+
+    /// A request the upstream sent on a session's GET stream, which names no call:
+    /// to the only call on the session that may ask, else refused (guessing could
+    /// show one caller's prompt to another).
+    async fn route_request(
+        self: &Arc<Self>,
+        s: &Session,
+        id: Value,
+        method: String,
+        params: Value,
+    ) {
+        let target = {
+            let askers = s.askers.lock().expect("askers lock");
+            match askers.as_slice() {
+                [(_, tx)] => Ok(tx.clone()),
+                other => Err(other.len()),
+            }
+        };
+        let responder = self.responder(s.headers(), s.opener.clone(), id.clone());
+        let req = ServerRequest::new(method.clone(), params, responder).keyed_by(&id);
+        match target {
+            Ok(tx) => {
+                if let Err(e) = tx.send(CallEvent::Input(req)).await {
+                    drop(e); // the call just ended: dropping the request answers it
+                }
+            }
+            Err(n) => {
+                let why = if n == 0 {
+                    tracing::warn!(upstream = %self.cfg.name, %method, "the upstream asked the client something with no call in flight on its session; refused");
+                    format!("no client is waiting to answer {method} on this session")
+                } else {
+                    tracing::warn!(upstream = %self.cfg.name, %method, calls = n,
+                        "the upstream asked the client something on its GET stream with several calls in flight on the session; it names none of them, so it is refused");
+                    format!("tasklift cannot tell which of the calls in flight this {method} belongs to, so it asks no client")
+                };
+                req.answer(Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, why)));
+            }
+        }
+    }
+
+    /// End a session upstream (DELETE), if the server gave it an id.
+    async fn close(&self, s: &Session) {
+        if let Some(h) = s.get_stream.lock().expect("get stream lock").take() {
+            h.abort();
+        }
+        if s.id.is_some() {
+            if let Ok(ans) = self
+                .send(Method::DELETE, None, s.headers(), &s.opener)
+                .await
+            {
+                let _ = self.read_all(ans.body).await;
+            }
+        }
     }
 
     /// Detect and cache the era.
@@ -644,11 +805,7 @@ impl Shared {
         ctx: &CallContext,
         stale: Option<&Arc<Session>>,
     ) -> Result<Arc<Session>, UpstreamError> {
-        let slot = self
-            .sessions
-            .entry(self.session_key(ctx))
-            .or_insert_with(|| Arc::new(SessionSlot::default()))
-            .clone();
+        let slot = self.slot(ctx);
         let mut cur = slot.current.lock().await;
         if let Some(s) = cur.as_ref() {
             if stale.is_none_or(|st| !Arc::ptr_eq(st, s)) {
@@ -657,9 +814,80 @@ impl Shared {
             }
             tracing::info!(upstream = %self.cfg.name, "legacy session expired; initializing a new one");
         }
-        let s = Arc::new(self.initialize(ctx).await?);
+        let s = self.open(ctx).await?;
         *cur = Some(s.clone());
         Ok(s)
+    }
+
+    /// A new session, its GET stream open before any call needs it.
+    async fn open(self: &Arc<Self>, ctx: &CallContext) -> Result<Arc<Session>, UpstreamError> {
+        let s = Arc::new(self.initialize(ctx).await?);
+        self.open_get_stream(&s);
+        Ok(s)
+    }
+
+    /// The session a request runs on, and, for a request that may ask the client for
+    /// input, its registration among the session's askers (made before the request
+    /// is sent, so a question on the GET stream finds it). Such a request gets a
+    /// session with no other asker, opening one (up to `sessions_per_caller`) when
+    /// the caller's are all busy; past that it shares the least busy one, and
+    /// questions there are refused rather than guessed.
+    async fn call_session(
+        self: &Arc<Self>,
+        ctx: &CallContext,
+        stale: Option<&Arc<Session>>,
+        asks: Option<(&Value, &mpsc::Sender<CallEvent>)>,
+    ) -> Result<(Arc<Session>, Option<Asker>), UpstreamError> {
+        let main = self.session(ctx, stale).await?;
+        let Some((id, tx)) = asks else {
+            return Ok((main, None));
+        };
+        let claim = |s: &Arc<Session>| {
+            s.askers
+                .lock()
+                .expect("askers lock")
+                .push((id.clone(), tx.clone()));
+            Asker {
+                session: s.clone(),
+                id: id.clone(),
+            }
+        };
+        // A server without sessions answers every request on its own stream: its
+        // questions always name their call.
+        if main.id.is_none() {
+            return Ok((main.clone(), Some(claim(&main))));
+        }
+        let slot = self.slot(ctx);
+        let mut extra = slot.extra.lock().await;
+        if let Some(st) = stale {
+            extra.retain(|s| !Arc::ptr_eq(s, st));
+        }
+        let idle = |s: &Arc<Session>| s.askers.lock().expect("askers lock").is_empty();
+        let chosen = match std::iter::once(&main).chain(extra.iter()).find(|s| idle(s)) {
+            Some(s) => s.clone(),
+            None if extra.len() + 1 < self.cfg.sessions_per_caller => {
+                let s = self.open(ctx).await?;
+                tracing::debug!(upstream = %self.cfg.name, sessions = extra.len() + 2,
+                    "opened another session for a caller whose calls may ask for input");
+                extra.push(s.clone());
+                s
+            }
+            None => std::iter::once(&main)
+                .chain(extra.iter())
+                .min_by_key(|s| s.askers.lock().expect("askers lock").len())
+                .cloned()
+                .expect("the main session is there"),
+        };
+        chosen.last_used.store(self.now_ms(), Ordering::Relaxed);
+        Ok((chosen.clone(), Some(claim(&chosen))))
+    }
+
+    /// The caller's slot of sessions.
+    fn slot(&self, ctx: &CallContext) -> Arc<SessionSlot> {
+        self.sessions
+            .entry(self.session_key(ctx))
+            .or_insert_with(|| Arc::new(SessionSlot::default()))
+            .clone()
     }
 
     async fn initialize(self: &Arc<Self>, ctx: &CallContext) -> Result<Session, UpstreamError> {
@@ -721,6 +949,9 @@ impl Shared {
                 authorization: ctx.authorization.clone(),
                 ..CallContext::default()
             },
+            askers: Mutex::new(Vec::new()),
+            changes: tokio::sync::broadcast::channel(64).0,
+            get_stream: Mutex::new(None),
         };
         let note = json!({"jsonrpc": "2.0", "method": mcp::method::INITIALIZED});
         let ans = self
@@ -765,14 +996,16 @@ impl Shared {
                 let body = serde_json::to_vec(&wire_message(&req, &Era::Legacy, Some(&id)))
                     .expect("serializes");
                 let mut stale = None;
+                let asks = mcp::may_ask(&req.method).then_some((&id, &tx));
                 for attempt in 0..2 {
-                    let session = match self.session(&ctx, stale.as_ref()).await {
-                        Ok(s) => s,
-                        Err(e) => {
-                            let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
-                            return;
-                        }
-                    };
+                    let (session, _asker) =
+                        match self.call_session(&ctx, stale.as_ref(), asks).await {
+                            Ok(s) => s,
+                            Err(e) => {
+                                let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
+                                return;
+                            }
+                        };
                     *cancel_info.lock().expect("cancel lock") = Some(CancelInfo {
                         headers: session.headers(),
                         id: id.clone(),
@@ -1001,17 +1234,11 @@ impl Upstream for HttpUpstream {
             let Some((_, slot)) = inner.sessions.remove(&inner.session_key(ctx)) else {
                 return;
             };
-            let Some(s) = slot.current.lock().await.take() else {
-                return;
-            };
-            if s.id.is_some() {
-                if let Ok(ans) = inner
-                    .send(Method::DELETE, None, s.headers(), &s.opener)
-                    .await
-                {
-                    let _ = inner.read_all(ans.body).await;
-                }
-                tracing::debug!(upstream = %inner.cfg.name, "closed the legacy session of an ended client session");
+            let mut all: Vec<Arc<Session>> = std::mem::take(&mut *slot.extra.lock().await);
+            all.extend(slot.current.lock().await.take());
+            for s in all {
+                inner.close(&s).await;
+                tracing::debug!(upstream = %inner.cfg.name, "closed a legacy session of an ended client session");
             }
         })
     }
@@ -1029,27 +1256,41 @@ impl Upstream for HttpUpstream {
                 .iter()
                 .map(|e| (e.key().clone(), e.value().clone()))
                 .collect();
+            let closable = |s: &Session| {
+                let idle = now.saturating_sub(s.last_used.load(Ordering::Relaxed)) >= idle_ms;
+                s.in_flight.load(Ordering::Relaxed) == 0 && (all || idle)
+            };
             for (key, slot) in slots {
+                // Extra sessions first: the main one goes only once they are gone.
+                let done: Vec<Arc<Session>> = match slot.extra.try_lock() {
+                    Ok(mut extra) => {
+                        let (done, keep) = std::mem::take(&mut *extra)
+                            .into_iter()
+                            .partition(|s| closable(s));
+                        *extra = keep;
+                        done
+                    }
+                    Err(_) => continue,
+                };
+                for s in done {
+                    inner.close(&s).await;
+                    tracing::debug!(upstream = %inner.cfg.name, "closed an idle extra legacy session");
+                }
+                if slot.extra.try_lock().map_or(true, |e| !e.is_empty()) {
+                    continue;
+                }
                 let Ok(mut cur) = slot.current.try_lock() else {
                     continue;
                 };
                 let Some(s) = cur.as_ref() else { continue };
-                let idle = now.saturating_sub(s.last_used.load(Ordering::Relaxed)) >= idle_ms;
-                if s.in_flight.load(Ordering::Relaxed) > 0 || !(all || idle) {
+                if !closable(s) {
                     continue;
                 }
                 let s = cur.take().expect("checked");
                 drop(cur);
                 inner.sessions.remove(&key);
-                if s.id.is_some() {
-                    let sent = inner
-                        .send(Method::DELETE, None, s.headers(), &s.opener)
-                        .await;
-                    if let Ok(ans) = sent {
-                        let _ = inner.read_all(ans.body).await;
-                    }
-                    tracing::debug!(upstream = %inner.cfg.name, "closed idle legacy session");
-                }
+                inner.close(&s).await;
+                tracing::debug!(upstream = %inner.cfg.name, "closed idle legacy session");
             }
         })
     }
