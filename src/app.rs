@@ -165,6 +165,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         auth: Authenticator::new(cfg.auth.mode.clone(), key),
         cfg: cfg.server.clone(),
         legacy: cfg.legacy.clone(),
+        lenient: Default::default(),
     });
     let server = tokio::spawn(server::serve(listener, state.clone(), rx.clone()));
     let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);

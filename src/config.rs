@@ -175,6 +175,11 @@ pub struct RawServer {
     pub shutdown_grace: String,
     /// A connection that has not sent a request's headers within this time is closed.
     pub header_read_timeout: String,
+    /// Accept a `tasks/*` request that lacks the `Mcp-Name` header (and only that
+    /// header, only on `tasks/*`), taking the task id from the body. Off by default:
+    /// 2026-07-28 requires the header. fastmcp-tasks 4.1 omits it; each client that
+    /// relies on this is logged once.
+    pub lenient_task_name_header: bool,
 }
 
 impl Default for RawServer {
@@ -187,6 +192,7 @@ impl Default for RawServer {
             metrics: true,
             shutdown_grace: "10s".into(),
             header_read_timeout: "30s".into(),
+            lenient_task_name_header: false,
         }
     }
 }
@@ -449,6 +455,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Time allowed to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Accept `tasks/*` without `Mcp-Name`.
+    pub lenient_task_name_header: bool,
 }
 
 /// Validated `[admin]`.
@@ -823,6 +831,7 @@ impl RawConfig {
                     "server.header_read_timeout",
                     &s.header_read_timeout,
                 )?,
+                lenient_task_name_header: s.lenient_task_name_header,
             },
             store: self.store_config()?,
             tasks,

@@ -49,6 +49,35 @@ pub struct State {
     pub cfg: ServerConfig,
     /// Legacy clients and their sessions.
     pub legacy: LegacyConfig,
+    /// Clients already logged for relying on `server.lenient_task_name_header`.
+    pub lenient: Lenient,
+}
+
+/// Clients (address and User-Agent) that sent `tasks/*` without `Mcp-Name` and were
+/// let through by `server.lenient_task_name_header`: each is logged once, so an
+/// operator knows which clients need it, without a line per poll.
+#[derive(Default)]
+pub struct Lenient {
+    seen: dashmap::DashSet<String>,
+}
+
+impl Lenient {
+    /// At most this many clients are remembered; later ones are logged at debug.
+    const MAX: usize = 4096;
+
+    fn note(&self, h: &http::HeaderMap, peer: std::net::SocketAddr, method: &str) {
+        let agent = h
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("no User-Agent");
+        let client = format!("{} {agent}", peer.ip());
+        if self.seen.len() < Self::MAX && self.seen.insert(client.clone()) {
+            tracing::warn!(%client, %method,
+                "accepted tasks/* without the Mcp-Name header (server.lenient_task_name_header); this client does not follow 2026-07-28 here");
+        } else {
+            tracing::debug!(%client, %method, "accepted tasks/* without the Mcp-Name header");
+        }
+    }
 }
 
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
@@ -322,10 +351,18 @@ async fn handle(
     let span = tracing::info_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
     async {
         if msg.id.is_some() {
-            if let Err(r) = validate::check_request(&parts.headers, &msg) {
-                state.engine.metrics().request(&msg.method, "rejected");
-                tracing::debug!(error = %r.error, "rejected at the front door");
-                return error_response(r.status, msg.id.as_ref(), r.error);
+            match validate::check_request_with(
+                &parts.headers,
+                &msg,
+                state.cfg.lenient_task_name_header,
+            ) {
+                Err(r) => {
+                    state.engine.metrics().request(&msg.method, "rejected");
+                    tracing::debug!(error = %r.error, "rejected at the front door");
+                    return error_response(r.status, msg.id.as_ref(), r.error);
+                }
+                Ok(true) => state.lenient.note(&parts.headers, peer, &msg.method),
+                Ok(false) => {}
             }
         }
         let mut ctx = match context(&state, mount, &parts.headers, msg.id.as_ref()) {

@@ -37,8 +37,19 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejection
     }
 }
 
-/// Validate a request's headers and protocol fields.
+/// Validate a request's headers and protocol fields, strictly.
 pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejection> {
+    check_request_with(h, req, false).map(|_| ())
+}
+
+/// Validate a request's headers and protocol fields. With `lenient_task_name`, a
+/// `tasks/*` request without `Mcp-Name` passes (the body's `taskId` is what is
+/// used); `Ok(true)` says that leniency was needed.
+pub fn check_request_with(
+    h: &HeaderMap,
+    req: &Request,
+    lenient_task_name: bool,
+) -> Result<bool, Rejection> {
     let version_h = header(h, "mcp-protocol-version")?;
     let meta = req.meta();
     let version_b = meta.and_then(|m| m.get(mcp::META_PROTOCOL_VERSION));
@@ -112,6 +123,9 @@ pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejection> {
     if let Some(param) = mcp::name_param(&req.method) {
         let body = req.params.get(param).and_then(Value::as_str);
         match (header(h, "mcp-name")?, body) {
+            (None, Some(_)) if lenient_task_name && req.method.starts_with("tasks/") => {
+                return Ok(true)
+            }
             (None, _) => {
                 return Err(mismatch(
                     "the Mcp-Name header is required for this method".into(),
@@ -132,7 +146,7 @@ pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejection> {
             }
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Whether an `Origin` header is acceptable: absent, a loopback origin, or listed.

@@ -329,10 +329,22 @@ impl Pool {
         let writer = tokio::spawn(write_lines(stdin, in_rx));
         let conn = Arc::new(Conn::new(in_tx));
         let (slot2, n2, index) = (slot.clone(), name.clone(), slot.index);
+        // Until the handshake is over, the child's stderr is logged at debug: a
+        // legacy SDK server answers the `server/discover` probe with pages of
+        // validation errors, which say nothing about its health. The last line is
+        // still kept for the error a failed start reports.
+        let starting = Arc::new(AtomicBool::new(true));
+        let quiet = Arc::new(AtomicUsize::new(0));
+        let (starting2, quiet2) = (starting.clone(), quiet.clone());
         let err_task = tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(upstream = %n2, process = index, "stderr: {line}");
+                if starting2.load(Ordering::Relaxed) {
+                    quiet2.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(upstream = %n2, process = index, "stderr: {line}");
+                } else {
+                    tracing::info!(upstream = %n2, process = index, "stderr: {line}");
+                }
                 slot2.health.lock().expect("health").last_stderr = Some(line);
             }
         });
@@ -361,6 +373,18 @@ impl Pool {
                 format!("handshake failed: {e}")
             }
             Some(Ok((era, info))) => {
+                // Lines still in flight from the probe may arrive just after this;
+                // a moment later the child's stderr is its own again.
+                let (n4, index) = (name.clone(), slot.index);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    starting.store(false, Ordering::Relaxed);
+                    let n = quiet.load(Ordering::Relaxed);
+                    if n > 0 {
+                        tracing::info!(upstream = %n4, process = index, lines = n,
+                            "the child wrote to stderr while tasklift detected its protocol era; those lines are logged at debug level");
+                    }
+                });
                 let _ = conn.era.set(era.clone());
                 let _ = conn.info.set(info);
                 tracing::info!(upstream = %name, process = slot.index, pid = pid.unwrap_or(0), ?era, "child process ready");

@@ -247,3 +247,50 @@ async fn with_isolate_input_each_caller_gets_its_own_question_and_answer() {
     a_saw_nothing(&a, &at).await;
     h.stop().await;
 }
+
+// ---- fastmcp-tasks omits Mcp-Name on tasks/* ----
+
+#[tokio::test]
+async fn tasks_without_mcp_name_are_refused_unless_the_operator_opts_in() {
+    let up = || {
+        FixtureServer::new()
+            .tool(tasklift::fixture::Tool::new("slow").sleep(std::time::Duration::from_millis(600)))
+    };
+    for lenient in [false, true] {
+        let h = Harness::start(up(), |c| c.server.lenient_task_name_header = lenient).await;
+        let a = h.client().call_tool("slow", json!({})).await.unwrap();
+        let id = task_id(&a);
+        // tasks/get as fastmcp-tasks sends it: no Mcp-Name header.
+        let get = Post::new(&h.url, 2, "tasks/get", json!({"taskId": id}), true)
+            .without("mcp-name")
+            .send()
+            .await;
+        if lenient {
+            assert_eq!(get.status, 200, "{get:?}");
+            assert_eq!(get.response()["result"]["taskId"], id.as_str(), "{get:?}");
+        } else {
+            assert_eq!(get.status, 400, "{get:?}");
+            let e = get.error();
+            assert!(e["message"].as_str().unwrap().contains("Mcp-Name"), "{e}");
+        }
+        // Only tasks/* is let through: a tools/call without it is still refused.
+        let call = Post::new(
+            &h.url,
+            3,
+            "tools/call",
+            json!({"name": "slow", "arguments": {}}),
+            true,
+        )
+        .without("mcp-name")
+        .send()
+        .await;
+        assert_eq!(call.status, 400, "{call:?}");
+        // A header that is there must still match the body.
+        let wrong = Post::new(&h.url, 4, "tasks/get", json!({"taskId": id}), true)
+            .header("mcp-name", "another-task")
+            .send()
+            .await;
+        assert_eq!(wrong.status, 400, "{wrong:?}");
+        h.stop().await;
+    }
+}
