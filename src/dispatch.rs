@@ -1,17 +1,23 @@
 //! Dispatch: which method goes where. `server/discover` is answered from the
 //! upstream plus the Tasks extension; `tools/call` and `tasks/*` go to the task
-//! engine; everything else is forwarded and its answer relayed.
+//! engine (a tool whose legacy upstream runs it only as its own 2025-11-25 task
+//! through the task bridge); everything else is forwarded and its answer relayed,
+//! `tools/list` rewritten for the era it is listed to.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Value};
+use tokio::sync::mpsc;
 
 use crate::config::UpstreamConfig;
 use crate::jsonrpc::{self, Request, RpcError, METHOD_NOT_FOUND};
 use crate::mcp::{self, method};
-use crate::reply::Reply;
+use crate::reply::{Reply, StreamItem};
+use crate::server::params::TaskSupport;
 use crate::session::Sessions;
 use crate::tasks::engine::{Engine, TaskRoute};
+use crate::upstream::task_bridge::{self, Follow};
 use crate::upstream::{CallContext, Era, Upstream};
 
 /// One upstream mounted at a path.
@@ -22,8 +28,43 @@ pub struct Mount {
     pub upstream: Arc<dyn Upstream>,
     /// Legacy client sessions opened at this path.
     pub sessions: Sessions,
-    /// The upstream's `x-mcp-header` annotations, for checking `Mcp-Param-*` headers.
+    /// What tasklift learned of the upstream's tools: `x-mcp-header` annotations, for
+    /// checking `Mcp-Param-*` headers, and which ones run only as its own tasks.
     pub tool_headers: crate::server::params::ToolHeaders,
+}
+
+/// Where a `tools/call` goes: the mount's upstream, or, for a tool its legacy
+/// upstream lists with `execution.taskSupport: "required"`, that upstream behind the
+/// task bridge (called with `params.task` asking for `ttl`, and followed to its
+/// result). Called before the engine sees the request: whether the client gave a
+/// progress token of its own is read here.
+pub async fn call_target(
+    mount: &Mount,
+    req: &Request,
+    ctx: &CallContext,
+    ttl: Duration,
+) -> Arc<dyn Upstream> {
+    let up = mount.upstream.clone();
+    if !matches!(up.era(ctx).await, Ok(Era::Legacy))
+        || !offers_tool_tasks(up.as_ref(), req, ctx).await
+    {
+        return up;
+    }
+    let support = mount.tool_headers.task_support(up.as_ref(), req, ctx).await;
+    if support != TaskSupport::Required {
+        return up;
+    }
+    let client_token = req
+        .meta()
+        .is_some_and(|m| m.contains_key(mcp::META_PROGRESS_TOKEN));
+    tracing::debug!(tool = ?req.str_param("name"), "the upstream runs this tool only as its own task; following it");
+    task_bridge::bridged(
+        up,
+        Follow {
+            ttl_ms: ttl.as_millis() as u64,
+            client_token,
+        },
+    )
 }
 
 /// Handle one parsed message for a mount.
@@ -53,6 +94,7 @@ pub async fn dispatch(
                 .cfg
                 .policy(req.str_param("name").unwrap_or_default())
                 .clone();
+            let up = call_target(mount, &req, &ctx, policy.ttl).await;
             engine.call_tool(up, &policy, req, ctx).await
         }
         method::TASKS_GET | method::TASKS_UPDATE | method::TASKS_CANCEL => {
@@ -100,7 +142,92 @@ pub async fn dispatch(
                 }
                 _ => None,
             };
-            engine.relay(up, req, ctx, hint).await
+            let lists_tools = m == "tools/list";
+            let reply = engine.relay(up, req, ctx, hint).await;
+            if !lists_tools {
+                return reply;
+            }
+            let learned = mount.tool_headers.clone();
+            map_final(reply, move |mut v| {
+                learned.observe_upstream(&v);
+                without_task_support(&mut v);
+                v
+            })
+        }
+    }
+}
+
+/// Whether a legacy upstream's capabilities (from its `initialize` result) include
+/// `tasks.requests.tools.call`. Without it no tool of the upstream runs as a task,
+/// whatever its `execution.taskSupport` says (2025-11-25, tool-level negotiation),
+/// and its tools need not be listed before a call.
+async fn offers_tool_tasks(up: &dyn Upstream, req: &Request, ctx: &CallContext) -> bool {
+    let discover = Request {
+        id: Some(json!("tasklift-task-support")),
+        method: method::DISCOVER.into(),
+        params: req
+            .meta()
+            .map(|m| {
+                [("_meta".to_string(), Value::Object(m.clone()))]
+                    .into_iter()
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    match up.discover(&discover, ctx).await {
+        Ok(Ok(d)) => d
+            .pointer("/capabilities/tasks/requests/tools/call")
+            .is_some_and(|c| !c.is_null()),
+        _ => false,
+    }
+}
+
+/// Remove the 2025-era `execution.taskSupport` from each tool of a `tools/list`
+/// response (and `execution` when nothing else is in it). It says how a client may
+/// ask the upstream for a task, and tasklift decides that for every era: modern
+/// clients get a task whenever tasklift makes one (the Tasks extension has no
+/// per-tool field; task creation is the server's decision), clients before
+/// 2025-11-25 know no tasks, and a 2025-11-25 session gets the field back from
+/// tasklift's tool rules. A tool the upstream runs only as its own task is bridged,
+/// so it is called like any other.
+pub fn without_task_support(msg: &mut Value) {
+    let Some(Value::Array(tools)) = msg.get_mut("result").and_then(|r| r.get_mut("tools")) else {
+        return;
+    };
+    for t in tools {
+        let Value::Object(o) = t else { continue };
+        if let Some(Value::Object(e)) = o.get_mut("execution") {
+            e.remove("taskSupport");
+            if e.is_empty() {
+                o.remove("execution");
+            }
+        }
+    }
+}
+
+/// Apply `f` to a reply's final message (a JSON answer, or a stream's last message).
+fn map_final(reply: Reply, f: impl FnOnce(Value) -> Value + Send + 'static) -> Reply {
+    match reply {
+        Reply::Json(v) => Reply::Json(f(v)),
+        Reply::Accepted => Reply::Accepted,
+        Reply::Stream(mut rx) => {
+            let (tx, out) = mpsc::channel(32);
+            tokio::spawn(async move {
+                let mut f = Some(f);
+                while let Some(item) = rx.recv().await {
+                    let item = match item {
+                        StreamItem::Message(m) if m.get("method").is_none() => match f.take() {
+                            Some(f) => StreamItem::Message(f(m)),
+                            None => StreamItem::Message(m),
+                        },
+                        other => other,
+                    };
+                    if tx.send(item).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            Reply::Stream(out)
         }
     }
 }

@@ -5,6 +5,11 @@
 //! input asks the client on the `tasks/result` stream, with the
 //! `io.modelcontextprotocol/related-task` metadata, and the answers go to the task
 //! as a `tasks/update` would.
+//!
+//! A tool whose legacy upstream runs it only as its own 2025-11-25 task is called
+//! through the task bridge (see [`crate::dispatch::call_target`]), whether the
+//! client asked for a task or not: tasklift's task (or the plain wait) follows the
+//! upstream's.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -38,6 +43,9 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 
 /// Add `execution.taskSupport` to each tool of a `tools/list` response, from the
 /// tool's rule: `never` is forbidden, `required` required, anything else optional.
+/// What the upstream lists does not matter: tasklift runs the task, and a tool the
+/// upstream runs only as its own task is bridged (tasklift follows the upstream's
+/// task for a plain call too), so it is `optional` unless a rule says otherwise.
 pub fn mark_task_support(msg: &mut Value, cfg: &UpstreamConfig) {
     let Some(Value::Array(tools)) = msg.get_mut("result").and_then(|r| r.get_mut("tools")) else {
         return;
@@ -135,11 +143,8 @@ pub async fn create(
             e.insert(mcp::TASKS_EXTENSION.into(), json!({}));
         }
     }
-    match state
-        .engine
-        .call_tool(mount.upstream.clone(), &policy, req, ctx)
-        .await
-    {
+    let up = crate::dispatch::call_target(mount, &req, &ctx, policy.ttl).await;
+    match state.engine.call_tool(up, &policy, req, ctx).await {
         Reply::Json(v) => {
             let created = v
                 .get("result")

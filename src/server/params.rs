@@ -6,8 +6,14 @@
 //! tool it has not seen, by asking the upstream's `tools/list` itself. It checks
 //! `tools/call` against them before anything goes upstream: a missing, undecodable or
 //! different header is a 400 with `-32020`, like the standard headers.
+//!
+//! The same cache keeps each tool's 2025-era `execution.taskSupport` as the upstream
+//! lists it ([`TaskSupport`]): a tool a legacy upstream runs only as its own task is
+//! called through [`crate::upstream::task_bridge`]. Before the upstream's tools are
+//! known, the first call of a tool reads its `tools/list` once.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, StatusCode};
@@ -32,12 +38,63 @@ struct Annotated {
     header: String,
 }
 
-/// Annotations by tool name, and when tasklift last asked the upstream.
-type Learned = (Option<Instant>, HashMap<String, Vec<Annotated>>);
+/// How a tool may run as a 2025-11-25 task, as its upstream lists it
+/// (`execution.taskSupport`; absent means forbidden).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskSupport {
+    /// `"forbidden"` or absent: a plain call.
+    Forbidden,
+    /// `"optional"`: either.
+    Optional,
+    /// `"required"`: only as a task (`params.task`); a plain call is refused.
+    Required,
+}
 
-/// The annotations of one upstream's tools.
-#[derive(Default)]
+impl TaskSupport {
+    /// What a `tools/list` entry declares.
+    pub fn of(tool: &Value) -> Self {
+        match tool
+            .get("execution")
+            .and_then(|e| e.get("taskSupport"))
+            .and_then(Value::as_str)
+        {
+            Some("required") => Self::Required,
+            Some("optional") => Self::Optional,
+            _ => Self::Forbidden,
+        }
+    }
+}
+
+/// What is known of one tool.
+#[derive(Debug, Clone, Default)]
+struct Known {
+    /// Its `x-mcp-header` parameters.
+    headers: Vec<Annotated>,
+    /// Its task support as the upstream lists it (`None` until seen unaltered).
+    task_support: Option<TaskSupport>,
+}
+
+impl Known {
+    fn of(tool: &Value) -> Self {
+        Self {
+            headers: tool.get("inputSchema").map(annotations).unwrap_or_default(),
+            task_support: Some(TaskSupport::of(tool)),
+        }
+    }
+}
+
+/// Tools by name, and when tasklift last asked the upstream.
+type Learned = (Option<Instant>, HashMap<String, Known>);
+
+/// What tasklift learned of one upstream's tools: their `x-mcp-header` annotations
+/// and their 2025-era task support. Clones share it.
+#[derive(Default, Clone)]
 pub struct ToolHeaders {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
     learned: std::sync::RwLock<Option<Learned>>,
     fetching: tokio::sync::Mutex<()>,
 }
@@ -92,9 +149,9 @@ fn same(header: &str, body: &Value) -> bool {
 }
 
 impl ToolHeaders {
-    /// The tool's annotations if known, and whether asking the upstream is allowed now.
-    fn lookup(&self, tool: &str) -> (Option<Vec<Annotated>>, bool) {
-        let g = self.learned.read().expect("lock");
+    /// What is known of the tool, and whether asking the upstream is allowed now.
+    fn lookup(&self, tool: &str) -> (Option<Known>, bool) {
+        let g = self.inner.learned.read().expect("lock");
         match g.as_ref() {
             Some((asked, tools)) => (
                 tools.get(tool).cloned(),
@@ -104,8 +161,19 @@ impl ToolHeaders {
         }
     }
 
-    /// Learn from a `tools/list` response relayed to a client (one page).
+    /// Learn the annotations from a `tools/list` response relayed to a client (one
+    /// page). The page may have been rewritten for the client's era, so what it says
+    /// of task support is not learned here (see [`ToolHeaders::observe_upstream`]).
     pub fn observe(&self, msg: &Value) {
+        self.observe_page(msg, false);
+    }
+
+    /// Learn everything from a `tools/list` response (one page) as the upstream sent it.
+    pub fn observe_upstream(&self, msg: &Value) {
+        self.observe_page(msg, true);
+    }
+
+    fn observe_page(&self, msg: &Value, as_sent: bool) {
         let Some(tools) = msg
             .get("result")
             .and_then(|r| r.get("tools"))
@@ -113,19 +181,47 @@ impl ToolHeaders {
         else {
             return;
         };
-        let mut g = self.learned.write().expect("lock");
+        let mut g = self.inner.learned.write().expect("lock");
         let (_, known) = g.get_or_insert_with(|| (None, HashMap::new()));
         for t in tools {
             if let Some(name) = t.get("name").and_then(Value::as_str) {
-                let a = t.get("inputSchema").map(annotations).unwrap_or_default();
-                known.insert(name.to_string(), a);
+                let mut k = Known::of(t);
+                if !as_sent {
+                    k.task_support = known.get(name).and_then(|old| old.task_support);
+                }
+                known.insert(name.to_string(), k);
             }
         }
     }
 
+    /// The tool's task support as its upstream lists it. A tool not seen yet makes
+    /// tasklift read the upstream's `tools/list` (at most every few seconds); a tool
+    /// the upstream does not list is taken as `Forbidden`.
+    pub async fn task_support(
+        &self,
+        up: &dyn Upstream,
+        req: &Request,
+        ctx: &CallContext,
+    ) -> TaskSupport {
+        let tool = req.str_param("name").unwrap_or_default();
+        let (known, may_ask) = self.lookup(tool);
+        if let Some(s) = known.as_ref().and_then(|k| k.task_support) {
+            return s;
+        }
+        if !may_ask {
+            return TaskSupport::Forbidden;
+        }
+        let meta = req.meta().cloned().unwrap_or_default();
+        self.learn(up, &meta, ctx).await;
+        self.lookup(tool)
+            .0
+            .and_then(|k| k.task_support)
+            .unwrap_or(TaskSupport::Forbidden)
+    }
+
     /// Read every page of the upstream's `tools/list` with the caller's `_meta`.
     async fn learn(&self, up: &dyn Upstream, meta: &Map<String, Value>, ctx: &CallContext) {
-        let _one = self.fetching.lock().await;
+        let _one = self.inner.fetching.lock().await;
         // Another call may have asked while this one waited for the lock.
         if !self.lookup("").1 {
             return;
@@ -172,8 +268,7 @@ impl ToolHeaders {
                 .flatten()
             {
                 if let Some(name) = t.get("name").and_then(Value::as_str) {
-                    let a = t.get("inputSchema").map(annotations).unwrap_or_default();
-                    tools.insert(name.to_string(), a);
+                    tools.insert(name.to_string(), Known::of(t));
                 }
             }
             cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
@@ -181,7 +276,7 @@ impl ToolHeaders {
                 break;
             }
         }
-        let mut g = self.learned.write().expect("lock");
+        let mut g = self.inner.learned.write().expect("lock");
         let (asked, known) = g.get_or_insert_with(|| (None, HashMap::new()));
         *asked = Some(Instant::now());
         known.extend(tools);
@@ -204,7 +299,10 @@ impl ToolHeaders {
             known = self.lookup(tool).0;
         }
         // A tool the upstream does not list: nothing is recognized, headers pass.
-        let Some(annotated) = known else {
+        let Some(Known {
+            headers: annotated, ..
+        }) = known
+        else {
             return Ok(());
         };
         let args = req.params.get("arguments");

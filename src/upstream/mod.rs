@@ -1,10 +1,13 @@
 //! Upstreams: the servers tasklift fronts, behind one small trait: "send this
 //! request, give me its events (notifications, then the final response), let me
-//! cancel it". `http.rs` implements it for Streamable HTTP servers of both eras.
+//! cancel it". `http.rs` implements it for Streamable HTTP servers of both eras,
+//! `stdio.rs` for child processes; `task_bridge.rs` runs a call as a legacy
+//! upstream's own 2025-11-25 task.
 
 pub mod http;
 pub mod sse;
 pub mod stdio;
+pub mod task_bridge;
 
 use std::future::Future;
 use std::pin::Pin;

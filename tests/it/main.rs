@@ -44,4 +44,5 @@ mod stdio_faults;
 mod stdio_peer;
 mod store_cli;
 mod ts_clients;
+mod upstream_tasks;
 mod upstreams;
