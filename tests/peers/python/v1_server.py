@@ -19,6 +19,7 @@ Tools:
   `ctx.elicit` and returns `hello NAME` (or the action, when not accepted).
 - `sample(prompt)`: asks the client's model with `ctx.session.create_message` and
   returns `sampled: TEXT`.
+- `ask_again`, `sample_again`: the same tools under other names (for per-tool rules).
 - `fail()`: raises, which the SDK turns into a tool error (`isError: true`).
 - `reject(seconds)`: after `seconds`, answers with a JSON-RPC error (-32602): a
   protocol error rather than a tool error.
@@ -76,7 +77,6 @@ def build(mode: str, port: int) -> FastMCP:
         """Counters of `slow` calls in this process."""
         return json.dumps(STATS)
 
-    @mcp.tool()
     async def ask(ctx: Context, question: str = "What is your name?", delay: float = 0) -> str:
         """Ask the client for a name (elicitation)."""
         if delay:
@@ -86,7 +86,6 @@ def build(mode: str, port: int) -> FastMCP:
             return f"hello {answer.data.name}"
         return f"elicitation {answer.action}"
 
-    @mcp.tool()
     async def sample(ctx: Context, prompt: str = "Say hi") -> str:
         """Ask the client's model (sampling)."""
         result = await ctx.session.create_message(
@@ -97,6 +96,11 @@ def build(mode: str, port: int) -> FastMCP:
         )
         text = result.content.text if isinstance(result.content, types.TextContent) else str(result.content)
         return f"sampled: {text}"
+
+    # Each also under a second name, so that a proxy can give each name its own rule.
+    for fn in (ask, sample):
+        mcp.tool()(fn)
+        mcp.tool(name=f"{fn.__name__}_again", description=f"The same as {fn.__name__}.")(fn)
 
     @mcp.tool()
     async def fail() -> str:

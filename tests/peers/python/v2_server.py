@@ -16,6 +16,7 @@ Tools (the same names and answers as v1_server.py where both have them):
   `Elicit(...)`, which the SDK sends as an `InputRequiredResult` and resumes when
   the client retries with `inputResponses`; returns `hello NAME`. `delay` seconds
   pass (on every round) before the question is asked.
+- `ask_again`: the same tool under another name (for per-tool rules).
 - `fail()`: raises `ToolError`: a tool error (`isError: true`).
 - `reject(seconds)`: after `seconds`, raises `MCPError(-32602)`: a protocol error.
 - `big()`: about 2 MB of text: 250,000 numbered lines of 8 bytes.
@@ -76,7 +77,6 @@ def build() -> MCPServer:
         """Counters of `slow` calls in this process."""
         return json.dumps(STATS)
 
-    @mcp.tool()
     async def ask(
         who: Annotated[Name, Resolve(ask_name)],
         question: str = "What is your name?",
@@ -84,6 +84,10 @@ def build() -> MCPServer:
     ) -> str:
         """Ask the client for a name (elicitation, as an InputRequiredResult)."""
         return f"hello {who.name}"
+
+    # Also under a second name, so that a proxy can give each name its own rule.
+    mcp.tool()(ask)
+    mcp.tool(name="ask_again", description="The same as ask.")(ask)
 
     @mcp.tool()
     async def fail() -> str:

@@ -1,0 +1,80 @@
+"""A 2026-07-28 tasks client: fastmcp 4.1.4 `Client` with fastmcp-tasks 4.1.4 (the
+io.modelcontextprotocol/tasks extension), as a user of FastMCP would write it.
+
+    python fastmcp_client.py URL
+
+Expects the tools of v1_server.py behind URL (tasklift in front of it, whose
+threshold is well under a second). Runs each check with a time limit, prints one JSON
+line per check ({"check", "ok", "detail"}) and a last line
+`fastmcp-client: all checks passed`, or exits 1 after naming the failed checks.
+Checks: call echo (answered directly); call slow as a task with `call_tool_task` and
+poll it to completion (`tasks/get`); call slow with plain `call_tool`, which
+fastmcp-tasks turns into polling under the hood.
+"""
+
+import json
+import sys
+
+import anyio
+import fastmcp_tasks  # noqa: F401 - importing it turns on client task support
+from fastmcp import Client
+from fastmcp_tasks import call_tool_task
+
+LIMIT = 20  # seconds per check: a hang guard, not a timing expectation
+
+
+class Failed(Exception):
+    pass
+
+
+def expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise Failed(what)
+
+
+def text_of(result) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def main(url: str) -> int:
+    results = []
+    async with Client(url) as client:
+
+        async def check_echo():
+            r = await client.call_tool("echo", {"text": "hello from fastmcp"})
+            expect(text_of(r) == "hello from fastmcp", f"echo: {r}")
+            return text_of(r)
+
+        async def check_task():
+            task = await call_tool_task(client, "slow", {"seconds": 1.5})
+            first = await task.status()
+            r = await task.result()
+            expect(text_of(r) == "slept 1.5s", f"slow as a task: {r}")
+            return {"taskId": task.task_id, "first status": first.status, "text": text_of(r)}
+
+        async def check_transparent():
+            r = await client.call_tool("slow", {"seconds": 1.0})
+            expect(text_of(r) == "slept 1.0s", f"slow: {r}")
+            return text_of(r)
+
+        checks = [("echo", check_echo), ("task", check_task), ("transparent", check_transparent)]
+        for name, check in checks:
+            try:
+                with anyio.fail_after(LIMIT):
+                    detail = await check()
+                results.append({"check": name, "ok": True, "detail": detail})
+            except TimeoutError:
+                results.append({"check": name, "ok": False, "detail": f"no answer in {LIMIT} s"})
+            except Exception as e:  # noqa: BLE001 - every failure is reported
+                results.append({"check": name, "ok": False, "detail": f"{type(e).__name__}: {e}"})
+            print(json.dumps(results[-1]), flush=True)
+    failed = [r["check"] for r in results if not r["ok"]]
+    if failed:
+        print(f"fastmcp-client: failed checks: {', '.join(failed)}", flush=True)
+        return 1
+    print("fastmcp-client: all checks passed", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main, sys.argv[1]))
