@@ -385,6 +385,36 @@ mod tests {
     }
 
     #[test]
+    fn task_support_is_learned_only_from_pages_as_the_upstream_sent_them() {
+        let page = |support: Option<&str>| {
+            let mut t = json!({"name": "job", "inputSchema": {"type": "object"}});
+            if let Some(s) = support {
+                t["execution"] = json!({"taskSupport": s});
+            }
+            json!({"result": {"tools": [t]}})
+        };
+        let th = ToolHeaders::default();
+        th.observe(&page(Some("required")));
+        assert_eq!(th.lookup("job").0.unwrap().task_support, None);
+        th.observe_upstream(&page(Some("required")));
+        // A page rewritten for a client (no taskSupport) changes nothing.
+        th.clone().observe(&page(None));
+        assert_eq!(
+            th.lookup("job").0.unwrap().task_support,
+            Some(TaskSupport::Required)
+        );
+        th.observe_upstream(&page(None));
+        assert_eq!(
+            th.lookup("job").0.unwrap().task_support,
+            Some(TaskSupport::Forbidden)
+        );
+        assert_eq!(
+            TaskSupport::of(&json!({"execution": {"taskSupport": "optional"}})),
+            TaskSupport::Optional
+        );
+    }
+
+    #[test]
     fn values_compare_by_type() {
         assert!(same("us-west1", &json!("us-west1")));
         assert!(same("42.0", &json!(42)));

@@ -290,6 +290,44 @@ async fn cancelling_the_task_cancels_the_upstream_task() {
 }
 
 #[tokio::test]
+async fn a_client_that_goes_away_before_any_answer_cancels_the_upstream_task() {
+    use tokio::io::AsyncWriteExt;
+    let up = TaskServer::start().await;
+    let h = front(&up, |_| {}).await;
+    // A plain modern call: it waits, and the connection is all that holds it.
+    let mut params = json!({"name": "research", "arguments": {}});
+    params["_meta"] = meta(false);
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n\
+         mcp-method: tools/call\r\nmcp-name: research\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let addr = h.proxy.as_ref().unwrap().addr;
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let _stream = up.next_result().await;
+    drop(conn);
+    let mock = &up.mock;
+    eventually("the upstream gets tasks/cancel", GUARD, || {
+        !mock.received("tasks/cancel").is_empty()
+    })
+    .await;
+    assert_eq!(
+        mock.received("tasks/cancel")[0]["params"]["taskId"],
+        UP_TASK
+    );
+    assert_eq!(
+        stored_tasks(&h).await,
+        0,
+        "no task for a call nobody waits for"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn a_failed_upstream_task_fails_the_task_with_the_upstreams_error() {
     let up = TaskServer::start().await;
     let h = front(&up, |_| {}).await;
