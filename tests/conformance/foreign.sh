@@ -37,8 +37,8 @@
 #                             pass anyway, on the "Unknown tool" error result alone
 #   json-schema-2020-12       json_schema_2020_12_tool, which only ts has
 # sep-2164-resource-not-found is required: its MUST (no empty contents) holds; its
-# SHOULD checks may warn (py answers an unknown resource with code 0 and no data.uri,
-# which tasklift relays as they are).
+# SHOULD checks may warn (py answers an unknown resource with code 0 and ts with
+# -32602, neither with data.uri; tasklift relays the error as it is).
 # Each direct run must fail exactly the scenarios in <server>_DIRECT_FAILS, so that a
 # broken install or a changed suite cannot make the comparison pass on nothing.
 # The tasks-* scenarios are not in the 2026-07-28 filter and need tasklift's own
@@ -80,6 +80,7 @@ ts_MODERN_REQUIRED=(json-schema-2020-12)
 py_DIRECT_FAILS=(json-schema-2020-12)   # it has no json_schema_2020_12_tool
 ts_DIRECT_FAILS=()
 
+[ -x "$NODE" ] || { echo "no Node 22 at $NODE: run scripts/install-test-tools first"; exit 1; }
 [ -x "$BIN" ] || cargo build --locked --quiet --bin tasklift
 
 # The servers, installed once each; reinstalled when a pin changes.
@@ -271,5 +272,6 @@ if [ ${#failures[@]} -gt 0 ]; then
   echo
   echo "failed: ${failures[*]}"
 fi
-echo "conformance (foreign servers ${SERVERS[*]}): $passed passed, $failed failed"
+echo "foreign servers: ${SERVERS[*]}"
+echo "conformance-foreign: $passed passed, $failed failed"
 [ ${#failures[@]} -eq 0 ]
