@@ -763,6 +763,110 @@ async fn v1_stdio_sampling_before_and_after_the_handle() {
     sampling(Stdio).await
 }
 
+/// Poll a task to a terminal state, asserting it never asks for input (it is never
+/// shown another caller's question).
+async fn never_input_required(c: &Client, id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let t = c.get_task(id).await.expect("tasks/get");
+        assert_ne!(
+            t["status"], "input_required",
+            "another call's question: {t}"
+        );
+        assert!(t.get("inputRequests").is_none(), "{t}");
+        if matches!(
+            t["status"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        ) {
+            return t;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{t}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Two callers (two principals) on one stdio server with `isolate_input`: B's tool
+/// asks a second after A's slow call started. B gets its question and its answer
+/// reaches its tool; A's task never sees it.
+#[tokio::test]
+async fn v1_stdio_a_question_reaches_only_its_caller_with_isolate_input() {
+    let Some(b) = bed(V1, Stdio, |c| {
+        input_rules(c);
+        c.upstreams[0].max_processes = 2;
+        c.auth.mode = "bearer".into();
+    })
+    .await
+    else {
+        return;
+    };
+    let asker = Caller::new(&b.h, "ask_again", json!({"delay": 1.0})).token("b");
+    let cb = b.h.client_with(true, &[("authorization", "Bearer b")]);
+    let ca = b.h.client_with(true, &[("authorization", "Bearer a")]);
+    let id_b = handle(&result(&asker.call(1).await));
+    let r = ca
+        .call_tool("slow", json!({"seconds": 2.0}))
+        .await
+        .expect("slow")
+        .result;
+    let id_a = handle(&r);
+    let a = never_input_required(&ca, &id_a);
+    let answered = async {
+        let t = wait_for(&cb, &id_b, "B's question", |t| {
+            t["status"] == "input_required"
+        })
+        .await;
+        let key = key_for(&t["inputRequests"], "What is your name?");
+        update(&cb, &id_b, json!({key: ada()})).await;
+        follow(&cb, &id_b).await.0
+    };
+    let (ta, tb) = tokio::join!(a, answered);
+    assert_eq!(ta["status"], "completed", "{ta}");
+    assert_eq!(text(&ta["result"]), "slept 2.0s", "{ta}");
+    assert_eq!(tb["status"], "completed", "{tb}");
+    assert_eq!(text(&tb["result"]), "hello Ada", "{tb}");
+    b.stop().await;
+}
+
+/// Two calls on one child without `isolate_input`: A's slow call is running when
+/// B's tool asks. The child's question names no call and two are in flight, so
+/// nobody may be shown it: A's task never sees it, and B's call ends (its question
+/// refused) instead of hanging.
+#[tokio::test]
+async fn v1_stdio_an_ambiguous_question_is_refused_not_misdelivered() {
+    let Some(b) = bed(V1, Stdio, rules(&[("ask_again", rule("always"))])).await else {
+        return;
+    };
+    let c = b.h.client();
+    let r = c
+        .call_tool("slow", json!({"seconds": 30.0}))
+        .await
+        .expect("slow")
+        .result;
+    let id_a = handle(&r);
+    b.wait_stats("A's call is running", |s| s["started"] == 1)
+        .await;
+    let asker = Caller::new(&b.h, "ask_again", json!({}));
+    let id_b = handle(&result(&asker.call(1).await));
+    // Until B's call ends, A's task must never show a question.
+    let deadline = tokio::time::Instant::now() + GUARD;
+    let tb = loop {
+        let ta = c.get_task(&id_a).await.expect("tasks/get");
+        assert_eq!(ta["status"], "working", "A: {ta}");
+        assert!(ta.get("inputRequests").is_none(), "A: {ta}");
+        let tb = c.get_task(&id_b).await.expect("tasks/get");
+        assert_ne!(tb["status"], "input_required", "B: {tb}");
+        if matches!(tb["status"].as_str(), Some("completed" | "failed")) {
+            break tb;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "B: {tb}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let refused = tb["status"] == "failed" || tb["result"]["isError"] == true;
+    assert!(refused, "B's call ends with its question refused: {tb}");
+    c.cancel_task(&id_a).await.expect("tasks/cancel");
+    b.stop().await;
+}
+
 /// A mcp 1.x stdio child starts quietly: tasklift's era probe must not make it log
 /// pages of validation errors (they end up in tasklift's log as the child's stderr).
 #[tokio::test]
@@ -975,5 +1079,5 @@ async fn fastmcp_tasks_client_completes_with_lenient_task_name_header() {
         bad.join("\n")
     );
     let task = checks.iter().find(|c| c["check"] == "task").unwrap();
-    assert_eq!(task["detail"]["first status"], "working", "{task}");
+    assert_eq!(task["detail"]["handle status"], "working", "{task}");
 }

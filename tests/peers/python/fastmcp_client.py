@@ -50,7 +50,12 @@ async def main(url: str) -> int:
             first = await task.status()
             r = await task.result()
             expect(text_of(r) == "slept 1.5s", f"slow as a task: {r}")
-            return {"taskId": task.task_id, "first status": first.status, "text": text_of(r)}
+            return {
+                "taskId": task.task_id,
+                "handle status": task.create_result.status,
+                "first polled status": first.status,
+                "text": text_of(r),
+            }
 
         async def check_transparent():
             r = await client.call_tool("slow", {"seconds": 1.0})
