@@ -418,6 +418,7 @@ impl Driver {
         let mut breaks = 0;
         let mut retry_at: Option<tokio::time::Instant> = None;
         let mut last_task = task;
+        let mut disarmed = false;
         loop {
             let retry = async {
                 match retry_at {
@@ -432,6 +433,8 @@ impl Driver {
                         self.cancel_upstream().await;
                         return; // dropping `result` ends the tasks/result request
                     }
+                    // Disarmed: the call was answered and is no longer cancellable.
+                    disarmed = true;
                 }
                 ev = next_event(&mut result) => match ev {
                     Some(CallEvent::Done(o)) => {
@@ -473,8 +476,12 @@ impl Driver {
                     // The call was dropped; its canceller says whether that was a
                     // cancellation. Nobody can read the result any more either way,
                     // so unless it was disarmed, the upstream's task is cancelled.
-                    let disarmed = cancel_open
-                        && matches!(tokio::time::timeout(Duration::from_secs(1), &mut cancel).await, Ok(Err(_)));
+                    if cancel_open {
+                        match tokio::time::timeout(Duration::from_secs(1), &mut cancel).await {
+                            Ok(Err(_)) => disarmed = true,
+                            Ok(Ok(())) | Err(_) => {}
+                        }
+                    }
                     if !disarmed {
                         self.cancel_upstream().await;
                     }
