@@ -749,3 +749,48 @@ async fn server_everythings_research_query_asks_through_the_tasklift_task_over_h
     ambiguous_research(&c).await;
     h.stop().await;
 }
+
+#[tokio::test]
+async fn two_research_queries_at_once_are_each_followed_in_their_own_upstream_session() {
+    // A legacy HTTP upstream keeps each task in the session that created it: every
+    // tasks/* request for it must go to that session, also when tasklift opened
+    // another session for the caller's second call (sessions_per_caller).
+    use crate::stdio::{follow, guard, task_id, text};
+    let Some((node, entry)) = everything() else {
+        return;
+    };
+    let (_server, url) = everything_over_http(&node, &entry).await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &url, dir, |c| {
+        c.tasks.threshold = "500ms".into();
+    })
+    .await;
+    let c = h.client();
+    let call = |topic: &'static str| {
+        guard(
+            "simulate-research-query",
+            c.call_tool("simulate-research-query", json!({ "topic": topic })),
+        )
+    };
+    // The second call starts while the first one's tasks/result holds its session.
+    let a = task_id(&call("moss").await.expect("tools/call").result);
+    task_until(&c, &a, "the first task is followed", |t| {
+        t["statusMessage"].is_string()
+    })
+    .await;
+    let b = task_id(&call("lichen").await.expect("tools/call").result);
+    let ids = [a, b];
+    let (ta, tb) = tokio::join!(follow(&c, &ids[0]), follow(&c, &ids[1]));
+    for ((t, seen), topic) in [(ta, "moss"), (tb, "lichen")] {
+        assert_eq!(t["status"], "completed", "{t}");
+        assert!(
+            text(&t["result"]).contains(&format!("# Research Report: {topic}")),
+            "{t}"
+        );
+        assert!(
+            seen.iter().any(|m| m.ends_with("...")),
+            "the {topic} task never showed the server's stages; saw {seen:?}"
+        );
+    }
+    h.stop().await;
+}
