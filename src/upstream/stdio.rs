@@ -104,8 +104,12 @@ struct Conn {
     owners: DashMap<u64, String>,
     /// The pending calls that may cause a request to the client (see `may_ask`).
     askers: DashMap<u64, ()>,
-    /// Progress token -> upstream id.
+    /// Progress token -> upstream id. The child sees tasklift's own token for each
+    /// call (`tasklift-ID`), never a client's: two callers may well both use `1`.
     tokens: DashMap<String, u64>,
+    /// The client's own progress token of each call that has one, restored on the
+    /// progress relayed to it.
+    client_tokens: DashMap<u64, Value>,
     /// Upstream-side ids.
     next_id: AtomicU64,
     /// Set when the child exits.
@@ -129,6 +133,7 @@ impl Conn {
             owners: DashMap::new(),
             askers: DashMap::new(),
             tokens: DashMap::new(),
+            client_tokens: DashMap::new(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             changes: tokio::sync::broadcast::channel(64).0,
@@ -163,6 +168,7 @@ impl Conn {
     fn forget(&self, id: u64) -> bool {
         self.owners.remove(&id);
         self.askers.remove(&id);
+        self.client_tokens.remove(&id);
         match self.pending.remove(&id) {
             Some((_, (_, token))) => {
                 if let Some(t) = token {
@@ -415,11 +421,38 @@ impl Pool {
         let ids: Vec<u64> = conn.pending.iter().map(|e| *e.key()).collect();
         for id in ids {
             conn.owners.remove(&id);
+            conn.client_tokens.remove(&id);
             if let Some((_, (tx, _))) = conn.pending.remove(&id) {
                 let _ = tx.try_send(CallEvent::Done(Err(err.clone())));
             }
         }
         exit
+    }
+
+    /// `server/discover`, waiting up to `timeout`: `Some` with the era's answer when
+    /// it settles the question, `None` when the child may be legacy.
+    async fn discover(
+        &self,
+        conn: &Conn,
+        timeout: Duration,
+    ) -> Option<Result<(Era, Value), String>> {
+        match conn
+            .ask(
+                mcp::method::DISCOVER,
+                json!({"_meta": modern_meta()}),
+                timeout,
+            )
+            .await
+        {
+            Some(Ok(r)) if r.get("supportedVersions").is_some() => Some(Ok((Era::Modern, r))),
+            Some(Err(e)) if mcp::is_modern_error_code(e.code) => Some(Err(format!(
+                "the server is modern but refused tasklift's version: {e}"
+            ))),
+            other if self.cfg.era == EraSetting::Modern => {
+                Some(Err(format!("server/discover failed: {other:?}")))
+            }
+            _ => None,
+        }
     }
 
     /// Detect the era and learn the server's capabilities.
@@ -430,24 +463,8 @@ impl Pool {
             } else {
                 self.stdio.probe_timeout
             };
-            match conn
-                .ask(
-                    mcp::method::DISCOVER,
-                    json!({"_meta": modern_meta()}),
-                    timeout,
-                )
-                .await
-            {
-                Some(Ok(r)) if r.get("supportedVersions").is_some() => return Ok((Era::Modern, r)),
-                Some(Err(e)) if mcp::is_modern_error_code(e.code) => {
-                    return Err(format!(
-                        "the server is modern but refused tasklift's version: {e}"
-                    ))
-                }
-                other if self.cfg.era == EraSetting::Modern => {
-                    return Err(format!("server/discover failed: {other:?}"));
-                }
-                _ => {}
+            if let Some(settled) = self.discover(conn, timeout).await {
+                return settled;
             }
         }
         let init = conn
@@ -455,14 +472,31 @@ impl Pool {
                 mcp::method::INITIALIZE,
                 json!({
                     "protocolVersion": LEGACY_VERSIONS[0],
-                    "capabilities": {},
+                    // What tasklift bridges, as on HTTP: each call's caller decides
+                    // what it is actually asked (a caller that cannot answer gets
+                    // an error for it, not a question meant for someone else).
+                    "capabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
                     "clientInfo": {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
                 }),
                 HANDSHAKE_TIMEOUT,
             )
             .await
-            .ok_or("no answer to initialize")?
-            .map_err(|e| format!("initialize failed: {e}"))?;
+            .ok_or("no answer to initialize")?;
+        let init = match init {
+            Ok(init) => init,
+            // A modern child that was slower than the probe refuses initialize with
+            // a 2026-07-28 error: it is modern after all, so ask it again, patiently.
+            Err(e) if mcp::is_modern_error_code(e.code) && self.cfg.era == EraSetting::Auto => {
+                tracing::info!(upstream = %self.name(), "the child refused initialize as a 2026-07-28 server; it was slower than probe_timeout, asking server/discover again");
+                return self
+                    .discover(conn, HANDSHAKE_TIMEOUT)
+                    .await
+                    .unwrap_or_else(|| {
+                        Err("server/discover failed after initialize was refused as modern".into())
+                    });
+            }
+            Err(e) => return Err(format!("initialize failed: {e}")),
+        };
         let version = init
             .get("protocolVersion")
             .and_then(Value::as_str)
@@ -678,6 +712,7 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
             let Some(id) = id.as_u64() else { return };
             conn.owners.remove(&id);
             conn.askers.remove(&id);
+            conn.client_tokens.remove(&id);
             if let Some((_, (tx, token))) = conn.pending.remove(&id) {
                 if let Some(t) = token {
                     conn.tokens.remove(&t);
@@ -685,9 +720,14 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
                 let _ = tx.send(CallEvent::Done(outcome)).await;
             }
         }
-        Msg::Notification { method, params } => {
+        Msg::Notification { method, mut params } => {
             let token = params.get("progressToken").map(Value::to_string);
             let mut target = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value()));
+            if let Some(id) = target {
+                if let (Some(t), Value::Object(p)) = (conn.client_tokens.get(&id), &mut params) {
+                    p.insert("progressToken".into(), t.value().clone());
+                }
+            }
             // A log message carries no link to its call: it goes to the most recent
             // call in flight, but only when every call in flight is the same caller's
             // (otherwise it could be another caller's log, and it is not relayed).
@@ -892,11 +932,22 @@ impl Upstream for StdioUpstream {
             };
             let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
             let idv = json!(id);
-            let msg = wire_message(req, conn.era(), Some(&idv));
-            let token = req
-                .meta()
-                .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
-                .map(Value::to_string);
+            // Progress goes under a token of tasklift's, unique on this child.
+            let client_token = req.meta().and_then(|m| m.get(mcp::META_PROGRESS_TOKEN));
+            let (msg, token) = match client_token {
+                Some(t) => {
+                    conn.client_tokens.insert(id, t.clone());
+                    let mine = json!(format!("tasklift-{id}"));
+                    let mut wire = req.clone();
+                    mcp::meta_mut(&mut wire.params)
+                        .insert(mcp::META_PROGRESS_TOKEN.into(), mine.clone());
+                    (
+                        wire_message(&wire, conn.era(), Some(&idv)),
+                        Some(mine.to_string()),
+                    )
+                }
+                None => (wire_message(req, conn.era(), Some(&idv)), None),
+            };
             let events = match conn.send(msg, id, token, &ctx.principal, asks).await {
                 Ok(rx) => rx,
                 Err(why) => {

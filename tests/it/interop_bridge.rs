@@ -294,3 +294,48 @@ async fn tasks_without_mcp_name_are_refused_unless_the_operator_opts_in() {
         h.stop().await;
     }
 }
+
+#[tokio::test]
+async fn two_callers_with_the_same_progress_token_each_get_their_own_progress() {
+    // SDK clients number progress tokens from 1 (the TypeScript SDK v1 uses the
+    // request id): on one stdio child, two callers' tokens are often the same.
+    let h = asker(|_| {}).await;
+    let count = |token: &str, label: &str, n: u64| {
+        Post::new(
+            &h.url,
+            7,
+            "tools/call",
+            json!({"name": "count", "arguments": {"n": n, "label": label},
+                   "_meta": {"progressToken": 1}}),
+            false,
+        )
+        .header("authorization", &format!("Bearer {token}"))
+        .send()
+    };
+    let (a, b) = tokio::join!(count("alice", "A", 12), async {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        count("bob", "B", 3).await
+    });
+    for (r, mine, other, n) in [(&a, "A", "B", 12), (&b, "B", "A", 3)] {
+        let msgs = r.sse_messages();
+        let progress: Vec<&Value> = msgs
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .collect();
+        assert_eq!(progress.len(), n, "{mine}: {msgs:?}");
+        for p in &progress {
+            assert_eq!(p["params"]["progressToken"], 1, "{p}");
+            let m = p["params"]["message"].as_str().unwrap();
+            assert!(
+                m.starts_with(mine) && !m.starts_with(other),
+                "{mine} got {p}"
+            );
+        }
+        let done = msgs.iter().find(|m| m["id"] == 7).expect("the result");
+        assert_eq!(
+            done["result"]["content"][0]["text"],
+            format!("{mine} counted {n}")
+        );
+    }
+    h.stop().await;
+}

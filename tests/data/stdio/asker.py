@@ -3,7 +3,8 @@
 tool's elicitation/create carries nothing that links it to the call that caused it.
 
 Tools: `ask_later` (waits `delay` seconds, asks one question, returns the answer),
-`slow` (waits `seconds`, returns "slow done"). Each request runs in a thread, so
+`slow` (waits `seconds`, returns "slow done"), `count` (`n` progress notifications
+under the call's own progress token, 100 ms apart, each naming `label`). Each request runs in a thread, so
 calls overlap like they do in a real server."""
 import json
 import sys
@@ -50,6 +51,15 @@ def call(rid, params):
         else:
             word = answer.get("result", {}).get("content", {}).get("word")
             result = text(f"{who} got: {word}")
+    elif name == "count":
+        token = (params.get("_meta") or {}).get("progressToken")
+        n, label = int(args.get("n", 5)), args.get("label", "")
+        for i in range(1, n + 1):
+            time.sleep(0.1)
+            if token is not None:
+                send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                    "progressToken": token, "progress": i, "total": n, "message": f"{label} {i}"}})
+        result = text(f"{label} counted {n}")
     elif name == "slow":
         time.sleep(float(args.get("seconds", 2.0)))
         result = text("slow done")
@@ -60,7 +70,8 @@ def call(rid, params):
 
 
 TOOLS = [{"name": "ask_later", "inputSchema": {"type": "object"}},
-         {"name": "slow", "inputSchema": {"type": "object"}}]
+         {"name": "slow", "inputSchema": {"type": "object"}},
+         {"name": "count", "inputSchema": {"type": "object"}}]
 
 for line in sys.stdin:
     try:
