@@ -12,7 +12,7 @@
 //!   bridging, task notifications) and the sweeper.
 //! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras and
 //!   stdio child processes.
-//! - [`store`]: the `TaskStore` trait and its sled implementation; [`store_admin`]:
+//! - [`store`]: the `TaskStore` trait, its sled and PostgreSQL implementations; [`store_admin`]:
 //!   `tasklift store`, operator tools over a stopped proxy's store.
 //! - [`call`]: `tasklift call`, a terminal client for any 2026-07-28 endpoint.
 //! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.

@@ -40,12 +40,12 @@ type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes
 /// Largest non-streamed upstream body tasklift reads (error bodies, JSON answers).
 const MAX_JSON_BODY: usize = 256 * 1024 * 1024;
 
-/// `Mcp-Session-Id`.
 /// How many times one response stream is resumed after the server closed it.
 const MAX_RESUMES: u32 = 20;
 /// Longest `retry:` delay honoured before resuming a stream.
 const MAX_RESUME_DELAY_MS: u64 = 5_000;
 
+/// `Mcp-Session-Id`.
 static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
 static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
@@ -805,18 +805,30 @@ impl Shared {
         ctx: &CallContext,
         stale: Option<&Arc<Session>>,
     ) -> Result<Arc<Session>, UpstreamError> {
-        let slot = self.slot(ctx);
-        let mut cur = slot.current.lock().await;
-        if let Some(s) = cur.as_ref() {
-            if stale.is_none_or(|st| !Arc::ptr_eq(st, s)) {
-                s.last_used.store(self.now_ms(), Ordering::Relaxed);
-                return Ok(s.clone());
+        let key = self.session_key(ctx);
+        loop {
+            let slot = self.slot(ctx);
+            let mut cur = slot.current.lock().await;
+            // `close_idle` may have emptied this slot and dropped it from the map
+            // while we waited: a session opened in it would never be closed.
+            if !self
+                .sessions
+                .get(&key)
+                .is_some_and(|e| Arc::ptr_eq(e.value(), &slot))
+            {
+                continue;
             }
-            tracing::info!(upstream = %self.cfg.name, "legacy session expired; initializing a new one");
+            if let Some(s) = cur.as_ref() {
+                if stale.is_none_or(|st| !Arc::ptr_eq(st, s)) {
+                    s.last_used.store(self.now_ms(), Ordering::Relaxed);
+                    return Ok(s.clone());
+                }
+                tracing::info!(upstream = %self.cfg.name, "legacy session expired; initializing a new one");
+            }
+            let s = self.open(ctx).await?;
+            *cur = Some(s.clone());
+            return Ok(s);
         }
-        let s = self.open(ctx).await?;
-        *cur = Some(s.clone());
-        Ok(s)
     }
 
     /// A new session, its GET stream open before any call needs it.
@@ -1287,8 +1299,10 @@ impl Upstream for HttpUpstream {
                     continue;
                 }
                 let s = cur.take().expect("checked");
-                drop(cur);
+                // Out of the map before the slot is unlocked: a caller waiting on it
+                // then sees it is gone and makes a new one (see `session`).
                 inner.sessions.remove(&key);
+                drop(cur);
                 inner.close(&s).await;
                 tracing::debug!(upstream = %inner.cfg.name, "closed idle legacy session");
             }
