@@ -803,3 +803,60 @@ async fn server_everything_over_streamable_http() {
     );
     h.stop().await;
 }
+
+/// Three callers' `ask` calls in flight at once on the SDK v1 server, two of them
+/// one principal's: each question goes on a session's GET stream, naming no call,
+/// and each must reach its own caller, whose answer must reach its own tool.
+#[tokio::test]
+async fn ts_v1_concurrent_questions_each_reach_their_own_caller() {
+    let Some(up) = ts_v1_server().await else {
+        return;
+    };
+    let h = front(&up.url, |c| {
+        c.auth.mode = "bearer".into();
+        c.upstreams[0].tools.insert("ask".into(), rule("always"));
+    })
+    .await;
+    let callers = [("ann", "p1"), ("bob", "p1"), ("cyd", "p2")];
+    let mut tasks = Vec::new();
+    for (name, principal) in callers {
+        let r = result(
+            &guarded(
+                "ask",
+                Caller::new(&h, "ask", json!({"delay": 0.8}))
+                    .token(principal)
+                    .call(1),
+            )
+            .await,
+        );
+        let c = h.client_with(true, &[("authorization", &format!("Bearer {principal}"))]);
+        tasks.push((name, task_id(&r), c));
+    }
+    for (name, id, c) in &tasks {
+        let t = wait_for(c, id, "input_required", |t| t["status"] != "working").await;
+        assert_eq!(t["status"], "input_required", "{name}: {t}\n{}", up.logs());
+        let reqs = t["inputRequests"].as_object().unwrap();
+        assert_eq!(
+            reqs.len(),
+            1,
+            "{name} was asked more than its own question: {t}"
+        );
+        let key = key_for(&t["inputRequests"], "What is your name?");
+        update(
+            c,
+            id,
+            json!({key: {"action": "accept", "content": {"name": name}}}),
+        )
+        .await;
+    }
+    for (name, id, c) in &tasks {
+        let done = wait_terminal(c, id, Duration::from_secs(20)).await;
+        assert_eq!(done["status"], "completed", "{name}: {done}");
+        assert_eq!(
+            text(&done["result"]),
+            format!(r#"answer: accept {{"name":"{name}"}}"#),
+            "{name}'s tool got another caller's answer"
+        );
+    }
+    h.stop().await;
+}
