@@ -38,7 +38,7 @@ use super::{
     broken, CallContext, CallEvent, Canceller, Era, Listening, Upstream, UpstreamCall,
     UpstreamError, UpstreamFuture,
 };
-use crate::jsonrpc::{Outcome, Request, RpcError, INTERNAL_ERROR};
+use crate::jsonrpc::{Outcome, Request, RpcError, INTERNAL_ERROR, INVALID_PARAMS, UPSTREAM_ERROR};
 use crate::mcp;
 
 /// `_meta` key tying a 2025-11-25 message to its task.
@@ -414,11 +414,15 @@ impl Driver {
             .in_current_span(),
         );
         let _poller = AbortOnDrop(poller.abort_handle());
-        let mut result = self.open_result().await;
+        let mut result = None;
         let mut breaks = 0;
-        let mut retry_at: Option<tokio::time::Instant> = None;
+        // tasks/result is (re)sent when this time comes.
+        let mut retry_at = Some(tokio::time::Instant::now());
         let mut last_task = task;
         let mut disarmed = false;
+        let mut polling = true;
+        // The first time the tasks/result stream broke, when it did.
+        let mut first_break: Option<RpcError> = None;
         loop {
             let retry = async {
                 match retry_at {
@@ -436,50 +440,82 @@ impl Driver {
                     // Disarmed: the call was answered and is no longer cancellable.
                     disarmed = true;
                 }
-                ev = next_event(&mut result) => match ev {
-                    Some(CallEvent::Done(o)) => {
-                        if let Some(c) = &mut result {
-                            c.canceller.disarm();
+                ev = next_event(&mut result) => {
+                    let broke = match ev {
+                        Some(CallEvent::Done(Err(e))) if e.code == UPSTREAM_ERROR => Some(e),
+                        Some(CallEvent::Done(o)) => {
+                            if let Some(c) = &mut result {
+                                c.canceller.disarm();
+                            }
+                            // Asked again after a break, the task may be gone (a
+                            // restarted server): the break is what happened.
+                            let o = match (o, first_break.take()) {
+                                (Err(e), Some(b)) if e.code == INVALID_PARAMS => Err(b),
+                                (o, _) => o,
+                            };
+                            self.finish(o).await;
+                            return;
                         }
-                        self.finish(o).await;
-                        return;
-                    }
-                    Some(ev) => self.event(ev).await,
-                    None => {
-                        // The tasks/result stream broke: ask again (the task goes on).
+                        Some(ev) => {
+                            self.event(ev).await;
+                            None
+                        }
+                        None => Some(broken(self.up.name())),
+                    };
+                    if let Some(e) = broke {
+                        // The tasks/result stream broke, not the task: ask again.
                         if let Some(c) = &mut result {
                             c.canceller.disarm();
                         }
                         result = None;
                         breaks += 1;
+                        let first = first_break.get_or_insert(e).clone();
                         if breaks > RESULT_RETRIES {
-                            self.finish(Err(ended_without_result(self.up.name(), &last_task))).await;
+                            self.finish(Err(first)).await;
                             return;
                         }
                         tracing::info!(task = %self.task_id, "the upstream's tasks/result stream broke; asking again");
                         retry_at = Some(tokio::time::Instant::now() + poll_interval(&last_task));
                     }
                 },
-                p = polled.recv() => match p {
+                p = polled.recv(), if polling => match p {
                     Some(Polled::Task(t)) => {
                         self.status(&t).await;
                         last_task = t;
                     }
                     Some(Polled::Event(ev)) => self.event(ev).await,
-                    None => {}
+                    // The poller saw the task end (or gave up): the result comes on tasks/result.
+                    None => polling = false,
                 },
                 _ = retry => {
                     retry_at = None;
-                    result = self.open_result().await;
+                    result = match self.open_result().await {
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            first_break.get_or_insert(e);
+                            None
+                        }
+                    };
+                    if result.is_none() {
+                        breaks += 1;
+                        if breaks > RESULT_RETRIES {
+                            let e = first_break
+                                .take()
+                                .unwrap_or_else(|| ended_without_result(self.up.name(), &last_task));
+                            self.finish(Err(e)).await;
+                            return;
+                        }
+                        retry_at = Some(tokio::time::Instant::now() + poll_interval(&last_task));
+                    }
                 }
                 _ = self.tx.closed() => {
                     // The call was dropped; its canceller says whether that was a
                     // cancellation. Nobody can read the result any more either way,
                     // so unless it was disarmed, the upstream's task is cancelled.
                     if cancel_open {
-                        match tokio::time::timeout(Duration::from_secs(1), &mut cancel).await {
-                            Ok(Err(_)) => disarmed = true,
-                            Ok(Ok(())) | Err(_) => {}
+                        let waited = tokio::time::timeout(Duration::from_secs(1), &mut cancel).await;
+                        if let Ok(Err(_)) = waited {
+                            disarmed = true;
                         }
                     }
                     if !disarmed {
@@ -491,19 +527,15 @@ impl Driver {
         }
     }
 
-    /// Start the blocking `tasks/result`; `None` (asked again later) if it could not be sent.
-    async fn open_result(&self) -> Option<UpstreamCall> {
-        match self
-            .up
+    /// Start the blocking `tasks/result` (asked again later if it could not be sent).
+    async fn open_result(&self) -> Result<UpstreamCall, RpcError> {
+        self.up
             .call(&self.task_request("tasks/result"), &self.ctx)
             .await
-        {
-            Ok(c) => Some(c),
-            Err(e) => {
+            .map_err(|e| {
                 tracing::info!(task = %self.task_id, error = %e, "could not ask for the upstream task's result");
-                None
-            }
-        }
+                e.to_rpc()
+            })
     }
 
     /// Send `tasks/cancel` for the upstream's task and wait (a little) for its answer.
@@ -541,7 +573,7 @@ fn ended_without_result(upstream: &str, task: &Value) -> RpcError {
             format!("upstream {upstream} cancelled its task before it produced a result"),
         ),
         _ => RpcError::new(
-            crate::jsonrpc::UPSTREAM_ERROR,
+            UPSTREAM_ERROR,
             format!("upstream {upstream} kept closing the stream of its task's result"),
         ),
     }

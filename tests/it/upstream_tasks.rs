@@ -328,6 +328,25 @@ async fn a_client_that_goes_away_before_any_answer_cancels_the_upstream_task() {
 }
 
 #[tokio::test]
+async fn a_broken_tasks_result_stream_is_asked_again() {
+    let up = TaskServer::start().await;
+    let h = front(&up, |_| {}).await;
+    let c = h.client();
+    let id = research_task(&c).await;
+    let (_, first) = up.next_result().await;
+    drop(first); // the upstream's stream ends without the result
+    let again = up.next_result().await;
+    up.complete(again, "a report after all").await;
+    let t = wait_terminal(&c, &id, GUARD).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(
+        t["result"]["content"][0]["text"], "a report after all",
+        "{t}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn a_failed_upstream_task_fails_the_task_with_the_upstreams_error() {
     let up = TaskServer::start().await;
     let h = front(&up, |_| {}).await;
