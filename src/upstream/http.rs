@@ -31,6 +31,7 @@ use super::{
     listen_modern, modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening,
     ServerRequest, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
+use super::{related_task, upstream_task_of};
 use crate::config::{EraSetting, UpstreamConfig};
 use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError};
 use crate::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
@@ -75,6 +76,8 @@ struct Shared {
     detecting: tokio::sync::Mutex<()>,
     /// Legacy sessions by (principal, credentials).
     sessions: DashMap<String, Arc<SessionSlot>>,
+    /// The session each upstream (2025-11-25) task was created on, by task id.
+    task_homes: DashMap<String, std::sync::Weak<Session>>,
     /// Upstream-side request ids.
     next_id: AtomicU64,
     /// Reference point for idle times.
@@ -110,7 +113,7 @@ struct Session {
     /// The calls in flight on this session that may ask the client for input, by
     /// upstream request id. A request on the session's GET stream names no call: it
     /// goes to the only one of these, and is refused when there are several.
-    askers: Mutex<Vec<(Value, mpsc::Sender<CallEvent>)>>,
+    askers: Mutex<Vec<Asking>>,
     /// The session's notifications that belong to no call (list changes, resource
     /// updates), from its GET stream, for `subscriptions/listen` streams.
     changes: tokio::sync::broadcast::Sender<Value>,
@@ -126,6 +129,17 @@ impl Drop for Session {
     }
 }
 
+/// A call that may ask the client for input, as its session knows it.
+struct Asking {
+    /// Its upstream request id.
+    id: Value,
+    /// Where its events go.
+    tx: mpsc::Sender<CallEvent>,
+    /// For a 2025-11-25 `tasks/result`, the upstream task it waits on: a request
+    /// whose `related-task` names that task belongs to this call.
+    task: Option<String>,
+}
+
 /// A call registered among its session's `askers`; unregisters on drop.
 struct Asker {
     session: Arc<Session>,
@@ -138,7 +152,7 @@ impl Drop for Asker {
             .askers
             .lock()
             .expect("askers lock")
-            .retain(|(id, _)| *id != self.id);
+            .retain(|a| a.id != self.id);
     }
 }
 
@@ -167,6 +181,7 @@ impl HttpUpstream {
                 era: RwLock::new(era),
                 detecting: tokio::sync::Mutex::new(()),
                 sessions: DashMap::new(),
+                task_homes: DashMap::new(),
                 next_id: AtomicU64::new(1),
                 epoch: Instant::now(),
             }),
@@ -458,6 +473,32 @@ impl Shared {
         let _ = tx.send(CallEvent::Done(Err(broken(name)))).await;
     }
 
+    /// `pump` for a task-augmented request: a `CreateTaskResult` in the answer
+    /// makes this session the task's home, where its `tasks/*` requests must go.
+    async fn pump_task_call(
+        self: &Arc<Self>,
+        ans: Answer,
+        id: Value,
+        tx: mpsc::Sender<CallEvent>,
+        session: &Arc<Session>,
+    ) {
+        let (itx, mut irx) = mpsc::channel(16);
+        let forward = async {
+            while let Some(ev) = irx.recv().await {
+                if let CallEvent::Done(Ok(r)) = &ev {
+                    if let Some(t) = r.pointer("/task/taskId").and_then(Value::as_str) {
+                        self.task_homes
+                            .insert(t.to_string(), Arc::downgrade(session));
+                    }
+                }
+                if tx.send(ev).await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::join!(self.pump(ans, id, itx, Some(session)), forward);
+    }
+
     /// Reopen a legacy response stream after `last` with a GET carrying `Last-Event-ID`.
     async fn resume_stream(self: &Arc<Self>, s: &Session, last: &str) -> Option<Incoming> {
         let mut h = s.headers();
@@ -665,11 +706,18 @@ impl Shared {
         method: String,
         params: Value,
     ) {
+        let related = related_task(&params);
         let target = {
             let askers = s.askers.lock().expect("askers lock");
-            match askers.as_slice() {
-                [(_, tx)] => Ok(tx.clone()),
-                other => Err(other.len()),
+            match askers
+                .iter()
+                .find(|a| related.is_some() && a.task.as_deref() == related)
+            {
+                Some(a) => Ok(a.tx.clone()),
+                None => match askers.as_slice() {
+                    [a] => Ok(a.tx.clone()),
+                    other => Err(other.len()),
+                },
             }
         };
         let responder = self.responder(s.headers(), s.opener.clone(), id.clone());
@@ -849,21 +897,34 @@ impl Shared {
         ctx: &CallContext,
         stale: Option<&Arc<Session>>,
         asks: Option<(&Value, &mpsc::Sender<CallEvent>)>,
+        task: Option<&str>,
     ) -> Result<(Arc<Session>, Option<Asker>), UpstreamError> {
-        let main = self.session(ctx, stale).await?;
-        let Some((id, tx)) = asks else {
-            return Ok((main, None));
-        };
-        let claim = |s: &Arc<Session>| {
-            s.askers
-                .lock()
-                .expect("askers lock")
-                .push((id.clone(), tx.clone()));
+        let register = |s: &Arc<Session>, (id, tx): (&Value, &mpsc::Sender<CallEvent>)| {
+            s.askers.lock().expect("askers lock").push(Asking {
+                id: id.clone(),
+                tx: tx.clone(),
+                task: task.map(str::to_string),
+            });
             Asker {
                 session: s.clone(),
                 id: id.clone(),
             }
         };
+        // A request about an upstream task goes to the session that created it: the
+        // server keeps its tasks per session.
+        if let Some(home) = task
+            .and_then(|t| self.task_homes.get(t).and_then(|w| w.upgrade()))
+            .filter(|h| stale.is_none_or(|st| !Arc::ptr_eq(st, h)))
+        {
+            home.last_used.store(self.now_ms(), Ordering::Relaxed);
+            let asker = asks.map(|a| register(&home, a));
+            return Ok((home, asker));
+        }
+        let main = self.session(ctx, stale).await?;
+        let Some(asks) = asks else {
+            return Ok((main, None));
+        };
+        let claim = |s: &Arc<Session>| register(s, asks);
         // A server without sessions answers every request on its own stream: its
         // questions always name their call.
         if main.id.is_none() {
@@ -1009,9 +1070,10 @@ impl Shared {
                     .expect("serializes");
                 let mut stale = None;
                 let asks = mcp::may_ask(&req.method).then_some((&id, &tx));
+                let task = upstream_task_of(&req);
                 for attempt in 0..2 {
                     let (session, _asker) =
-                        match self.call_session(&ctx, stale.as_ref(), asks).await {
+                        match self.call_session(&ctx, stale.as_ref(), asks, task).await {
                             Ok(s) => s,
                             Err(e) => {
                                 let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
@@ -1036,7 +1098,11 @@ impl Shared {
                         stale = Some(session.clone());
                         continue;
                     }
-                    self.pump(ans, id, tx, Some(&session)).await;
+                    if req.params.contains_key("task") {
+                        self.pump_task_call(ans, id, tx, &session).await;
+                    } else {
+                        self.pump(ans, id, tx, Some(&session)).await;
+                    }
                     session.last_used.store(self.now_ms(), Ordering::Relaxed);
                     return;
                 }
@@ -1268,6 +1334,7 @@ impl Upstream for HttpUpstream {
                 .iter()
                 .map(|e| (e.key().clone(), e.value().clone()))
                 .collect();
+            inner.task_homes.retain(|_, w| w.strong_count() > 0);
             let closable = |s: &Session| {
                 let idle = now.saturating_sub(s.last_used.load(Ordering::Relaxed)) >= idle_ms;
                 s.in_flight.load(Ordering::Relaxed) == 0 && (all || idle)

@@ -526,3 +526,22 @@ pub fn discover_from_initialize(init: &Value) -> Value {
     }
     Value::Object(r)
 }
+
+/// The upstream task a `tasks/get`, `tasks/result` or `tasks/cancel` is about.
+pub fn upstream_task_of(req: &Request) -> Option<&str> {
+    matches!(
+        req.method.as_str(),
+        "tasks/get" | "tasks/result" | "tasks/cancel"
+    )
+    .then(|| req.str_param("taskId"))
+    .flatten()
+}
+
+/// The task a server-to-client request says it belongs to (`related-task`).
+pub fn related_task(params: &Value) -> Option<&str> {
+    params
+        .get("_meta")?
+        .get("io.modelcontextprotocol/related-task")?
+        .get("taskId")?
+        .as_str()
+}

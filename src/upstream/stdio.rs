@@ -30,6 +30,7 @@ use super::{
     modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening, ServerRequest,
     Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
+use super::{related_task, upstream_task_of};
 use crate::config::{EraSetting, StdioConfig, Transport, UpstreamConfig};
 use crate::jsonrpc::{
     self, Incoming as Msg, Outcome, Request, RpcError, METHOD_NOT_FOUND, UPSTREAM_ERROR,
@@ -110,6 +111,12 @@ struct Conn {
     /// The client's own progress token of each call that has one, restored on the
     /// progress relayed to it.
     client_tokens: DashMap<u64, Value>,
+    /// The 2025-11-25 tasks this child created (a `CreateTaskResult` answered a
+    /// call): their `tasks/*` requests must come back to this child.
+    tasks: dashmap::DashSet<String>,
+    /// Pending `tasks/*` calls by upstream id, with the task they are about: a
+    /// request whose `related-task` names that task belongs to that call.
+    task_calls: DashMap<u64, String>,
     /// Upstream-side ids.
     next_id: AtomicU64,
     /// Set when the child exits.
@@ -134,6 +141,8 @@ impl Conn {
             askers: DashMap::new(),
             tokens: DashMap::new(),
             client_tokens: DashMap::new(),
+            tasks: dashmap::DashSet::new(),
+            task_calls: DashMap::new(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             changes: tokio::sync::broadcast::channel(64).0,
@@ -169,6 +178,7 @@ impl Conn {
         self.owners.remove(&id);
         self.askers.remove(&id);
         self.client_tokens.remove(&id);
+        self.task_calls.remove(&id);
         match self.pending.remove(&id) {
             Some((_, (_, token))) => {
                 if let Some(t) = token {
@@ -422,6 +432,7 @@ impl Pool {
         for id in ids {
             conn.owners.remove(&id);
             conn.client_tokens.remove(&id);
+            conn.task_calls.remove(&id);
             if let Some((_, (tx, _))) = conn.pending.remove(&id) {
                 let _ = tx.try_send(CallEvent::Done(Err(err.clone())));
             }
@@ -565,6 +576,14 @@ impl Pool {
             let any = futures_any(&mut rxs);
             let _ = tokio::time::timeout(Duration::from_millis(200), any).await;
         }
+    }
+
+    /// The live child that created upstream task `task`, if any.
+    fn home_of(&self, task: &str) -> Option<Arc<Conn>> {
+        self.started()
+            .iter()
+            .filter_map(|s| s.conn.borrow().clone())
+            .find(|c| !c.closed.load(Ordering::Relaxed) && c.tasks.contains(task))
     }
 
     /// Whether a started slot has no ready child yet (it is starting or restarting).
@@ -713,6 +732,12 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
             conn.owners.remove(&id);
             conn.askers.remove(&id);
             conn.client_tokens.remove(&id);
+            conn.task_calls.remove(&id);
+            if let Ok(r) = &outcome {
+                if let Some(t) = r.pointer("/task/taskId").and_then(Value::as_str) {
+                    conn.tasks.insert(t.to_string());
+                }
+            }
             if let Some((_, (tx, token))) = conn.pending.remove(&id) {
                 if let Some(t) = token {
                     conn.tokens.remove(&t);
@@ -800,6 +825,16 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
 /// token the request names, else the only call in flight that may ask. `Err(n)`:
 /// `n` calls could have caused it, so it cannot be attributed.
 fn attribute(conn: &Conn, params: &Value) -> Result<u64, usize> {
+    if let Some(task) = related_task(params) {
+        if let Some(id) = conn
+            .task_calls
+            .iter()
+            .find(|e| e.value() == task)
+            .map(|e| *e.key())
+        {
+            return Ok(id);
+        }
+    }
     let token = params
         .get("_meta")
         .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
@@ -926,11 +961,20 @@ impl Upstream for StdioUpstream {
     ) -> UpstreamFuture<'a, UpstreamCall> {
         Box::pin(async move {
             let asks = mcp::may_ask(&req.method);
-            let conn = match self.inner.pick(asks).await {
-                Ok(c) => c,
-                Err(e) => return Ok(UpstreamCall::failed(e)),
+            let task = upstream_task_of(req);
+            // A request about an upstream task goes to the child that created it.
+            let home = task.and_then(|t| self.inner.home_of(t));
+            let conn = match home {
+                Some(c) => c,
+                None => match self.inner.pick(asks).await {
+                    Ok(c) => c,
+                    Err(e) => return Ok(UpstreamCall::failed(e)),
+                },
             };
             let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+            if let Some(t) = task {
+                conn.task_calls.insert(id, t.to_string());
+            }
             let idv = json!(id);
             // Progress goes under a token of tasklift's, unique on this child.
             let client_token = req.meta().and_then(|m| m.get(mcp::META_PROGRESS_TOKEN));

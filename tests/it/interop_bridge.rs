@@ -339,3 +339,118 @@ async fn two_callers_with_the_same_progress_token_each_get_their_own_progress() 
     }
     h.stop().await;
 }
+
+// ---- An upstream's 2025-11-25 tasks live in the session that created them ----
+
+#[tokio::test]
+async fn an_upstream_tasks_requests_go_to_the_session_that_created_it() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    // A legacy server with sessions and task-only tools, which (like the TypeScript
+    // SDK v1's task store) knows a task only in the session that created it.
+    let sessions = Arc::new(Mutex::new(0u32));
+    let homes: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let streams: Arc<Mutex<Vec<crate::mock::StreamTx>>> = Arc::default();
+    let (s2, h2, st2) = (sessions.clone(), homes.clone(), streams.clone());
+    let mock = MockUpstream::start_with_headers(move |h, m| {
+        let sid = h
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let task = m["params"]["taskId"].as_str().unwrap_or("").to_string();
+        let known = || h2.lock().unwrap().get(&task) == Some(&sid);
+        match m["method"].as_str().unwrap_or("") {
+            "" => MockReply::Status(405), // no GET stream
+            "server/discover" => MockReply::Error(400, -32600, "Bad Request".into()),
+            "initialize" => {
+                let mut n = s2.lock().unwrap();
+                *n += 1;
+                MockReply::WithHeaders(
+                    vec![("mcp-session-id".into(), format!("s{n}"))],
+                    Box::new(MockReply::Result(json!({
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}}},
+                        "serverInfo": {"name": "sessions-mock", "version": "1"},
+                    }))),
+                )
+            }
+            "tools/list" => MockReply::Result(json!({"tools": [{
+                "name": "research", "inputSchema": {"type": "object"},
+                "execution": {"taskSupport": "required"}}]})),
+            "tools/call" => {
+                let t = format!("task-of-{sid}-{}", m["id"]);
+                h2.lock().unwrap().insert(t.clone(), sid);
+                MockReply::Result(json!({"task": {"taskId": t, "status": "working",
+                    "createdAt": "2026-12-01T00:00:00Z", "lastUpdatedAt": "2026-12-01T00:00:00Z",
+                    "ttl": 60000, "pollInterval": 100}}))
+            }
+            "tasks/get" | "tasks/result" | "tasks/cancel" if !known() => {
+                MockReply::Error(200, -32602, format!("Task not found: {task}"))
+            }
+            "tasks/get" => MockReply::Result(json!({"taskId": task, "status": "working",
+                "statusMessage": "researching", "createdAt": "2026-12-01T00:00:00Z",
+                "lastUpdatedAt": "2026-12-01T00:00:00Z", "ttl": 60000, "pollInterval": 100})),
+            "tasks/result" => {
+                // Held open: the research never ends by itself.
+                let (tx, rx) = tokio::sync::mpsc::channel(1);
+                st2.lock().unwrap().push(tx);
+                MockReply::Stream(rx)
+            }
+            "tasks/cancel" => MockReply::Result(json!({"taskId": task, "status": "cancelled",
+                "createdAt": "2026-12-01T00:00:00Z", "lastUpdatedAt": "2026-12-01T00:00:00Z",
+                "ttl": 60000})),
+            _ => MockReply::Result(json!({})),
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &mock.url, dir, |_| {}).await;
+    let c = h.client();
+    // Two calls at once: while the first one's tasks/result holds its session, the
+    // second gets a session of its own, and its task lives there.
+    let a = task_id(&c.call_tool("research", json!({"q": 1})).await.unwrap());
+    crate::common::eventually("the first task is followed", GUARD, || {
+        !mock.received("tasks/result").is_empty()
+    })
+    .await;
+    let b = task_id(&c.call_tool("research", json!({"q": 2})).await.unwrap());
+    crate::common::eventually("both tasks are followed", GUARD, || {
+        mock.received("tasks/result").len() >= 2 && mock.received("tasks/get").len() >= 4
+    })
+    .await;
+    assert!(
+        *sessions.lock().unwrap() >= 2,
+        "a second session was opened"
+    );
+    for id in [&a, &b] {
+        c.cancel_task(id).await.unwrap();
+    }
+    crate::common::eventually("both upstream tasks are cancelled", GUARD, || {
+        mock.received("tasks/cancel").len() >= 2
+    })
+    .await;
+    // Every request about an upstream task went to the session that created it.
+    let homes = homes.lock().unwrap().clone();
+    let reqs = mock.requests.lock().unwrap().clone();
+    for (hdrs, m) in reqs.iter() {
+        let method = m["method"].as_str().unwrap_or("");
+        if !matches!(method, "tasks/get" | "tasks/result" | "tasks/cancel") {
+            continue;
+        }
+        let task = m["params"]["taskId"].as_str().unwrap();
+        let sid = hdrs.get("mcp-session-id").unwrap().to_str().unwrap();
+        assert_eq!(
+            homes.get(task).map(String::as_str),
+            Some(sid),
+            "{method} for {task} went to {sid}"
+        );
+    }
+    let cancelled: Vec<String> = mock
+        .received("tasks/cancel")
+        .iter()
+        .map(|m| m["params"]["taskId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(cancelled.len(), 2, "{cancelled:?}");
+    h.stop().await;
+}

@@ -34,6 +34,8 @@ pub enum MockReply {
     /// An SSE body fed by the test: `Ok` chunks are written as they are, an `Err`
     /// breaks the connection mid-body, and dropping the sender ends the body.
     Stream(mpsc::Receiver<Result<Bytes, std::io::Error>>),
+    /// Another reply with these response headers added (e.g. `mcp-session-id`).
+    WithHeaders(Vec<(String, String)>, Box<MockReply>),
 }
 
 /// The handler: sees each request's headers and JSON-RPC message, answers it.
@@ -100,6 +102,16 @@ impl MockUpstream {
 type MockBody = BoxBody<Bytes, std::io::Error>;
 
 fn answer(msg: &Value, reply: MockReply) -> Response<MockBody> {
+    if let MockReply::WithHeaders(headers, inner) = reply {
+        let mut r = answer(msg, *inner);
+        for (k, v) in headers {
+            r.headers_mut().insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(&v).unwrap(),
+            );
+        }
+        return r;
+    }
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let json = |status: u16, v: Value| {
         Response::builder()
@@ -126,7 +138,7 @@ fn answer(msg: &Value, reply: MockReply) -> Response<MockBody> {
         return json(202, Value::Null);
     }
     match reply {
-        MockReply::Status(_) => unreachable!("answered above"),
+        MockReply::Status(_) | MockReply::WithHeaders(..) => unreachable!("answered above"),
         MockReply::Result(r) => json(200, json!({"jsonrpc": "2.0", "id": id, "result": r})),
         MockReply::Error(status, code, message) => json(
             status,
