@@ -30,6 +30,7 @@ use tasklift::fixture::FixtureServer;
 use crate::common::*;
 use crate::input_common::{caps, key_for, result, threshold, update, wait_for, Caller};
 use crate::proc::Proc;
+use crate::stdio::follow;
 
 /// The SDK a server is written with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,31 +295,6 @@ fn rules(list: &[(&str, tasklift::config::RawToolRule)]) -> impl FnOnce(&mut Raw
 /// The text of a tool result.
 fn text(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
-}
-
-/// Poll a task to a terminal state; also returns every `statusMessage` seen.
-async fn follow(c: &Client, id: &str) -> (Value, Vec<String>) {
-    let deadline = tokio::time::Instant::now() + GUARD;
-    let mut seen = Vec::new();
-    loop {
-        let t = c.get_task(id).await.expect("tasks/get");
-        if let Some(m) = t["statusMessage"].as_str() {
-            if seen.last().map(String::as_str) != Some(m) {
-                seen.push(m.to_string());
-            }
-        }
-        if matches!(
-            t["status"].as_str(),
-            Some("completed" | "failed" | "cancelled")
-        ) {
-            return (t, seen);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "task {id} not terminal in {GUARD:?}: {t}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The id of a task handle (panics on anything else).

