@@ -31,6 +31,7 @@ mod limits;
 mod listen;
 mod listen_upstream;
 mod metrics;
+mod peers_clients;
 mod peers_node;
 mod peers_python;
 mod replicas;

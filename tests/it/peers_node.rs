@@ -48,12 +48,12 @@ fn node22() -> Option<String> {
 }
 
 /// Node 22 if installed, else the `node` on PATH (enough for the SDK peers).
-fn node() -> String {
+pub(crate) fn node() -> String {
     node22().unwrap_or_else(|| "node".into())
 }
 
 /// `found`, or `None` after saying why the test is skipped (a failure under CI).
-fn or_skip<T>(found: Option<T>, msg: &str) -> Option<T> {
+pub(crate) fn or_skip<T>(found: Option<T>, msg: &str) -> Option<T> {
     if found.is_none() {
         if std::env::var_os("CI").is_some() {
             panic!("{msg}");
@@ -64,7 +64,7 @@ fn or_skip<T>(found: Option<T>, msg: &str) -> Option<T> {
 }
 
 /// tests/peers/node, if its dependencies are installed.
-fn peers_dir() -> Option<PathBuf> {
+pub(crate) fn peers_dir() -> Option<PathBuf> {
     let dir = root().join("tests/peers/node");
     let installed = ["sdk", "inspector"].iter().all(|p| {
         dir.join("node_modules/@modelcontextprotocol")
@@ -83,9 +83,9 @@ fn peers_or_skip() -> Option<PathBuf> {
 }
 
 /// A peer process (killed when dropped) and the MCP URL it announced.
-struct NodePeer {
+pub(crate) struct NodePeer {
     _child: tokio::process::Child,
-    url: String,
+    pub(crate) url: String,
     /// Everything it printed so far (stdout and stderr).
     log: Arc<Mutex<String>>,
 }
@@ -149,20 +149,20 @@ impl NodePeer {
         }
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 }
 
 /// `ts-v1-server.mjs` on a free port, if the peers are installed.
-async fn ts_v1_server() -> Option<NodePeer> {
+pub(crate) async fn ts_v1_server() -> Option<NodePeer> {
     let dir = peers_or_skip()?;
     let args = ["ts-v1-server.mjs", "--port", "0"].map(String::from);
     Some(NodePeer::start(&args, &dir, "ts-v1-server listening on").await)
 }
 
 /// In-process tasklift (300 ms threshold, 50 ms polls) in front of `url`.
-async fn front(url: &str, tweak: impl FnOnce(&mut RawConfig)) -> Harness {
+pub(crate) async fn front(url: &str, tweak: impl FnOnce(&mut RawConfig)) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     Harness::front(FixtureServer::new(), url, dir, tweak).await
 }
@@ -493,7 +493,12 @@ async fn ts_v1_sampling_after_the_handle_makes_the_task_input_required() {
 // ---------------------------------------------------------------------------
 
 /// Run `node ARGS` in `dir` with `HOME` at `home`; (exit code, stdout, stderr).
-async fn run_node(node: &str, dir: &Path, home: &Path, args: &[&str]) -> (i32, String, String) {
+pub(crate) async fn run_node(
+    node: &str,
+    dir: &Path,
+    home: &Path,
+    args: &[&str],
+) -> (i32, String, String) {
     let child = tokio::process::Command::new(node)
         .args(args)
         .current_dir(dir)
