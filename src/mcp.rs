@@ -91,6 +91,7 @@ pub fn may_ask(method: &str) -> bool {
             | "tasks/get"
             | "tasks/list"
             | "tasks/cancel"
+            | "subscriptions/listen"
     )
 }
 

@@ -67,6 +67,8 @@ struct Pool {
     supervisors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// How many slots have been started (the pool grows with `isolate_input`).
     started: AtomicUsize,
+    /// Held while an isolated call chooses its child and claims it.
+    choosing: Mutex<()>,
 }
 
 /// One child process position in the pool.
@@ -237,6 +239,7 @@ impl StdioUpstream {
             shutdown: watch::channel(false).0,
             supervisors: Mutex::default(),
             started: AtomicUsize::new(0),
+            choosing: Mutex::new(()),
         });
         for _ in 0..pool.stdio.processes {
             pool.grow();
@@ -527,10 +530,20 @@ impl Pool {
     /// With `isolate_input`, a call that may ask for input (`asks`) gets a child with
     /// no other such call, growing the pool up to `max_processes` for it; past that
     /// it shares one, and requests the child cannot attribute are refused.
-    async fn pick(self: &Arc<Self>, asks: bool) -> Result<Arc<Conn>, RpcError> {
+    /// The child comes with the upstream id of the call, already counted among the
+    /// child's askers when `asks` (so two calls picking at once never both take the
+    /// same idle child).
+    async fn pick(self: &Arc<Self>, asks: bool) -> Result<(Arc<Conn>, u64), RpcError> {
         let deadline = tokio::time::Instant::now() + READY_WAIT;
         let isolate = asks && self.stdio.isolate_input;
         let mut grew = false;
+        let claim = |c: &Arc<Conn>| {
+            let id = c.next_id.fetch_add(1, Ordering::Relaxed);
+            if asks {
+                c.askers.insert(id, ());
+            }
+            (c.clone(), id)
+        };
         loop {
             let live: Vec<Arc<Conn>> = self
                 .slots
@@ -539,12 +552,13 @@ impl Pool {
                 .filter(|c| !c.closed.load(Ordering::Relaxed))
                 .collect();
             if isolate {
+                let _choosing = self.choosing.lock().expect("choosing lock");
                 if let Some(c) = live
                     .iter()
                     .filter(|c| c.askers.is_empty())
                     .min_by_key(|c| c.pending.len())
                 {
-                    return Ok(c.clone());
+                    return Ok(claim(c));
                 }
                 // A child being started for an earlier call is waited for too.
                 if !grew && !self.starting() && self.grow() {
@@ -557,7 +571,7 @@ impl Pool {
                 .cloned();
             if let Some(c) = best {
                 if !isolate || (!grew && !self.starting()) {
-                    return Ok(c);
+                    return Ok(claim(&c));
                 }
             }
             if let Some(e) = self.crash_looping() {
@@ -601,6 +615,7 @@ impl Pool {
     async fn ready(self: &Arc<Self>) -> Result<Arc<Conn>, UpstreamError> {
         self.pick(false)
             .await
+            .map(|(c, _)| c)
             .map_err(|e| UpstreamError::Unreachable {
                 name: self.name().to_string(),
                 message: e.message,
@@ -964,14 +979,16 @@ impl Upstream for StdioUpstream {
             let task = upstream_task_of(req);
             // A request about an upstream task goes to the child that created it.
             let home = task.and_then(|t| self.inner.home_of(t));
-            let conn = match home {
-                Some(c) => c,
+            let (conn, id) = match home {
+                Some(c) => {
+                    let id = c.next_id.fetch_add(1, Ordering::Relaxed);
+                    (c, id)
+                }
                 None => match self.inner.pick(asks).await {
-                    Ok(c) => c,
+                    Ok(picked) => picked,
                     Err(e) => return Ok(UpstreamCall::failed(e)),
                 },
             };
-            let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
             if let Some(t) = task {
                 conn.task_calls.insert(id, t.to_string());
             }
@@ -1031,7 +1048,7 @@ impl Upstream for StdioUpstream {
     ) -> UpstreamFuture<'a, Outcome> {
         Box::pin(async move {
             let conn = match self.inner.pick(false).await {
-                Ok(c) => c,
+                Ok((c, _)) => c,
                 Err(e) => return Ok(Err(e)),
             };
             let info = conn.info.get().cloned().unwrap_or_default();
