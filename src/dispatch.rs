@@ -71,10 +71,14 @@ pub async fn call_target(
 pub async fn dispatch(
     engine: &Arc<Engine>,
     mount: &Mount,
-    req: Request,
+    mut req: Request,
     ctx: CallContext,
 ) -> Reply {
     let up = mount.upstream.clone();
+    // A 2025-11-25 `params.task` means nothing in 2026-07-28 (servers MUST ignore
+    // it), and a 2025-era upstream would take it as a task request of its own: no
+    // request carries one upstream unless tasklift adds it (the task bridge).
+    req.params.remove("task");
     if req.id.is_none() {
         // Notifications have no answer; forward and accept.
         if let Err(e) = up.notify(&req, &ctx).await {

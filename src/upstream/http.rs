@@ -473,22 +473,37 @@ impl Shared {
         let _ = tx.send(CallEvent::Done(Err(broken(name)))).await;
     }
 
-    /// `pump` for a task-augmented request: a `CreateTaskResult` in the answer
-    /// makes this session the task's home, where its `tasks/*` requests must go.
+    /// `pump` for a request that starts or ends an upstream task: a
+    /// `CreateTaskResult` makes this session the task's home for this caller
+    /// (`caller`: its session key), where its `tasks/*` requests must go; the
+    /// answer to a `tasks/result` or `tasks/cancel` (`finishes`: the home's key)
+    /// ends that, unless tasklift could not get one (it will ask again).
     async fn pump_task_call(
         self: &Arc<Self>,
         ans: Answer,
         id: Value,
         tx: mpsc::Sender<CallEvent>,
         session: &Arc<Session>,
+        (caller, finishes): (&str, Option<String>),
     ) {
         let (itx, mut irx) = mpsc::channel(16);
         let forward = async {
             while let Some(ev) = irx.recv().await {
-                if let CallEvent::Done(Ok(r)) = &ev {
-                    if let Some(t) = r.pointer("/task/taskId").and_then(Value::as_str) {
+                if let CallEvent::Done(outcome) = &ev {
+                    if let Some(t) = outcome
+                        .as_ref()
+                        .ok()
+                        .and_then(|r| r.pointer("/task/taskId"))
+                        .and_then(Value::as_str)
+                    {
                         self.task_homes
-                            .insert(t.to_string(), Arc::downgrade(session));
+                            .insert(format!("{caller}\n{t}"), Arc::downgrade(session));
+                    }
+                    let answered = outcome
+                        .as_ref()
+                        .map_or_else(|e| e.code != jsonrpc::UPSTREAM_ERROR, |_| true);
+                    if let Some(k) = finishes.as_ref().filter(|_| answered) {
+                        self.task_homes.remove(k);
                     }
                 }
                 if tx.send(ev).await.is_err() {
@@ -619,15 +634,22 @@ impl Shared {
     /// lives: requests to the client go to the call they belong to (`route_request`),
     /// other messages to the session's listeners. A stream the server ends is
     /// reopened (with `Last-Event-ID`); a server without one (405) is left alone.
-    fn open_get_stream(self: &Arc<Self>, s: &Arc<Session>) {
+    ///
+    /// Resolves once the first GET has been answered (or could not be), so that a
+    /// call sent on a new session finds the stream open: servers drop a request
+    /// with no related request id when no GET stream is there to carry it.
+    async fn open_get_stream(self: &Arc<Self>, s: &Arc<Session>) {
         if s.id.is_none() {
             return; // no session, no standalone stream
         }
         let me = self.clone();
         let weak = Arc::downgrade(s);
+        let (opened, is_open) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let name = me.cfg.name.clone();
+            let mut opened = Some(opened);
             let mut last: Option<String> = None;
+            let mut retry_ms: Option<u64> = None;
             let mut failures = 0u32;
             loop {
                 let Some(sess) = weak.upgrade() else { return };
@@ -641,29 +663,44 @@ impl Shared {
                 }
                 let opener = sess.opener.clone();
                 drop(sess);
-                let ans = match me.send(Method::GET, None, h, &opener).await {
+                let sent = me.send(Method::GET, None, h, &opener).await;
+                if let Some(o) = opened.take() {
+                    let _ = o.send(());
+                }
+                let ans = match sent {
                     Ok(a) if a.status.is_success() => a,
-                    Ok(a) => {
+                    // Gone (404), never offered (405), or refused (4xx): the
+                    // session has no GET stream; nothing to retry.
+                    Ok(a)
+                        if a.status.is_client_error()
+                            && a.status != StatusCode::CONFLICT
+                            && a.status != StatusCode::TOO_MANY_REQUESTS =>
+                    {
                         tracing::debug!(upstream = %name, status = %a.status, "the legacy upstream offers no GET stream on this session");
                         return;
                     }
-                    Err(e) => {
-                        tracing::debug!(upstream = %name, error = %e, "could not open the session's GET stream");
+                    Ok(a) => {
+                        tracing::debug!(upstream = %name, status = %a.status, "the session's GET stream was refused for now; retrying");
                         failures += 1;
-                        if failures > 3 {
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(500 * u64::from(failures))).await;
+                        tokio::time::sleep(get_backoff(retry_ms, failures)).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::debug!(upstream = %name, error = %e, "could not open the session's GET stream; retrying");
+                        failures += 1;
+                        tokio::time::sleep(get_backoff(retry_ms, failures)).await;
                         continue;
                     }
                 };
                 let mut parser = SseParser::default();
                 parser.last_event_id = last.clone();
                 let mut body = ans.body;
+                let mut got_data = false;
                 while let Some(Ok(frame)) = body.frame().await {
                     let Ok(data) = frame.into_data() else {
                         continue;
                     };
+                    got_data = true;
                     for ev in parser.feed(&data) {
                         let Some(msg) = serde_json::from_str::<Value>(&ev)
                             .ok()
@@ -672,7 +709,6 @@ impl Shared {
                             continue;
                         };
                         let Some(sess) = weak.upgrade() else { return };
-                        failures = 0;
                         match msg {
                             Msg::Request { id, method, params } => {
                                 me.route_request(&sess, id, method, params).await
@@ -684,16 +720,19 @@ impl Shared {
                         }
                     }
                 }
+                // The server ended it (idle timeouts, SSE polling): reopen where it
+                // left off, after the `retry` it asked for.
                 last = parser.last_event_id.clone();
-                failures += 1;
-                if failures > 3 {
-                    tracing::debug!(upstream = %name, "the session's GET stream keeps ending; not reopening it");
-                    return;
+                retry_ms = parser.retry_ms.or(retry_ms);
+                if got_data {
+                    failures = 0; // it was serving: a plain reopen
                 }
-                tokio::time::sleep(Duration::from_millis(200 * u64::from(failures))).await;
+                failures += 1;
+                tokio::time::sleep(get_backoff(retry_ms, failures)).await;
             }
         });
         *s.get_stream.lock().expect("get stream lock") = Some(task.abort_handle());
+        let _ = tokio::time::timeout(self.cfg.connect_timeout, is_open).await;
     }
 
     /// A request the upstream sent on a session's GET stream, which names no call:
@@ -706,18 +745,31 @@ impl Shared {
         method: String,
         params: Value,
     ) {
+        if method == "ping" {
+            // Liveness, not a question for any client.
+            let responder = self.responder(s.headers(), s.opener.clone(), id);
+            responder(Ok(json!({})));
+            return;
+        }
         let related = related_task(&params);
         let target = {
             let askers = s.askers.lock().expect("askers lock");
-            match askers
-                .iter()
-                .find(|a| related.is_some() && a.task.as_deref() == related)
-            {
-                Some(a) => Ok(a.tx.clone()),
-                None => match askers.as_slice() {
-                    [a] => Ok(a.tx.clone()),
-                    other => Err(other.len()),
-                },
+            match related {
+                // About an upstream task: the call following it, and no other.
+                Some(t) => askers
+                    .iter()
+                    .find(|a| a.task.as_deref() == Some(t))
+                    .map(|a| a.tx.clone())
+                    .ok_or(0),
+                // Naming no task (2025-11-25 says a task's requests MUST carry
+                // `related-task`): among the calls that follow no task.
+                None => {
+                    let plain: Vec<&Asking> = askers.iter().filter(|a| a.task.is_none()).collect();
+                    match plain.as_slice() {
+                        [a] => Ok(a.tx.clone()),
+                        other => Err(other.len()),
+                    }
+                }
             }
         };
         let responder = self.responder(s.headers(), s.opener.clone(), id.clone());
@@ -882,7 +934,7 @@ impl Shared {
     /// A new session, its GET stream open before any call needs it.
     async fn open(self: &Arc<Self>, ctx: &CallContext) -> Result<Arc<Session>, UpstreamError> {
         let s = Arc::new(self.initialize(ctx).await?);
-        self.open_get_stream(&s);
+        self.open_get_stream(&s).await;
         Ok(s)
     }
 
@@ -912,8 +964,10 @@ impl Shared {
         };
         // A request about an upstream task goes to the session that created it: the
         // server keeps its tasks per session.
-        if let Some(home) = task
-            .and_then(|t| self.task_homes.get(t).and_then(|w| w.upgrade()))
+        let home_key = task.map(|t| format!("{}\n{t}", self.session_key(ctx)));
+        if let Some(home) = home_key
+            .as_ref()
+            .and_then(|k| self.task_homes.get(k).and_then(|w| w.upgrade()))
             .filter(|h| stale.is_none_or(|st| !Arc::ptr_eq(st, h)))
         {
             home.last_used.store(self.now_ms(), Ordering::Relaxed);
@@ -935,7 +989,15 @@ impl Shared {
         if let Some(st) = stale {
             extra.retain(|s| !Arc::ptr_eq(s, st));
         }
-        let idle = |s: &Arc<Session>| s.askers.lock().expect("askers lock").is_empty();
+        let plain = |s: &Arc<Session>| {
+            s.askers
+                .lock()
+                .expect("askers lock")
+                .iter()
+                .filter(|a| a.task.is_none())
+                .count()
+        };
+        let idle = |s: &Arc<Session>| plain(s) == 0;
         let chosen = match std::iter::once(&main).chain(extra.iter()).find(|s| idle(s)) {
             Some(s) => s.clone(),
             None if extra.len() + 1 < self.cfg.sessions_per_caller => {
@@ -947,7 +1009,7 @@ impl Shared {
             }
             None => std::iter::once(&main)
                 .chain(extra.iter())
-                .min_by_key(|s| s.askers.lock().expect("askers lock").len())
+                .min_by_key(|s| plain(s))
                 .cloned()
                 .expect("the main session is there"),
         };
@@ -1098,8 +1160,13 @@ impl Shared {
                         stale = Some(session.clone());
                         continue;
                     }
-                    if req.params.contains_key("task") {
-                        self.pump_task_call(ans, id, tx, &session).await;
+                    let finishes = task
+                        .filter(|_| matches!(req.method.as_str(), "tasks/result" | "tasks/cancel"))
+                        .map(|t| format!("{}\n{t}", self.session_key(&ctx)));
+                    if req.params.contains_key("task") || finishes.is_some() {
+                        let caller = self.session_key(&ctx);
+                        self.pump_task_call(ans, id, tx, &session, (&caller, finishes))
+                            .await;
                     } else {
                         self.pump(ans, id, tx, Some(&session)).await;
                     }
@@ -1135,6 +1202,17 @@ impl Session {
         }
         h.insert(VERSION_HEADER.clone(), self.version.clone());
         h
+    }
+}
+
+/// How long to wait before reopening a session's GET stream: the server's `retry`
+/// (capped) after it ended the stream, else a backoff from 400 ms doubling to 30 s
+/// over repeated failures.
+fn get_backoff(retry_ms: Option<u64>, failures: u32) -> Duration {
+    let backoff = 200u64.saturating_mul(1 << failures.min(8)).min(30_000);
+    match retry_ms {
+        Some(r) if failures <= 1 => Duration::from_millis(r.min(MAX_RESUME_DELAY_MS)),
+        _ => Duration::from_millis(backoff),
     }
 }
 

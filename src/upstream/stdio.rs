@@ -115,10 +115,12 @@ struct Conn {
     client_tokens: DashMap<u64, Value>,
     /// The 2025-11-25 tasks this child created (a `CreateTaskResult` answered a
     /// call): their `tasks/*` requests must come back to this child.
-    tasks: dashmap::DashSet<String>,
-    /// Pending `tasks/*` calls by upstream id, with the task they are about: a
-    /// request whose `related-task` names that task belongs to that call.
-    task_calls: DashMap<u64, String>,
+    tasks: DashMap<String, String>,
+    /// Pending `tasks/*` calls by upstream id, with the task they are about and
+    /// whether their answer ends tasklift's interest in it (`tasks/result`,
+    /// `tasks/cancel`): a request whose `related-task` names that task belongs to
+    /// that call, and only to it.
+    task_calls: DashMap<u64, (String, bool)>,
     /// Upstream-side ids.
     next_id: AtomicU64,
     /// Set when the child exits.
@@ -143,7 +145,7 @@ impl Conn {
             askers: DashMap::new(),
             tokens: DashMap::new(),
             client_tokens: DashMap::new(),
-            tasks: dashmap::DashSet::new(),
+            tasks: DashMap::new(),
             task_calls: DashMap::new(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
@@ -174,6 +176,15 @@ impl Conn {
             return Err("its stdin is closed".into());
         }
         Ok(rx)
+    }
+
+    /// Calls in flight that may ask and follow no upstream task (those are
+    /// attributed by `related-task`).
+    fn plain_askers(&self) -> usize {
+        self.askers
+            .iter()
+            .filter(|e| !self.task_calls.contains_key(e.key()))
+            .count()
     }
 
     fn forget(&self, id: u64) -> bool {
@@ -242,7 +253,7 @@ impl StdioUpstream {
             choosing: Mutex::new(()),
         });
         for _ in 0..pool.stdio.processes {
-            pool.grow();
+            let _ = pool.grow();
         }
         Ok(Self { inner: pool })
     }
@@ -253,15 +264,14 @@ impl Pool {
         &self.cfg.name
     }
 
-    /// Start the next slot's supervisor, if the pool has room; false when it is full.
-    fn grow(self: &Arc<Self>) -> bool {
+    /// Start the next slot's supervisor, if the pool has room: its index, or `None`
+    /// when the pool is full.
+    fn grow(self: &Arc<Self>) -> Option<usize> {
         let mut sup = self.supervisors.lock().expect("supervisors");
         let n = self.started.load(Ordering::Relaxed);
-        let Some(slot) = self.slots.get(n) else {
-            return false;
-        };
+        let slot = self.slots.get(n)?;
         if *self.shutdown.borrow() {
-            return false;
+            return None;
         }
         self.started.store(n + 1, Ordering::Relaxed);
         if n >= self.stdio.processes {
@@ -269,7 +279,7 @@ impl Pool {
                 "every child has a call that may ask for input; starting another (isolate_input)");
         }
         sup.push(tokio::spawn(self.clone().supervise(slot.clone())));
-        true
+        Some(n)
     }
 
     /// Keep one child running in `slot` until shutdown.
@@ -536,7 +546,7 @@ impl Pool {
     async fn pick(self: &Arc<Self>, asks: bool) -> Result<(Arc<Conn>, u64), RpcError> {
         let deadline = tokio::time::Instant::now() + READY_WAIT;
         let isolate = asks && self.stdio.isolate_input;
-        let mut grew = false;
+        let mut grew: Option<usize> = None;
         let claim = |c: &Arc<Conn>| {
             let id = c.next_id.fetch_add(1, Ordering::Relaxed);
             if asks {
@@ -555,22 +565,30 @@ impl Pool {
                 let _choosing = self.choosing.lock().expect("choosing lock");
                 if let Some(c) = live
                     .iter()
-                    .filter(|c| c.askers.is_empty())
+                    .filter(|c| c.plain_askers() == 0)
                     .min_by_key(|c| c.pending.len())
                 {
                     return Ok(claim(c));
                 }
-                // A child being started for an earlier call is waited for too.
-                if !grew && !self.starting() && self.grow() {
-                    grew = true;
+                // None idle: start a child for this call (again, if another call
+                // took the one it started).
+                if grew.is_none_or(|i| self.slots[i].conn.borrow().is_some()) {
+                    grew = self.grow();
                 }
             }
             let best = live
                 .iter()
-                .min_by_key(|c| (c.askers.len(), c.pending.len()))
+                .min_by_key(|c| (c.plain_askers(), c.pending.len()))
                 .cloned();
             if let Some(c) = best {
-                if !isolate || (!grew && !self.starting()) {
+                // Wait only for the child this call started, while it starts (and
+                // has not failed): then it takes that one or any that went idle.
+                let waiting = grew.is_some_and(|i| {
+                    let slot = &self.slots[i];
+                    slot.conn.borrow().is_none()
+                        && slot.health.lock().expect("health").failures == 0
+                });
+                if !isolate || !waiting {
                     return Ok(claim(&c));
                 }
             }
@@ -592,17 +610,15 @@ impl Pool {
         }
     }
 
-    /// The live child that created upstream task `task`, if any.
-    fn home_of(&self, task: &str) -> Option<Arc<Conn>> {
+    /// The live child that created upstream task `task` for `owner`, if any.
+    fn home_of(&self, task: &str, owner: &str) -> Option<Arc<Conn>> {
         self.started()
             .iter()
             .filter_map(|s| s.conn.borrow().clone())
-            .find(|c| !c.closed.load(Ordering::Relaxed) && c.tasks.contains(task))
-    }
-
-    /// Whether a started slot has no ready child yet (it is starting or restarting).
-    fn starting(&self) -> bool {
-        self.started().iter().any(|s| s.conn.borrow().is_none())
+            .find(|c| {
+                !c.closed.load(Ordering::Relaxed)
+                    && c.tasks.get(task).is_some_and(|o| o.value() == owner)
+            })
     }
 
     /// The slots whose supervisor runs (the pool grows with `isolate_input`).
@@ -744,13 +760,17 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
     match msg {
         Msg::Response { id, outcome } => {
             let Some(id) = id.as_u64() else { return };
-            conn.owners.remove(&id);
+            let owner = conn.owners.remove(&id).map(|(_, o)| o);
             conn.askers.remove(&id);
             conn.client_tokens.remove(&id);
-            conn.task_calls.remove(&id);
-            if let Ok(r) = &outcome {
+            if let Some((_, (task, last))) = conn.task_calls.remove(&id) {
+                if last {
+                    conn.tasks.remove(&task);
+                }
+            }
+            if let (Ok(r), Some(owner)) = (&outcome, owner) {
                 if let Some(t) = r.pointer("/task/taskId").and_then(Value::as_str) {
-                    conn.tasks.insert(t.to_string());
+                    conn.tasks.insert(t.to_string(), owner);
                 }
             }
             if let Some((_, (tx, token))) = conn.pending.remove(&id) {
@@ -792,6 +812,13 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
                     let _ = conn.changes.send(jsonrpc::notification(&method, params));
                 }
             }
+        }
+        Msg::Request { id, method, .. } if method == "ping" => {
+            // Liveness, not a question for any client.
+            let _ = conn
+                .stdin
+                .send(jsonrpc::response(Some(&id), &Ok(json!({}))).to_string())
+                .await;
         }
         Msg::Request { id, method, params } => {
             // stdio carries no link between a server-to-client request and the call
@@ -836,19 +863,40 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
     }
 }
 
+/// Who a call is for, as far as a child's messages may be relayed: the principal,
+/// and a legacy client's own session (two sessions of one principal are two
+/// callers, as they are over HTTP).
+fn caller_key(ctx: &CallContext) -> String {
+    match &ctx.session {
+        Some(s) => format!("{} {}", ctx.principal, s.id),
+        None => ctx.principal.clone(),
+    }
+}
+
+/// A call picked for a child but not yet written to it: forgotten if dropped.
+struct Unwritten(Option<(Arc<Conn>, u64)>);
+
+impl Drop for Unwritten {
+    fn drop(&mut self) {
+        if let Some((conn, id)) = self.0.take() {
+            conn.forget(id);
+        }
+    }
+}
+
 /// The call a child's request to the client belongs to: the one whose progress
 /// token the request names, else the only call in flight that may ask. `Err(n)`:
 /// `n` calls could have caused it, so it cannot be attributed.
 fn attribute(conn: &Conn, params: &Value) -> Result<u64, usize> {
+    // A request about an upstream task belongs to the call following that task,
+    // and to no other: with none waiting, it is refused.
     if let Some(task) = related_task(params) {
-        if let Some(id) = conn
+        return conn
             .task_calls
             .iter()
-            .find(|e| e.value() == task)
+            .find(|e| e.value().0 == task)
             .map(|e| *e.key())
-        {
-            return Ok(id);
-        }
+            .ok_or(0);
     }
     let token = params
         .get("_meta")
@@ -857,7 +905,13 @@ fn attribute(conn: &Conn, params: &Value) -> Result<u64, usize> {
     if let Some(id) = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value())) {
         return Ok(id);
     }
-    let mut askers = conn.askers.iter().map(|e| *e.key());
+    // A request naming no task is not a task's (2025-11-25 says those MUST carry
+    // `related-task`): the calls following upstream tasks are not candidates.
+    let mut askers = conn
+        .askers
+        .iter()
+        .map(|e| *e.key())
+        .filter(|id| !conn.task_calls.contains_key(id));
     match (askers.next(), askers.next()) {
         (Some(id), None) => Ok(id),
         (None, _) => Err(0),
@@ -977,8 +1031,10 @@ impl Upstream for StdioUpstream {
         Box::pin(async move {
             let asks = mcp::may_ask(&req.method);
             let task = upstream_task_of(req);
-            // A request about an upstream task goes to the child that created it.
-            let home = task.and_then(|t| self.inner.home_of(t));
+            let caller = caller_key(ctx);
+            // A request about an upstream task goes to the child that created it
+            // for this caller.
+            let home = task.and_then(|t| self.inner.home_of(t, &caller));
             let (conn, id) = match home {
                 Some(c) => {
                     let id = c.next_id.fetch_add(1, Ordering::Relaxed);
@@ -989,8 +1045,12 @@ impl Upstream for StdioUpstream {
                     Err(e) => return Ok(UpstreamCall::failed(e)),
                 },
             };
+            // Until the call is written and its canceller armed, dropping this
+            // future must not leave it counted on the child.
+            let mut unwritten = Unwritten(Some((conn.clone(), id)));
             if let Some(t) = task {
-                conn.task_calls.insert(id, t.to_string());
+                let last = matches!(req.method.as_str(), "tasks/result" | "tasks/cancel");
+                conn.task_calls.insert(id, (t.to_string(), last));
             }
             let idv = json!(id);
             // Progress goes under a token of tasklift's, unique on this child.
@@ -1009,7 +1069,7 @@ impl Upstream for StdioUpstream {
                 }
                 None => (wire_message(req, conn.era(), Some(&idv)), None),
             };
-            let events = match conn.send(msg, id, token, &ctx.principal, asks).await {
+            let events = match conn.send(msg, id, token, &caller, asks).await {
                 Ok(rx) => rx,
                 Err(why) => {
                     return Ok(UpstreamCall::failed(RpcError::new(
@@ -1018,6 +1078,7 @@ impl Upstream for StdioUpstream {
                     )))
                 }
             };
+            unwritten.0 = None;
             let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
                 if conn.forget(id) {
                     let _ = conn

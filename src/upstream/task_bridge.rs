@@ -208,6 +208,9 @@ enum Polled {
     Task(Value),
     /// Something the upstream sent on a `tasks/get` stream.
     Event(CallEvent),
+    /// The upstream no longer knows the task (`tasks/get` answered -32602: it
+    /// expired or was lost): no result will come.
+    Gone(RpcError),
 }
 
 /// Whether a 2025-11-25 task status is terminal.
@@ -484,6 +487,14 @@ impl Driver {
                         last_task = t;
                     }
                     Some(Polled::Event(ev)) => self.event(ev).await,
+                    Some(Polled::Gone(e)) => {
+                        let e = RpcError::new(
+                            crate::jsonrpc::UPSTREAM_ERROR,
+                            format!("upstream {} no longer knows its task: {}", self.up.name(), e.message),
+                        );
+                        self.finish(Err(e)).await;
+                        return;
+                    }
                     // The poller saw the task end (or gave up): the result comes on tasks/result.
                     None => polling = false,
                 },
@@ -599,6 +610,11 @@ async fn poll(
                                 if tx.send(Polled::Task(t)).await.is_err() {
                                     return false;
                                 }
+                                return true;
+                            }
+                            CallEvent::Done(Err(e)) if e.code == crate::jsonrpc::INVALID_PARAMS => {
+                                terminal = true;
+                                let _ = tx.send(Polled::Gone(e)).await;
                                 return true;
                             }
                             CallEvent::Done(Err(e)) => {

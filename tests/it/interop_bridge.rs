@@ -173,11 +173,17 @@ async fn two_callers(
 
 /// A's task never showed B's question, and finished with its own result.
 async fn a_saw_nothing(a: &tasklift::client::Client, at: &str) {
+    a_saw_nothing_as(a, at, "secret question").await
+}
+
+/// The slow task `at` never showed a question containing `secret`, and finished
+/// with its own result.
+async fn a_saw_nothing_as(a: &tasklift::client::Client, at: &str, secret: &str) {
     let (seen, last) = follow(a, at).await;
     for t in &seen {
         assert!(
-            !t.to_string().contains("secret question"),
-            "A was shown B's question: {t}"
+            !t.to_string().contains(secret),
+            "a caller was shown another's question: {t}"
         );
         assert_ne!(t["status"], "input_required", "{t}");
     }
@@ -351,7 +357,14 @@ async fn an_upstream_tasks_requests_go_to_the_session_that_created_it() {
     let sessions = Arc::new(Mutex::new(0u32));
     let homes: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let streams: Arc<Mutex<Vec<crate::mock::StreamTx>>> = Arc::default();
-    let (s2, h2, st2) = (sessions.clone(), homes.clone(), streams.clone());
+    // The first call's answer, held back until the test releases it.
+    let held: Arc<Mutex<Option<(crate::mock::StreamTx, Value)>>> = Arc::default();
+    let (s2, h2, st2, held2) = (
+        sessions.clone(),
+        homes.clone(),
+        streams.clone(),
+        held.clone(),
+    );
     let mock = MockUpstream::start_with_headers(move |h, m| {
         let sid = h
             .get("mcp-session-id")
@@ -381,9 +394,18 @@ async fn an_upstream_tasks_requests_go_to_the_session_that_created_it() {
             "tools/call" => {
                 let t = format!("task-of-{sid}-{}", m["id"]);
                 h2.lock().unwrap().insert(t.clone(), sid);
-                MockReply::Result(json!({"task": {"taskId": t, "status": "working",
+                let created = json!({"task": {"taskId": t, "status": "working",
                     "createdAt": "2026-12-01T00:00:00Z", "lastUpdatedAt": "2026-12-01T00:00:00Z",
-                    "ttl": 60000, "pollInterval": 100}}))
+                    "ttl": 60000, "pollInterval": 100}});
+                if m["params"]["arguments"]["q"] == 1 {
+                    // Slow to create its task: the call holds its session meanwhile.
+                    let (tx, rx) = tokio::sync::mpsc::channel(1);
+                    let msg = json!({"jsonrpc": "2.0", "id": m["id"], "result": created});
+                    *held2.lock().unwrap() = Some((tx, msg));
+                    MockReply::Stream(rx)
+                } else {
+                    MockReply::Result(created)
+                }
             }
             "tasks/get" | "tasks/result" | "tasks/cancel" if !known() => {
                 MockReply::Error(200, -32602, format!("Task not found: {task}"))
@@ -407,14 +429,21 @@ async fn an_upstream_tasks_requests_go_to_the_session_that_created_it() {
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::front(FixtureServer::new(), &mock.url, dir, |_| {}).await;
     let c = h.client();
-    // Two calls at once: while the first one's tasks/result holds its session, the
+    // Two calls at once: while the first one waits for its task to be created, the
     // second gets a session of its own, and its task lives there.
-    let a = task_id(&c.call_tool("research", json!({"q": 1})).await.unwrap());
-    crate::common::eventually("the first task is followed", GUARD, || {
-        !mock.received("tasks/result").is_empty()
-    })
-    .await;
-    let b = task_id(&c.call_tool("research", json!({"q": 2})).await.unwrap());
+    let (a, b) = tokio::join!(
+        async { task_id(&c.call_tool("research", json!({"q": 1})).await.unwrap()) },
+        async {
+            crate::common::eventually("the first call is in flight", GUARD, || {
+                held.lock().unwrap().is_some()
+            })
+            .await;
+            let b = task_id(&c.call_tool("research", json!({"q": 2})).await.unwrap());
+            let (tx, msg) = held.lock().unwrap().take().unwrap();
+            tx.send(Ok(crate::mock::sse_event(&msg))).await.unwrap();
+            b
+        }
+    );
     crate::common::eventually("both tasks are followed", GUARD, || {
         mock.received("tasks/result").len() >= 2 && mock.received("tasks/get").len() >= 4
     })
@@ -452,5 +481,23 @@ async fn an_upstream_tasks_requests_go_to_the_session_that_created_it() {
         .map(|m| m["params"]["taskId"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(cancelled.len(), 2, "{cancelled:?}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_question_about_an_upstream_task_never_goes_to_a_bystanders_call() {
+    // A asks about a task (related-task) after its own call ended; B's call is the
+    // only one in flight that may ask. The question is A's, not B's: refused.
+    let h = asker(|_| {}).await;
+    let b = caller(&h.url, "bob");
+    let bt = task_id(&b.call_tool("slow", json!({"seconds": 1.5})).await.unwrap());
+    let a = caller(&h.url, "alice");
+    let r = a.call_tool("tagged", json!({})).await.unwrap();
+    assert_eq!(
+        r.result["content"][0]["text"], "tagged done",
+        "{}",
+        r.result
+    );
+    a_saw_nothing_as(&b, &bt, "secret follow-up").await;
     h.stop().await;
 }

@@ -4,7 +4,9 @@ tool's elicitation/create carries nothing that links it to the call that caused 
 
 Tools: `ask_later` (waits `delay` seconds, asks one question, returns the answer),
 `slow` (waits `seconds`, returns "slow done"), `count` (`n` progress notifications
-under the call's own progress token, 100 ms apart, each naming `label`). Each request runs in a thread, so
+under the call's own progress token, 100 ms apart, each naming `label`), `tagged`
+(answers at once, then asks a question tagged with `related-task` for a task it
+never created, as a server following up on its own task would). Each request runs in a thread, so
 calls overlap like they do in a real server."""
 import json
 import sys
@@ -60,6 +62,14 @@ def call(rid, params):
                 send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
                     "progressToken": token, "progress": i, "total": n, "message": f"{label} {i}"}})
         result = text(f"{label} counted {n}")
+    elif name == "tagged":
+        def later():
+            time.sleep(0.3)
+            ask({"mode": "form", "message": "secret follow-up of task t-9",
+                 "requestedSchema": {"type": "object", "properties": {}},
+                 "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t-9"}}})
+        threading.Thread(target=later, daemon=True).start()
+        result = text("tagged done")
     elif name == "slow":
         time.sleep(float(args.get("seconds", 2.0)))
         result = text("slow done")
@@ -71,7 +81,8 @@ def call(rid, params):
 
 TOOLS = [{"name": "ask_later", "inputSchema": {"type": "object"}},
          {"name": "slow", "inputSchema": {"type": "object"}},
-         {"name": "count", "inputSchema": {"type": "object"}}]
+         {"name": "count", "inputSchema": {"type": "object"}},
+         {"name": "tagged", "inputSchema": {"type": "object"}}]
 
 for line in sys.stdin:
     try:
