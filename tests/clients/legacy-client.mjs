@@ -13,6 +13,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { ElicitRequestSchema, LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
+import { check, fail, ok, text } from "./checks.mjs";
 
 const OVERALL_TIMEOUT_MS = 60_000;
 
@@ -20,26 +21,6 @@ const url = process.argv[2];
 if (!url) {
   console.error("usage: node legacy-client.mjs <MCP URL>");
   process.exit(2);
-}
-
-function fail(message) {
-  console.error(`FAIL: ${message}`);
-  process.exit(1);
-}
-
-function check(cond, message) {
-  if (!cond) fail(message);
-}
-
-function ok(message) {
-  console.log(`ok - ${message}`);
-}
-
-function text(result) {
-  return (result?.content ?? [])
-    .filter((c) => c.type === "text")
-    .map((c) => c.text)
-    .join("");
 }
 
 async function main() {

@@ -24,9 +24,8 @@
 // `FAIL: ...` (and the recent wire exchange) and exits 1.
 
 import { readFileSync } from "node:fs";
+import { check, fail, ok, text } from "../../clients/checks.mjs";
 
-const PROTOCOL_VERSION = "2026-07-28";
-const TASKS = "io.modelcontextprotocol/tasks";
 const OVERALL_TIMEOUT_MS = 90_000;
 const CLIENTS = new URL("../../clients/", import.meta.url);
 
@@ -51,8 +50,11 @@ function entry(pkg, subpath) {
 
 const clientPkg = entry("@modelcontextprotocol/client", ".");
 const tasksPkg = entry("@modelcontextprotocol/ext-tasks", "./client");
-const { Client, StreamableHTTPClientTransport, isJSONRPCErrorResponse, isJSONRPCResultResponse } = await import(
-  clientPkg.href
+// The connection and the raw dispatch ext-tasks needs, shared with
+// tests/clients/tasks-client.mjs; it imports @modelcontextprotocol/client from
+// tests/clients/node_modules itself, so it is loaded once that is known installed.
+const { PROTOCOL_VERSION, RequestCoordinator, connectModern } = await import(
+  new URL("tasks-dispatch.mjs", CLIENTS).href
 );
 const { createApplicationInputHandler, createTaskSessionFromClient, resultFromTaskOutcome } = await import(
   tasksPkg.href
@@ -64,149 +66,14 @@ if (!url) {
   process.exit(2);
 }
 
-/** The last wire messages, printed when a check fails. */
-const wire = [];
-function trace(direction, message) {
-  wire.push(`${direction} ${JSON.stringify(message)}`);
-  if (wire.length > 40) wire.shift();
-  if (process.env.TASKS_CLIENT_TRACE) console.log(`  ${direction} ${JSON.stringify(message)}`);
-}
-
-function fail(message) {
-  console.error(`FAIL: ${message}`);
-  if (wire.length > 0) {
-    console.error("recent wire exchange (task requests, newest last):");
-    for (const line of wire) console.error(`  ${line}`);
-  }
-  process.exit(1);
-}
-
-function check(cond, message) {
-  if (!cond) fail(message);
-}
-
-function ok(message) {
-  console.log(`ok - ${message}`);
-}
-
-function text(result) {
-  return (result?.content ?? [])
-    .filter((c) => c.type === "text")
-    .map((c) => c.text)
-    .join("");
-}
-
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/**
- * The host request coordinator ext-tasks needs for V2 task traffic: the SDK
- * Client's codecs reject `resultType: "task"`, so tools/call and tasks/* go
- * through this instead. It is the SDK's own Streamable HTTP transport, used raw:
- * the transport derives MCP-Protocol-Version, Mcp-Method and Mcp-Name from the
- * framed body; this owns request ids and matches responses to them.
- */
-class RequestCoordinator {
-  constructor(endpoint) {
-    this.transport = new StreamableHTTPClientTransport(new URL(endpoint));
-    this.pending = new Map();
-    this.nextId = 1;
-    this.sent = new Map();
-    this.transport.onmessage = (message) => {
-      trace("<-", message);
-      if (isJSONRPCResultResponse(message) || isJSONRPCErrorResponse(message)) {
-        const waiter = this.pending.get(message.id);
-        if (waiter) {
-          this.pending.delete(message.id);
-          waiter.resolve(message);
-        }
-      }
-    };
-    this.transport.onerror = () => {
-      // Errors of a request reach its own send() or stream-end callback.
-    };
-    this.dispatch = this.dispatch.bind(this);
-  }
-
-  start() {
-    return this.transport.start();
-  }
-
-  close() {
-    return this.transport.close();
-  }
-
-  /** How many requests of `method` went out. */
-  count(method) {
-    return this.sent.get(method) ?? 0;
-  }
-
-  /** ext-tasks' RawClientDispatch: one framed request in, its JSON-RPC response out. */
-  async dispatch(request, options = {}) {
-    const id = `ts-v2-tasks-client-${this.nextId++}`;
-    const message = { jsonrpc: "2.0", id, ...request };
-    this.sent.set(request.method, this.count(request.method) + 1);
-    trace("->", message);
-    const { signal, context } = options;
-    const answered = new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-    });
-    const settle = (error) => {
-      const waiter = this.pending.get(id);
-      if (waiter) {
-        this.pending.delete(id);
-        waiter.reject(error);
-      }
-    };
-    let timer;
-    if (context?.requestTimeoutMs !== undefined)
-      timer = setTimeout(
-        () => settle(new Error(`${request.method} timed out after ${context.requestTimeoutMs} ms`)),
-        context.requestTimeoutMs,
-      );
-    const onAbort = () => settle(signal.reason ?? new Error("aborted"));
-    signal?.addEventListener("abort", onAbort, { once: true });
-    try {
-      await this.transport.send(message, {
-        requestSignal: signal,
-        headers: context?.headers,
-        onRequestStreamEnd: () =>
-          settle(new Error(`${request.method}: the response stream ended without an answer`)),
-      });
-      const response = await answered;
-      return isJSONRPCErrorResponse(response)
-        ? { kind: "error", error: response.error }
-        : { kind: "result", result: response.result };
-    } catch (error) {
-      settle(error);
-      throw error;
-    } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-    }
-  }
-}
 
 async function main() {
   const clientInfo = { name: "tasklift-ts-v2-tasks-client", version: "0.0.0" };
-  const capabilities = { elicitation: { form: {} }, extensions: { [TASKS]: {} } };
-  const client = new Client(clientInfo, {
-    capabilities,
-    versionNegotiation: { mode: { pin: PROTOCOL_VERSION } },
-  });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
-  check(client.getProtocolEra() === "modern", `era is ${client.getProtocolEra()}, not modern`);
-  check(
-    client.getNegotiatedProtocolVersion() === PROTOCOL_VERSION,
-    `negotiated ${client.getNegotiatedProtocolVersion()}`,
-  );
-  const advertised = client.getServerCapabilities()?.extensions?.[TASKS];
-  check(
-    advertised !== undefined,
-    `server/discover does not advertise ${TASKS}: ${JSON.stringify(client.getServerCapabilities())}`,
-  );
-  ok(
-    `connected (@modelcontextprotocol/client ${clientPkg.version}, ext-tasks ${tasksPkg.version}) ` +
-      `with server/discover (${PROTOCOL_VERSION}); the server advertises ${TASKS}`,
+  const { client, capabilities } = await connectModern(
+    url,
+    clientInfo,
+    `@modelcontextprotocol/client ${clientPkg.version}, ext-tasks ${tasksPkg.version}`,
   );
 
   const { tools } = await client.listTools();
@@ -215,7 +82,7 @@ async function main() {
     check(names.includes(want), `tools/list lacks ${want}: ${names.join(", ")}`);
   ok(`tools/list: ${names.join(", ")}`);
 
-  const coordinator = new RequestCoordinator(url);
+  const coordinator = new RequestCoordinator(url, "ts-v2-tasks-client");
   await coordinator.start();
 
   // Every input request the server makes, with how ext-tasks delivered it.

@@ -12,7 +12,6 @@ poll it to completion (`tasks/get`); call slow with plain `call_tool`, which
 fastmcp-tasks turns into polling under the hood.
 """
 
-import json
 import sys
 
 import anyio
@@ -20,16 +19,11 @@ import fastmcp_tasks  # noqa: F401 - importing it turns on client task support
 from fastmcp import Client
 from fastmcp_tasks import call_tool_task
 
+sys.dont_write_bytecode = True  # no __pycache__ left in the source tree by peer_common
+
+from peer_common import expect, run_checks, verdict  # noqa: E402 - a sibling module
+
 LIMIT = 20  # seconds per check: a hang guard, not a timing expectation
-
-
-class Failed(Exception):
-    pass
-
-
-def expect(cond: bool, what: str) -> None:
-    if not cond:
-        raise Failed(what)
 
 
 def text_of(result) -> str:
@@ -37,7 +31,6 @@ def text_of(result) -> str:
 
 
 async def main(url: str) -> int:
-    results = []
     async with Client(url) as client:
 
         async def check_echo():
@@ -63,22 +56,8 @@ async def main(url: str) -> int:
             return text_of(r)
 
         checks = [("echo", check_echo), ("task", check_task), ("transparent", check_transparent)]
-        for name, check in checks:
-            try:
-                with anyio.fail_after(LIMIT):
-                    detail = await check()
-                results.append({"check": name, "ok": True, "detail": detail})
-            except TimeoutError:
-                results.append({"check": name, "ok": False, "detail": f"no answer in {LIMIT} s"})
-            except Exception as e:  # noqa: BLE001 - every failure is reported
-                results.append({"check": name, "ok": False, "detail": f"{type(e).__name__}: {e}"})
-            print(json.dumps(results[-1]), flush=True)
-    failed = [r["check"] for r in results if not r["ok"]]
-    if failed:
-        print(f"fastmcp-client: failed checks: {', '.join(failed)}", flush=True)
-        return 1
-    print("fastmcp-client: all checks passed", flush=True)
-    return 0
+        results = await run_checks(checks, LIMIT)
+    return verdict("fastmcp-client", results)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,16 @@ elicitation callback); sample (sampling answered by the sampling callback); fail
 tool error); reject (a JSON-RPC error); big (a 2 MB result).
 """
 
-import json
 import sys
 
 import anyio
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
+
+sys.dont_write_bytecode = True  # no __pycache__ left in the source tree by peer_common
+
+from peer_common import Failed, expect, run_checks, verdict  # noqa: E402 - a sibling module
 
 LIMIT = 15  # seconds per check: a hang guard, not a timing expectation
 EXPECTED_TOOLS = {"echo", "slow", "stats", "ask", "sample", "fail", "reject", "big"}
@@ -46,17 +49,7 @@ def text_of(result: types.CallToolResult) -> str:
     return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
-class Failed(Exception):
-    pass
-
-
-def expect(cond: bool, what: str) -> None:
-    if not cond:
-        raise Failed(what)
-
-
 async def main(url: str) -> int:
-    results = []
     async with streamable_http_client(url) as (read, write, _):
         async with ClientSession(
             read, write, sampling_callback=on_sample, elicitation_callback=on_elicit
@@ -126,22 +119,8 @@ async def main(url: str) -> int:
                 ("reject", check_reject),
                 ("big", check_big),
             ]
-            for name, check in checks:
-                try:
-                    with anyio.fail_after(LIMIT):
-                        detail = await check()
-                    results.append({"check": name, "ok": True, "detail": detail})
-                except TimeoutError:
-                    results.append({"check": name, "ok": False, "detail": f"no answer in {LIMIT} s"})
-                except Exception as e:  # noqa: BLE001 - every failure is reported
-                    results.append({"check": name, "ok": False, "detail": f"{type(e).__name__}: {e}"})
-                print(json.dumps(results[-1]), flush=True)
-    failed = [r["check"] for r in results if not r["ok"]]
-    if failed:
-        print(f"py-client: failed checks: {', '.join(failed)}", flush=True)
-        return 1
-    print("py-client: all checks passed", flush=True)
-    return 0
+            results = await run_checks(checks, LIMIT)
+    return verdict("py-client", results)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Tools:
 """
 
 import argparse
-import json
 import sys
 
 import anyio
@@ -36,7 +35,9 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.shared.exceptions import McpError
 from pydantic import BaseModel, Field
 
-STATS = {"started": 0, "cancelled": 0, "completed": 0}
+sys.dont_write_bytecode = True  # no __pycache__ left in the source tree by peer_common
+
+import peer_common  # noqa: E402 - a sibling module (this script's directory is on sys.path)
 
 
 class Name(BaseModel):
@@ -60,22 +61,12 @@ def build(mode: str, port: int) -> FastMCP:
     @mcp.tool()
     async def slow(ctx: Context, seconds: float = 2.0) -> str:
         """Sleep, reporting progress every 200 ms."""
-        STATS["started"] += 1
-        steps = max(1, int(seconds / 0.2))
-        try:
-            for i in range(steps):
-                await ctx.report_progress(i, steps, f"step {i + 1} of {steps}")
-                await anyio.sleep(seconds / steps)
-        except anyio.get_cancelled_exc_class():
-            STATS["cancelled"] += 1
-            raise
-        STATS["completed"] += 1
-        return f"slept {seconds}s"
+        return await peer_common.slow(ctx.report_progress, seconds)
 
     @mcp.tool()
     async def stats() -> str:
         """Counters of `slow` calls in this process."""
-        return json.dumps(STATS)
+        return peer_common.stats()
 
     async def ask(ctx: Context, question: str = "What is your name?", delay: float = 0) -> str:
         """Ask the client for a name (elicitation)."""
@@ -115,7 +106,7 @@ def build(mode: str, port: int) -> FastMCP:
     @mcp.tool()
     async def big() -> str:
         """About 2 MB of text."""
-        return "".join(f"{i:07d}\n" for i in range(250_000))
+        return peer_common.big()
 
     # The SDK turns every exception a tool raises into a tool result with isError,
     # so a protocol error comes from the request handler, as a lowlevel server's would.
