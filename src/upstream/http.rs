@@ -31,7 +31,7 @@ use super::{
     listen_modern, modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening,
     ServerRequest, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
-use super::{related_task, upstream_task_of};
+use super::{attribute, unattributed, upstream_task_of};
 use crate::config::{EraSetting, UpstreamConfig};
 use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError};
 use crate::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
@@ -736,8 +736,8 @@ impl Shared {
     }
 
     /// A request the upstream sent on a session's GET stream, which names no call:
-    /// to the only call on the session that may ask, else refused (guessing could
-    /// show one caller's prompt to another).
+    /// to the call on the session it can be proven to belong to ([`attribute`]),
+    /// else refused.
     async fn route_request(
         self: &Arc<Self>,
         s: &Session,
@@ -751,46 +751,22 @@ impl Shared {
             responder(Ok(json!({})));
             return;
         }
-        let related = related_task(&params);
         let target = {
             let askers = s.askers.lock().expect("askers lock");
-            match related {
-                // About an upstream task: the call following it, and no other.
-                Some(t) => askers
-                    .iter()
-                    .find(|a| a.task.as_deref() == Some(t))
-                    .map(|a| a.tx.clone())
-                    .ok_or(0),
-                // Naming no task (2025-11-25 says a task's requests MUST carry
-                // `related-task`): among the calls that follow no task.
-                None => {
-                    let plain: Vec<&Asking> = askers.iter().filter(|a| a.task.is_none()).collect();
-                    match plain.as_slice() {
-                        [a] => Ok(a.tx.clone()),
-                        other => Err(other.len()),
-                    }
-                }
-            }
+            attribute(
+                &params,
+                askers.iter().map(|a| (a.tx.clone(), a.task.as_deref())),
+            )
         };
         let responder = self.responder(s.headers(), s.opener.clone(), id.clone());
-        let req = ServerRequest::new(method.clone(), params, responder).keyed_by(&id);
+        let req = ServerRequest::new(method, params, responder).keyed_by(&id);
         match target {
             Ok(tx) => {
                 if let Err(e) = tx.send(CallEvent::Input(req)).await {
                     drop(e); // the call just ended: dropping the request answers it
                 }
             }
-            Err(n) => {
-                let why = if n == 0 {
-                    tracing::warn!(upstream = %self.cfg.name, %method, "the upstream asked the client something with no call in flight on its session; refused");
-                    format!("no client is waiting to answer {method} on this session")
-                } else {
-                    tracing::warn!(upstream = %self.cfg.name, %method, calls = n,
-                        "the upstream asked the client something on its GET stream with several calls in flight on the session; it names none of them, so it is refused");
-                    format!("tasklift cannot tell which of the calls in flight this {method} belongs to, so it asks no client")
-                };
-                req.answer(Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, why)));
-            }
+            Err(n) => unattributed(&self.cfg.name, req, n),
         }
     }
 

@@ -30,11 +30,9 @@ use super::{
     modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening, ServerRequest,
     Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
-use super::{related_task, upstream_task_of};
+use super::{attribute, related_task, unattributed, upstream_task_of};
 use crate::config::{EraSetting, StdioConfig, Transport, UpstreamConfig};
-use crate::jsonrpc::{
-    self, Incoming as Msg, Outcome, Request, RpcError, METHOD_NOT_FOUND, UPSTREAM_ERROR,
-};
+use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError, UPSTREAM_ERROR};
 use crate::mcp::{self, LEGACY_VERSIONS};
 
 /// After this many exits in a row, each within `HEALTHY_UPTIME` of its start, the
@@ -822,17 +820,8 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
         }
         Msg::Request { id, method, params } => {
             // stdio carries no link between a server-to-client request and the call
-            // that caused it. It goes to a call only when that is provable: the
-            // request names the call's progress token, or exactly one call that may
-            // ask is in flight on this child. Anything else is refused: guessing could
-            // show one caller's prompt to another and hand back their answer.
-            let target = attribute(conn, &params);
-            if let Err(n) = target {
-                if n > 1 {
-                    tracing::warn!(upstream = %name, %method, calls = n,
-                        "child asked for input with several calls in flight; it names none of them, so it is refused (set isolate_input for this upstream)");
-                }
-            }
+            // that caused it: it goes to a call only when that is provable.
+            let target = attribute_on(conn, &params);
             let sender = target
                 .ok()
                 .and_then(|t| conn.pending.get(&t).map(|e| e.value().0.clone()));
@@ -841,23 +830,12 @@ async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
             let responder: Box<dyn FnOnce(Outcome) + Send> = Box::new(move |outcome| {
                 let _ = stdin.try_send(jsonrpc::response(Some(&reply_id), &outcome).to_string());
             });
-            let req = ServerRequest::new(method.clone(), params, responder).keyed_by(&id);
+            let req = ServerRequest::new(method, params, responder).keyed_by(&id);
             match sender {
                 Some(tx) => {
                     let _ = tx.send(CallEvent::Input(req)).await;
                 }
-                None => {
-                    if target.is_err_and(|n| n == 0) {
-                        tracing::warn!(upstream = %name, %method, "child asked for input with no call in flight; answering with an error");
-                    }
-                    let why = match target {
-                        Err(0) => format!("no client is waiting to answer {method}"),
-                        _ => format!(
-                            "tasklift cannot tell which of the calls in flight this {method} belongs to, so it asks no client"
-                        ),
-                    };
-                    req.answer(Err(RpcError::new(METHOD_NOT_FOUND, why)));
-                }
+                None => unattributed(name, req, target.err().unwrap_or(0)),
             }
         }
     }
@@ -885,38 +863,24 @@ impl Drop for Unwritten {
 }
 
 /// The call a child's request to the client belongs to: the one whose progress
-/// token the request names, else the only call in flight that may ask. `Err(n)`:
-/// `n` calls could have caused it, so it cannot be attributed.
-fn attribute(conn: &Conn, params: &Value) -> Result<u64, usize> {
-    // A request about an upstream task belongs to the call following that task,
-    // and to no other: with none waiting, it is refused.
-    if let Some(task) = related_task(params) {
-        return conn
-            .task_calls
-            .iter()
-            .find(|e| e.value().0 == task)
-            .map(|e| *e.key())
-            .ok_or(0);
-    }
+/// token it names (tokens are tasklift's own, unique on the child), else what
+/// [`attribute`] proves among the calls in flight that may ask.
+fn attribute_on(conn: &Conn, params: &Value) -> Result<u64, usize> {
     let token = params
         .get("_meta")
         .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
         .map(Value::to_string);
-    if let Some(id) = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value())) {
-        return Ok(id);
+    if related_task(params).is_none() {
+        if let Some(id) = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value())) {
+            return Ok(id);
+        }
     }
-    // A request naming no task is not a task's (2025-11-25 says those MUST carry
-    // `related-task`): the calls following upstream tasks are not candidates.
-    let mut askers = conn
+    let calls: Vec<(u64, Option<String>)> = conn
         .askers
         .iter()
-        .map(|e| *e.key())
-        .filter(|id| !conn.task_calls.contains_key(id));
-    match (askers.next(), askers.next()) {
-        (Some(id), None) => Ok(id),
-        (None, _) => Err(0),
-        (Some(_), Some(_)) => Err(2 + askers.count()),
-    }
+        .map(|e| (*e.key(), conn.task_calls.get(e.key()).map(|t| t.0.clone())))
+        .collect();
+    attribute(params, calls.iter().map(|(id, t)| (*id, t.as_deref())))
 }
 
 /// Wait `grace` for the child to exit on closed stdin, then SIGTERM its process
