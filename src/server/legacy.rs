@@ -408,12 +408,9 @@ pub async fn post(
                 )),
             )
         }
-        _ => {
-            let mut req = req;
-            // `task` means nothing before 2025-11-25.
-            req.params.remove("task");
-            call(state, mount, &s, req, ctx).await
-        }
+        // A `params.task` left here (before 2025-11-25 it means nothing) is
+        // stripped by dispatch, like every client's.
+        _ => call(state, mount, &s, req, ctx).await,
     }
 }
 

@@ -209,10 +209,6 @@ impl Engine {
         mut req: Request,
         ctx: CallContext,
     ) -> Reply {
-        // A 2025-11-25 `params.task` is not part of 2026-07-28: servers MUST ignore it,
-        // and a 2025-era upstream would take it as a request to run its own task.
-        // tasklift runs the task; the upstream gets a plain call.
-        req.params.remove("task");
         let declares = mcp::declares_tasks(&req.params);
         if policy.mode == ToolMode::Required && !declares {
             let tool = req.str_param("name").unwrap_or_default();
