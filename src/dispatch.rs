@@ -45,13 +45,22 @@ pub async fn call_target(
     ttl: Duration,
 ) -> Arc<dyn Upstream> {
     let up = mount.upstream.clone();
-    if !matches!(up.era(ctx).await, Ok(Era::Legacy))
+    if !matches!(up.era(ctx).await, Ok(Era::Legacy)) {
+        return up;
+    }
+    // The common case is answered from memory: a tool already listed as anything
+    // but task-only. Otherwise the upstream's capabilities decide whether its tools
+    // can need tasks at all (and so whether an unlisted tool is worth a tools/list).
+    let tool = req.str_param("name").unwrap_or_default();
+    let listed = mount.tool_headers.listed_task_support(tool);
+    if listed.is_some_and(|s| s != TaskSupport::Required)
         || !offers_tool_tasks(up.as_ref(), req, ctx).await
     {
         return up;
     }
-    let support = mount.tool_headers.task_support(up.as_ref(), req, ctx).await;
-    if support != TaskSupport::Required {
+    if listed.is_none()
+        && mount.tool_headers.task_support(up.as_ref(), req, ctx).await != TaskSupport::Required
+    {
         return up;
     }
     let client_token = req
@@ -153,7 +162,7 @@ pub async fn dispatch(
             }
             let learned = mount.tool_headers.clone();
             map_final(reply, move |mut v| {
-                learned.observe_upstream(&v);
+                learned.observe(&v);
                 without_task_support(&mut v);
                 v
             })

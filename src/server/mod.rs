@@ -383,17 +383,11 @@ async fn handle(
                 return error_response(r.status, msg.id.as_ref(), r.error);
             }
         }
-        let lists_tools = msg.method == "tools/list";
         let method = msg.method.clone();
         let reply = dispatch(&state.engine, mount, msg, ctx).await;
         state.engine.metrics().request(&method, outcome_of(&reply));
         match reply {
-            Reply::Json(v) => {
-                if lists_tools {
-                    mount.tool_headers.observe(&v);
-                }
-                json_response(status_for(&v), &v)
-            }
+            Reply::Json(v) => json_response(status_for(&v), &v),
             Reply::Accepted => Response::builder()
                 .status(StatusCode::ACCEPTED)
                 .body(body::full(Bytes::new()))

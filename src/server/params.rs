@@ -40,9 +40,10 @@ struct Annotated {
 
 /// How a tool may run as a 2025-11-25 task, as its upstream lists it
 /// (`execution.taskSupport`; absent means forbidden).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TaskSupport {
     /// `"forbidden"` or absent: a plain call.
+    #[default]
     Forbidden,
     /// `"optional"`: either.
     Optional,
@@ -70,15 +71,15 @@ impl TaskSupport {
 struct Known {
     /// Its `x-mcp-header` parameters.
     headers: Vec<Annotated>,
-    /// Its task support as the upstream lists it (`None` until seen unaltered).
-    task_support: Option<TaskSupport>,
+    /// Its task support as the upstream lists it.
+    task_support: TaskSupport,
 }
 
 impl Known {
     fn of(tool: &Value) -> Self {
         Self {
             headers: tool.get("inputSchema").map(annotations).unwrap_or_default(),
-            task_support: Some(TaskSupport::of(tool)),
+            task_support: TaskSupport::of(tool),
         }
     }
 }
@@ -161,19 +162,9 @@ impl ToolHeaders {
         }
     }
 
-    /// Learn the annotations from a `tools/list` response relayed to a client (one
-    /// page). The page may have been rewritten for the client's era, so what it says
-    /// of task support is not learned here (see [`ToolHeaders::observe_upstream`]).
+    /// Learn from a `tools/list` response (one page) as the upstream sent it, before
+    /// it is rewritten for the client's era (see `dispatch`).
     pub fn observe(&self, msg: &Value) {
-        self.observe_page(msg, false);
-    }
-
-    /// Learn everything from a `tools/list` response (one page) as the upstream sent it.
-    pub fn observe_upstream(&self, msg: &Value) {
-        self.observe_page(msg, true);
-    }
-
-    fn observe_page(&self, msg: &Value, as_sent: bool) {
         let Some(tools) = msg
             .get("result")
             .and_then(|r| r.get("tools"))
@@ -185,13 +176,15 @@ impl ToolHeaders {
         let (_, known) = g.get_or_insert_with(|| (None, HashMap::new()));
         for t in tools {
             if let Some(name) = t.get("name").and_then(Value::as_str) {
-                let mut k = Known::of(t);
-                if !as_sent {
-                    k.task_support = known.get(name).and_then(|old| old.task_support);
-                }
-                known.insert(name.to_string(), k);
+                known.insert(name.to_string(), Known::of(t));
             }
         }
+    }
+
+    /// The tool's task support as last listed, if it was; never asks the upstream.
+    pub fn listed_task_support(&self, tool: &str) -> Option<TaskSupport> {
+        let g = self.inner.learned.read().expect("lock");
+        g.as_ref()?.1.get(tool).map(|k| k.task_support)
     }
 
     /// The tool's task support as its upstream lists it. A tool not seen yet makes
@@ -204,19 +197,15 @@ impl ToolHeaders {
         ctx: &CallContext,
     ) -> TaskSupport {
         let tool = req.str_param("name").unwrap_or_default();
-        let (known, may_ask) = self.lookup(tool);
-        if let Some(s) = known.as_ref().and_then(|k| k.task_support) {
+        if let Some(s) = self.listed_task_support(tool) {
             return s;
         }
-        if !may_ask {
+        if !self.lookup(tool).1 {
             return TaskSupport::Forbidden;
         }
         let meta = req.meta().cloned().unwrap_or_default();
         self.learn(up, &meta, ctx).await;
-        self.lookup(tool)
-            .0
-            .and_then(|k| k.task_support)
-            .unwrap_or(TaskSupport::Forbidden)
+        self.listed_task_support(tool).unwrap_or_default()
     }
 
     /// Read every page of the upstream's `tools/list` with the caller's `_meta`.
@@ -385,7 +374,7 @@ mod tests {
     }
 
     #[test]
-    fn task_support_is_learned_only_from_pages_as_the_upstream_sent_them() {
+    fn task_support_is_learned_from_each_listing() {
         let page = |support: Option<&str>| {
             let mut t = json!({"name": "job", "inputSchema": {"type": "object"}});
             if let Some(s) = support {
@@ -394,20 +383,11 @@ mod tests {
             json!({"result": {"tools": [t]}})
         };
         let th = ToolHeaders::default();
-        th.observe(&page(Some("required")));
-        assert_eq!(th.lookup("job").0.unwrap().task_support, None);
-        th.observe_upstream(&page(Some("required")));
-        // A page rewritten for a client (no taskSupport) changes nothing.
-        th.clone().observe(&page(None));
-        assert_eq!(
-            th.lookup("job").0.unwrap().task_support,
-            Some(TaskSupport::Required)
-        );
-        th.observe_upstream(&page(None));
-        assert_eq!(
-            th.lookup("job").0.unwrap().task_support,
-            Some(TaskSupport::Forbidden)
-        );
+        assert_eq!(th.listed_task_support("job"), None);
+        th.clone().observe(&page(Some("required")));
+        assert_eq!(th.listed_task_support("job"), Some(TaskSupport::Required));
+        th.observe(&page(None));
+        assert_eq!(th.listed_task_support("job"), Some(TaskSupport::Forbidden));
         assert_eq!(
             TaskSupport::of(&json!({"execution": {"taskSupport": "optional"}})),
             TaskSupport::Optional
