@@ -26,7 +26,7 @@ fn text(b: &[u8]) -> String {
 }
 
 /// `tasklift call <args>` with stdin, stdout and stderr not terminals.
-async fn call(args: &[&str]) -> Output {
+pub(crate) async fn call(args: &[&str]) -> Output {
     let child = Command::new(bin())
         .arg("call")
         .args(args)

@@ -9,11 +9,10 @@
 //! sees.
 
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::call_cli::call;
 use crate::common::*;
 use crate::peers_node::{front, node, or_skip, peers_dir, run_node, ts_v1_server};
 
@@ -74,27 +73,7 @@ async fn ts_v2_tasks_client_through_tasklift_to_the_ts_v1_server() {
     h.stop().await;
 }
 
-/// Hang guard for a `tasklift call` run.
-const LIMIT: Duration = Duration::from_secs(60);
-
-/// `tasklift call <args>` with stdin, stdout and stderr not terminals.
-async fn tasklift_call(args: &[&str]) -> Output {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tasklift"))
-        .arg("call")
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("tasklift runs");
-    tokio::time::timeout(LIMIT, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("tasklift call {args:?} still running after {LIMIT:?}"))
-        .unwrap()
-}
-
+/// Output as text.
 fn out_text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -109,7 +88,7 @@ async fn tasklift_call_follows_a_slow_ts_v1_call_as_a_task() {
     };
     let h = front(&up.url, |_| {}).await;
 
-    let out = tasklift_call(&[&h.url, "slow", "--arg", "seconds=2", "--json"]).await;
+    let out = call(&[&h.url, "slow", "--arg", "seconds=2", "--json"]).await;
     let (stdout, stderr) = (out_text(&out.stdout), out_text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
@@ -122,7 +101,7 @@ async fn tasklift_call_follows_a_slow_ts_v1_call_as_a_task() {
     assert!(stderr.is_empty(), "--json keeps stderr quiet: {stderr}");
     assert_eq!(stored_tasks(&h).await, 1, "the slow call became a task");
 
-    let out = tasklift_call(&[&h.url, "slow", "--arg", "seconds=1.6"]).await;
+    let out = call(&[&h.url, "slow", "--arg", "seconds=1.6"]).await;
     let (stdout, stderr) = (out_text(&out.stdout), out_text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert_eq!(stdout, "slept 1.6s\n", "{stderr}");
@@ -153,7 +132,7 @@ async fn tasklift_call_reports_a_ts_v1_tool_error_with_exit_1() {
     };
     let h = front(&up.url, |_| {}).await;
 
-    let out = tasklift_call(&[&h.url, "fail"]).await;
+    let out = call(&[&h.url, "fail"]).await;
     let (stdout, stderr) = (out_text(&out.stdout), out_text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert_eq!(stdout, "the fail tool failed on purpose\n", "{stderr}");
@@ -162,7 +141,7 @@ async fn tasklift_call_reports_a_ts_v1_tool_error_with_exit_1() {
         "{stderr}"
     );
 
-    let out = tasklift_call(&[&h.url, "fail", "--json"]).await;
+    let out = call(&[&h.url, "fail", "--json"]).await;
     let (stdout, stderr) = (out_text(&out.stdout), out_text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
@@ -175,7 +154,7 @@ async fn tasklift_call_reports_a_ts_v1_tool_error_with_exit_1() {
     // The SDK v1 answers an unknown tool with an isError result, not a JSON-RPC
     // error (the peer's choice; it reaches the client as it was sent), so this is
     // exit 1 rather than the usage exit 2 a rejecting server gets.
-    let out = tasklift_call(&[&h.url, "no_such_tool"]).await;
+    let out = call(&[&h.url, "no_such_tool"]).await;
     let (stdout, stderr) = (out_text(&out.stdout), out_text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(

@@ -598,43 +598,6 @@ async fn tools_list_shows_each_era_what_tasklift_does_with_each_tool() {
     h.stop().await;
 }
 
-/// server-everything's Streamable HTTP transport on a free port on 127.0.0.1 (killed
-/// when dropped), and its MCP URL.
-async fn everything_over_http(
-    node: &str,
-    entry: &std::path::Path,
-) -> (tokio::process::Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = tokio::process::Command::new(node)
-        .arg(entry)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node starts");
-    let stderr = child.stderr.take().unwrap();
-    guarded("server-everything listens", async {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(stderr).lines();
-        while let Ok(Some(l)) = lines.next_line().await {
-            if l.contains("listening on port") {
-                break;
-            }
-        }
-        // Keep reading, so the server never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    })
-    .await;
-    (child, format!("http://127.0.0.1:{port}/mcp"))
-}
-
 /// Ask server-everything an ambiguous research query through tasklift: the task goes
 /// `input_required` with the server's question, and the answer shapes the report.
 async fn ambiguous_research(c: &Client) {
@@ -732,10 +695,10 @@ async fn server_everythings_research_query_asks_through_the_tasklift_task_over_s
 
 #[tokio::test]
 async fn server_everythings_research_query_asks_through_the_tasklift_task_over_http() {
-    let Some((node, entry)) = everything() else {
+    let Some(server) = crate::peers_node::everything_http().await else {
         return;
     };
-    let (_server, url) = everything_over_http(&node, &entry).await;
+    let url = server.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::front(FixtureServer::new(), &url, dir, |c| {
         c.tasks.threshold = "500ms".into();
@@ -753,10 +716,10 @@ async fn two_research_queries_at_once_are_each_followed_in_their_own_upstream_se
     // tasks/* request for it must go to that session, also when tasklift opened
     // another session for the caller's second call (sessions_per_caller).
     use crate::stdio::{follow, guard, task_id, text};
-    let Some((node, entry)) = everything() else {
+    let Some(server) = crate::peers_node::everything_http().await else {
         return;
     };
-    let (_server, url) = everything_over_http(&node, &entry).await;
+    let url = server.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::front(FixtureServer::new(), &url, dir, |c| {
         c.tasks.threshold = "500ms".into();

@@ -19,7 +19,6 @@ import fastmcp_tasks  # noqa: F401 - importing it turns on client task support
 from fastmcp import Client
 from fastmcp_tasks import call_tool_task
 
-sys.dont_write_bytecode = True  # no __pycache__ left in the source tree by peer_common
 
 from peer_common import expect, run_checks, verdict  # noqa: E402 - a sibling module
 

@@ -19,7 +19,6 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-sys.dont_write_bytecode = True  # no __pycache__ left in the source tree by peer_common
 
 from peer_common import Failed, expect, run_checks, verdict  # noqa: E402 - a sibling module
 

@@ -35,9 +35,8 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.shared.exceptions import McpError
 from pydantic import BaseModel, Field
 
-sys.dont_write_bytecode = True  # no __pycache__ left in the source tree by peer_common
 
-import peer_common  # noqa: E402 - a sibling module (this script's directory is on sys.path)
+import peer_common  # a sibling module (this script's directory is on sys.path)
 
 
 class Name(BaseModel):

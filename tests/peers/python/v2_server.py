@@ -34,9 +34,8 @@ from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, Field
 
-sys.dont_write_bytecode = True  # no __pycache__ left in the source tree by peer_common
 
-import peer_common  # noqa: E402 - a sibling module (this script's directory is on sys.path)
+import peer_common  # a sibling module (this script's directory is on sys.path)
 
 INVALID_PARAMS = -32602
 
