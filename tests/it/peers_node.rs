@@ -212,39 +212,8 @@ async fn ts_v1_server_lists_answers_fast_calls_and_reports_tool_errors() {
         return;
     };
     let h = front(&up.url, |_| {}).await;
-    let c = h.client();
-
-    let list = guard("tools/list", c.request("tools/list", json!({})))
-        .await
-        .unwrap()
-        .result;
-    let names: Vec<&str> = list["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("tools/list: {list}"))
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    for want in TS_V1_TOOLS {
-        assert!(names.contains(&want), "tools/list lacks {want}: {list}");
-    }
-
-    let a = guard("echo", c.call_tool("echo", json!({"text": "hi"})))
-        .await
-        .unwrap();
-    assert_eq!(a.result["resultType"], "complete", "{}", a.result);
-    assert_eq!(text(&a.result), "echo: hi");
-
-    // A tool that throws is a tool error (a result with isError), not a protocol error.
-    let a = guard("fail", c.call_tool("fail", json!({})))
-        .await
-        .unwrap_or_else(|e| panic!("fail must be a result, not an error: {e}"));
-    assert_eq!(a.result["isError"], true, "{}", a.result);
-    assert!(
-        text(&a.result).contains("the fail tool failed on purpose"),
-        "{}",
-        a.result
-    );
-    assert_eq!(stored_tasks(&h).await, 0, "fast calls leave nothing stored");
+    let logs = || format!("\n--- server log\n{}", up.logs());
+    crate::stdio_peer::everything_walkthrough(&h.client(), &logs).await;
     h.stop().await;
 }
 
