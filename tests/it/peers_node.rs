@@ -212,8 +212,39 @@ async fn ts_v1_server_lists_answers_fast_calls_and_reports_tool_errors() {
         return;
     };
     let h = front(&up.url, |_| {}).await;
-    let logs = || format!("\n--- server log\n{}", up.logs());
-    crate::stdio_peer::everything_walkthrough(&h.client(), &logs).await;
+    let c = h.client();
+
+    let list = guard("tools/list", c.request("tools/list", json!({})))
+        .await
+        .unwrap()
+        .result;
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tools/list: {list}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for want in TS_V1_TOOLS {
+        assert!(names.contains(&want), "tools/list lacks {want}: {list}");
+    }
+
+    let a = guard("echo", c.call_tool("echo", json!({"text": "hi"})))
+        .await
+        .unwrap();
+    assert_eq!(a.result["resultType"], "complete", "{}", a.result);
+    assert_eq!(text(&a.result), "echo: hi");
+
+    // A tool that throws is a tool error (a result with isError), not a protocol error.
+    let a = guard("fail", c.call_tool("fail", json!({})))
+        .await
+        .unwrap_or_else(|e| panic!("fail must be a result, not an error: {e}"));
+    assert_eq!(a.result["isError"], true, "{}", a.result);
+    assert!(
+        text(&a.result).contains("the fail tool failed on purpose"),
+        "{}",
+        a.result
+    );
+    assert_eq!(stored_tasks(&h).await, 0, "fast calls leave nothing stored");
     h.stop().await;
 }
 
@@ -737,51 +768,8 @@ async fn server_everything_over_streamable_http() {
         return;
     };
     let h = front(&up.url, |_| {}).await;
-    let c = h.client();
-
-    let list = guard("tools/list", c.request("tools/list", json!({})))
-        .await
-        .unwrap()
-        .result;
-    let names: Vec<&str> = list["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("tools/list: {list}"))
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    for want in ["echo", "get-sum", "trigger-long-running-operation"] {
-        assert!(names.contains(&want), "tools/list lacks {want}: {names:?}");
-    }
-
-    let a = guard("echo", c.call_tool("echo", json!({"message": "hello"})))
-        .await
-        .unwrap();
-    assert_eq!(a.result["resultType"], "complete", "{}", a.result);
-    assert_eq!(text(&a.result), "Echo: hello");
-
-    let a = guard(
-        "trigger-long-running-operation",
-        c.call_tool(
-            "trigger-long-running-operation",
-            json!({"duration": 2, "steps": 4}),
-        ),
-    )
-    .await
-    .unwrap();
-    let id = task_id(&a.result);
-    let (t, seen) = follow(&c, &id).await;
-    assert_eq!(t["status"], "completed", "{t}");
-    assert_eq!(
-        text(&t["result"]),
-        "Long running operation completed. Duration: 2 seconds, Steps: 4."
-    );
-    assert!(
-        seen.iter().any(|m| ["1/4", "2/4", "3/4", "4/4"]
-            .iter()
-            .any(|p| m.starts_with(p))),
-        "statusMessage never showed the server's progress; saw {seen:?}\n--- server log\n{}",
-        up.logs()
-    );
+    let logs = || format!("\n--- server log\n{}", up.logs());
+    crate::stdio_peer::everything_walkthrough(&h.client(), &logs).await;
     h.stop().await;
 }
 
