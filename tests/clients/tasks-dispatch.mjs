@@ -98,6 +98,10 @@ export class RequestCoordinator {
     const answered = new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
     });
+    // When the send itself fails (an aborted poll: ext-tasks aborts the in-flight
+    // tasks/get when the task is cancelled), the error is thrown below and nobody
+    // awaits `answered`; its rejection must not crash the process as unhandled.
+    answered.catch(() => {});
     const settle = (error) => {
       const waiter = this.pending.get(id);
       if (waiter) {
