@@ -10,7 +10,6 @@ mod wire;
 mod admin;
 mod auth_ownership;
 mod basics;
-mod bench_smoke;
 mod call_cli;
 mod cli;
 mod crash;

@@ -14,17 +14,11 @@
 //! to stdout, `results.md`, `throughput.svg` and `latency.svg` in `--out`.
 //! `scripts/bench` installs nginx, builds in release mode and runs this.
 
-#[path = "tasklift-bench/bench.rs"]
 mod bench;
-#[path = "tasklift-bench/loadgen.rs"]
 mod loadgen;
-#[path = "tasklift-bench/procs.rs"]
 mod procs;
-#[path = "tasklift-bench/report.rs"]
 mod report;
-#[path = "tasklift-bench/upstream.rs"]
 mod upstream;
-#[path = "tasklift-bench/wire.rs"]
 mod wire;
 
 use std::net::SocketAddr;
@@ -118,7 +112,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "200 8 1048576")]
     pub churn_args: String,
     /// The repository, for the store churn example and the git commit.
-    #[arg(long, default_value = env!("CARGO_MANIFEST_DIR"))]
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/.."))]
     pub repo: PathBuf,
     /// A run during which the rest of the machine (other processes, interrupts) kept
     /// more than this share of a core busy counts as disturbed and is run again.

@@ -3,8 +3,21 @@
 //! the store churn briefly, and writes its report. No timing is asserted, only that
 //! each scenario ran, answered and failed nothing.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+/// tasklift's binary from the same build: `cargo test` at the workspace root builds
+/// it beside the harness (tasklift's own integration tests need it).
+fn tasklift_binary() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_tasklift-bench")).with_file_name("tasklift");
+    assert!(
+        bin.is_file(),
+        "no tasklift binary at {} (run the tests from the workspace root, or cargo build --bin tasklift first)",
+        bin.display()
+    );
+    bin
+}
 
 #[test]
 fn the_benchmark_harness_runs_every_scenario_without_errors() {
@@ -21,7 +34,7 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         ])
         .arg(out.path())
         .arg("--tasklift")
-        .arg(env!("CARGO_BIN_EXE_tasklift"))
+        .arg(tasklift_binary())
         .output()
         .expect("tasklift-bench runs");
     let stdout = String::from_utf8_lossy(&run.stdout);

@@ -1,7 +1,7 @@
 //! Disk use of the sled store under task churn (issue 2).
 //!
 //! ```text
-//! cargo run --release --example store_churn -- [rounds] [batch] [size] [large_result_bytes]
+//! cargo run --release -p tasklift-bench --example store_churn -- [rounds] [batch] [size] [large_result_bytes]
 //! ```
 //!
 //! Every round creates `batch` tasks (created `working`, then put `completed` with a

@@ -1044,9 +1044,18 @@ async fn churn(args: &RunArgs) -> anyhow::Result<report::Churn> {
     } else {
         (
             PathBuf::from("cargo"),
-            ["run", "-q", "--release", "--example", "store_churn", "--"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "run",
+                "-q",
+                "--release",
+                "-p",
+                "tasklift-bench",
+                "--example",
+                "store_churn",
+                "--",
+            ]
+            .map(String::from)
+            .to_vec(),
         )
     };
     full.extend(churn_args);
