@@ -13,9 +13,9 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
-use crate::jsonrpc::{Incoming as Msg, RpcError};
-use crate::mcp::{self, MODERN_VERSION, TASKS_EXTENSION};
-use crate::upstream::sse::SseParser;
+use tasklift_protocol::jsonrpc::{Incoming as Msg, RpcError};
+use tasklift_protocol::mcp::{self, MODERN_VERSION, TASKS_EXTENSION};
+use tasklift_protocol::sse::SseParser;
 
 /// Client failures.
 #[derive(Debug, thiserror::Error)]

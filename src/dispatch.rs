@@ -11,14 +11,14 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::config::UpstreamConfig;
-use crate::jsonrpc::{self, Request, RpcError, METHOD_NOT_FOUND};
-use crate::mcp::{self, method};
 use crate::reply::{Reply, StreamItem};
 use crate::server::params::TaskSupport;
 use crate::session::Sessions;
 use crate::tasks::engine::{Engine, TaskRoute};
 use crate::upstream::task_bridge::{self, Follow};
 use crate::upstream::{CallContext, Era, Upstream};
+use tasklift_protocol::jsonrpc::{self, Request, RpcError, METHOD_NOT_FOUND};
+use tasklift_protocol::mcp::{self, method};
 
 /// One upstream mounted at a path.
 pub struct Mount {
@@ -251,8 +251,8 @@ pub fn polled(
     engine: &Engine,
     req: &Request,
     owner: &str,
-    outcome: crate::jsonrpc::Outcome,
-) -> crate::jsonrpc::Outcome {
+    outcome: tasklift_protocol::jsonrpc::Outcome,
+) -> tasklift_protocol::jsonrpc::Outcome {
     let Ok(t) = &outcome else { return outcome };
     if req.method != method::TASKS_GET {
         return outcome;

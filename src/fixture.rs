@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::fixture_content::{self, Answer, Content, Peer};
-use crate::jsonrpc::{
+use tasklift_protocol::jsonrpc::{
     self, Incoming as Msg, RpcError, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND,
 };
 

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::fixture::{Asker, BoxFuture, Broadcast, Tool};
-use crate::jsonrpc::{self, RpcError, INVALID_PARAMS};
+use tasklift_protocol::jsonrpc::{self, RpcError, INVALID_PARAMS};
 
 /// A 1×1 red PNG.
 const PNG_1X1: &str =

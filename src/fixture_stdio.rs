@@ -14,7 +14,9 @@ use tokio::sync::{mpsc, Semaphore};
 
 use crate::fixture::{asker_on, Asked, Broadcast, FixtureServer, Outlet, Tool, ToolCx};
 use crate::fixture_content::{Answer, Peer};
-use crate::jsonrpc::{self, Incoming as Msg, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND};
+use tasklift_protocol::jsonrpc::{
+    self, Incoming as Msg, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND,
+};
 
 /// How the stdio fixture behaves.
 #[derive(Debug, Clone, Default)]

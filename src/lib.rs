@@ -17,7 +17,7 @@
 //! - [`call`]: `tasklift call`, a terminal client for any 2026-07-28 endpoint.
 //! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
 //! - [`admin`]: the admin listener (read-only status page, metrics, health).
-//! - [`jsonrpc`], [`mcp`], [`reply`]: protocol types, no I/O.
+//! - [`reply`]: what a handler answers; protocol types live in `tasklift_protocol`.
 //! - [`fixture`], [`fixture_stdio`], [`fixture_content`], [`client`], [`demo`]: the bundled
 //!   slow server (HTTP and stdio, and the conformance content both serve), a small
 //!   client, the demo.
@@ -35,8 +35,6 @@ pub mod dispatch;
 pub mod fixture;
 pub mod fixture_content;
 pub mod fixture_stdio;
-pub mod jsonrpc;
-pub mod mcp;
 pub mod metrics;
 pub mod reply;
 pub mod server;

@@ -14,8 +14,8 @@ use dashmap::DashMap;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::jsonrpc::Outcome;
 use crate::reply::StreamItem;
+use tasklift_protocol::jsonrpc::Outcome;
 
 /// How long a request to the client waits for its answer before it fails with an
 /// error (so a client that went away cannot keep a call, and its session, busy).
@@ -302,8 +302,8 @@ impl ClientSession {
             let waiting = me.pending.lock().expect("lock").remove(&key);
             if let Some(r) = waiting {
                 tracing::info!(session = %me.id, "the client did not answer a request in time");
-                r(Err(crate::jsonrpc::RpcError::new(
-                    crate::jsonrpc::INTERNAL_ERROR,
+                r(Err(tasklift_protocol::jsonrpc::RpcError::new(
+                    tasklift_protocol::jsonrpc::INTERNAL_ERROR,
                     "the client did not answer in time",
                 )));
             }

@@ -8,33 +8,13 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
 
-use crate::jsonrpc::Request;
-use crate::mcp;
 use crate::upstream::CallContext;
+use tasklift_protocol::jsonrpc::Request;
+use tasklift_protocol::mcp;
+use tasklift_protocol::traceparent::parse;
 
 /// The keys and headers of trace context.
 const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
-
-/// A parsed `traceparent`: version 00, 32 hex trace id, 16 hex parent id, 2 hex
-/// flags; all-zero ids are invalid.
-fn parse(tp: &str) -> Option<(&str, &str)> {
-    let mut parts = tp.trim().split('-');
-    let (v, trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, n: usize| {
-        s.len() == n
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    let ok = hex(v, 2)
-        && v != "ff"
-        && hex(trace, 32)
-        && hex(parent, 16)
-        && hex(flags, 2)
-        && trace.bytes().any(|b| b != b'0')
-        && parent.bytes().any(|b| b != b'0')
-        && (v != "00" || parts.next().is_none());
-    ok.then_some((trace, flags))
-}
 
 /// Continue the caller's trace, if it sent one: rewrite the request's `_meta` and the
 /// headers that go upstream, and return the trace id (for the request's span).

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tasklift::jsonrpc::Request;
+use tasklift_protocol::jsonrpc::Request;
 use tasklift::server::validate;
 use tasklift_fuzz::headers_and_body;
 

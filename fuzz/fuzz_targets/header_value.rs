@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tasklift::mcp::{decode_header_value, encode_header_value};
+use tasklift_protocol::mcp::{decode_header_value, encode_header_value};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else {

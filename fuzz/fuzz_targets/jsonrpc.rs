@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use tasklift::jsonrpc::{Incoming, Request, RpcError};
+use tasklift_protocol::jsonrpc::{Incoming, Request, RpcError};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(v) = serde_json::from_slice::<Value>(data) else {

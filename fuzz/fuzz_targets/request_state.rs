@@ -18,11 +18,13 @@ fuzz_target!(|data: &[u8]| {
         owner: s.chars().rev().collect(),
         request: "tools/call:t".into(),
         exp: u64::MAX,
+        issuer: String::new(),
     };
     let sealed = sealer.seal(&c);
+    let opened = sealer.open(&sealed, &c.owner, &c.request, 1).ok();
     assert_eq!(
-        sealer.open(&sealed, &c.owner, &c.request, 1).ok(),
-        Some(c.clone())
+        opened.map(|o| (o.park, o.owner, o.request, o.exp)),
+        Some((c.park.clone(), c.owner.clone(), c.request.clone(), c.exp))
     );
     assert!(sealer
         .open(&sealed, &format!("{}x", c.owner), &c.request, 1)

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tasklift::upstream::sse::SseParser;
+use tasklift_protocol::sse::SseParser;
 
 fn run(data: &[u8], chunk: usize) -> (Vec<String>, Option<String>, Option<u64>) {
     let mut p = SseParser::default();

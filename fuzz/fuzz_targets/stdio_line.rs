@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use tasklift::jsonrpc::Incoming;
+use tasklift_protocol::jsonrpc::Incoming;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use tasklift::jsonrpc::{Outcome, Request};
+use tasklift_protocol::jsonrpc::{Outcome, Request};
 use tasklift::server::params::ToolHeaders;
 use tasklift::upstream::{CallContext, Era, Upstream, UpstreamCall, UpstreamError, UpstreamFuture};
 use tasklift_fuzz::headers_and_body;

@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use tokio::sync::mpsc;
 
 use crate::reply::StreamItem;
-use crate::upstream::sse;
+use tasklift_protocol::sse;
 
 /// The body type of every tasklift response.
 pub type RespBody = BoxBody<Bytes, Infallible>;

@@ -25,11 +25,13 @@ use tokio::sync::mpsc;
 use super::body::{self, RespBody};
 use super::{error_response, json_response, State};
 use crate::dispatch::{dispatch, Mount};
-use crate::jsonrpc::{self, Outcome, Request, RpcError, INVALID_PARAMS, INVALID_REQUEST};
-use crate::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
 use crate::reply::{Reply, StreamItem};
 use crate::session::ClientSession;
 use crate::upstream::{CallContext, Era};
+use tasklift_protocol::jsonrpc::{
+    self, Outcome, Request, RpcError, INVALID_PARAMS, INVALID_REQUEST,
+};
+use tasklift_protocol::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
 
 /// The header carrying a legacy session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";

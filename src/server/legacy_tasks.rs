@@ -25,12 +25,14 @@ use super::legacy::{legacy_shape, modernize};
 use super::{json_response, State};
 use crate::config::{ToolMode, UpstreamConfig};
 use crate::dispatch::Mount;
-use crate::jsonrpc::{self, Outcome, Request, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND};
-use crate::mcp;
 use crate::reply::{Reply, StreamItem};
 use crate::session::ClientSession;
 use crate::tasks::{detailed_task, Engine};
 use crate::upstream::CallContext;
+use tasklift_protocol::jsonrpc::{
+    self, Outcome, Request, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND,
+};
+use tasklift_protocol::mcp;
 
 /// `_meta` key tying a message to its task.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";

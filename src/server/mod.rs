@@ -32,10 +32,12 @@ use self::body::RespBody;
 use crate::auth::Authenticator;
 use crate::config::{LegacyConfig, ServerConfig};
 use crate::dispatch::{dispatch, Mount};
-use crate::jsonrpc::{self, Request, RpcError, INVALID_REQUEST, PARSE_ERROR, REQUEST_TOO_LARGE};
 use crate::reply::Reply;
 use crate::tasks::Engine;
 use crate::upstream::CallContext;
+use tasklift_protocol::jsonrpc::{
+    self, Request, RpcError, INVALID_REQUEST, PARSE_ERROR, REQUEST_TOO_LARGE,
+};
 
 /// Everything a request handler needs.
 pub struct State {
@@ -372,7 +374,7 @@ async fn handle(
         if let Some(t) = crate::trace::propagate(&parts.headers, &mut msg, &mut ctx) {
             tracing::Span::current().record("trace_id", t.as_str());
         }
-        if msg.method == crate::mcp::method::TOOLS_CALL {
+        if msg.method == tasklift_protocol::mcp::method::TOOLS_CALL {
             let checked = mount
                 .tool_headers
                 .check(mount.upstream.as_ref(), &parts.headers, &msg, &ctx)

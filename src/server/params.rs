@@ -20,9 +20,9 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::validate::Rejection;
-use crate::jsonrpc::{Request, RpcError, HEADER_MISMATCH};
-use crate::mcp;
 use crate::upstream::{CallContext, Upstream};
+use tasklift_protocol::jsonrpc::{Request, RpcError, HEADER_MISMATCH};
+use tasklift_protocol::mcp;
 
 /// A tool not in the cache triggers a new `tools/list` at most this often.
 const RELEARN: Duration = Duration::from_secs(5);

@@ -4,10 +4,10 @@
 use http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
 
-use crate::jsonrpc::{
+use tasklift_protocol::jsonrpc::{
     Request, RpcError, HEADER_MISMATCH, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION,
 };
-use crate::mcp::{self, SUPPORTED_VERSIONS};
+use tasklift_protocol::mcp::{self, SUPPORTED_VERSIONS};
 
 /// A rejected request: the HTTP status and the JSON-RPC error to send.
 #[derive(Debug)]

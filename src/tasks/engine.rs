@@ -23,11 +23,11 @@ use super::input::{StateSealer, STATE_PREFIX};
 use super::sync::{Parked, SyncCall};
 use super::{into_detailed_task, Clock};
 use crate::config::{ToolMode, ToolPolicy};
-use crate::jsonrpc::{self, Outcome, Request, RpcError, INTERNAL_ERROR};
-use crate::mcp::{self, method};
 use crate::reply::Reply;
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus, TaskStore};
 use crate::upstream::{CallContext, Upstream};
+use tasklift_protocol::jsonrpc::{self, Outcome, Request, RpcError, INTERNAL_ERROR};
+use tasklift_protocol::mcp::{self, method};
 
 /// Why a running task is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::Sha256;
 
-use crate::jsonrpc::{RpcError, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY};
+use tasklift_protocol::jsonrpc::{RpcError, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY};
 
 /// Marks a `requestState` as tasklift's own (anything else belongs to the upstream).
 pub const STATE_PREFIX: &str = "tl1.";
@@ -148,7 +148,7 @@ pub fn check_allowed(caps: &Value, method: &str) -> Result<(), RpcError> {
         )
         .with_data(json!({"requiredCapabilities": {cap: {}}}))),
         None => Err(RpcError::new(
-            crate::jsonrpc::METHOD_NOT_FOUND,
+            tasklift_protocol::jsonrpc::METHOD_NOT_FOUND,
             format!("tasklift does not relay {method} to clients"),
         )),
     }
@@ -158,7 +158,7 @@ pub fn check_allowed(caps: &Value, method: &str) -> Result<(), RpcError> {
 /// a digest of the arguments, so a state is refused on a request it was not issued for.
 pub fn request_binding(method: &str, params: &serde_json::Map<String, Value>) -> String {
     use sha2::Digest;
-    let name = crate::mcp::name_param(method)
+    let name = tasklift_protocol::mcp::name_param(method)
         .and_then(|p| params.get(p))
         .and_then(Value::as_str)
         .unwrap_or("");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::jsonrpc::RpcError;
+use tasklift_protocol::jsonrpc::RpcError;
 
 /// JSON-RPC code of a refusal because a limit is reached (implementation-defined
 /// server error range).

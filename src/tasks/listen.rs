@@ -13,11 +13,11 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::detailed_task;
 use super::engine::Engine;
-use crate::jsonrpc::{self, Request};
-use crate::mcp;
 use crate::reply::{Reply, StreamItem};
 use crate::store::TaskRecord;
 use crate::upstream::{notification_wanted, CallContext, Listening, Upstream};
+use tasklift_protocol::jsonrpc::{self, Request};
+use tasklift_protocol::mcp;
 
 /// `_meta` key correlating notifications with their subscription.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";

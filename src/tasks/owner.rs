@@ -12,9 +12,9 @@ use tokio::sync::mpsc;
 use super::engine::{finalize_result, is_progress_for, Control, Engine, StopReason};
 use super::progress_message;
 use super::sync::{admit_request, sleep_until_opt};
-use crate::jsonrpc::{Request, RpcError, INTERNAL_ERROR};
 use crate::store::{StoreError, TaskOutcome, TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
+use tasklift_protocol::jsonrpc::{Request, RpcError, INTERNAL_ERROR};
 
 /// What the owner takes over from the synchronous phase.
 pub(super) struct Owner {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::engine::{Control, Engine, StopReason};
-use crate::jsonrpc::{RpcError, INTERNAL_ERROR};
 use crate::store::{Change, PgStore};
+use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
 
 /// The error a task gets when the replica running it is gone.
 pub const LOST_REPLICA: &str = "the tasklift replica running this task was lost (its lease expired); the upstream outcome is unknown";

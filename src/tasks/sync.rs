@@ -14,11 +14,11 @@ use tracing::Instrument;
 use super::engine::{finalize_result, is_progress_for, Control, Engine, TaskSpec};
 use super::input::{check_allowed, request_binding, InputKeys, StateClaims};
 use super::{create_task_result, progress_message};
-use crate::jsonrpc::{self, RpcError};
 use crate::reply::{Reply, StreamItem};
 use crate::session::ClientSession;
 use crate::store::{TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
+use tasklift_protocol::jsonrpc::{self, RpcError};
 
 /// How long a call parked for input waits for the client's retry.
 pub const PARK_TTL: Duration = Duration::from_secs(600);
@@ -77,7 +77,11 @@ pub(super) struct SyncCall {
     /// requests on the response stream (instead of an MRTR `InputRequiredResult`).
     pub session: Option<Arc<ClientSession>>,
     /// The request and where it went, so a task can retry it with MRTR answers.
-    pub origin: Option<(Arc<dyn Upstream>, crate::jsonrpc::Request, CallContext)>,
+    pub origin: Option<(
+        Arc<dyn Upstream>,
+        tasklift_protocol::jsonrpc::Request,
+        CallContext,
+    )>,
 }
 
 /// A call waiting for the client's retry with answers.
@@ -332,7 +336,7 @@ impl Engine {
     /// and resume the race.
     pub(super) async fn resume(
         self: &Arc<Self>,
-        req: &crate::jsonrpc::Request,
+        req: &tasklift_protocol::jsonrpc::Request,
         state: &str,
         ctx: &CallContext,
         task: Option<TaskSpec>,
@@ -373,7 +377,7 @@ impl Engine {
         p.sc.id = req.id.clone();
         p.sc.caps = req
             .meta()
-            .and_then(|m| m.get(crate::mcp::META_CLIENT_CAPABILITIES))
+            .and_then(|m| m.get(tasklift_protocol::mcp::META_CLIENT_CAPABILITIES))
             .cloned()
             .unwrap_or_default();
         p.task = task;

@@ -25,7 +25,6 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use super::sse::SseParser;
 use super::{
     agreed_by_capabilities, broken, cancelled_notification, discover_from_initialize,
     listen_modern, modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening,
@@ -33,8 +32,9 @@ use super::{
 };
 use super::{attribute, unattributed, upstream_task_of};
 use crate::config::{EraSetting, UpstreamConfig};
-use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError};
-use crate::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
+use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError};
+use tasklift_protocol::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
+use tasklift_protocol::sse::SseParser;
 
 type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 

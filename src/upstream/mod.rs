@@ -5,7 +5,6 @@
 //! upstream's own 2025-11-25 task.
 
 pub mod http;
-pub mod sse;
 pub mod stdio;
 pub mod task_bridge;
 
@@ -15,8 +14,8 @@ use std::pin::Pin;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::jsonrpc::{Outcome, Request, RpcError, UPSTREAM_ERROR};
-use crate::mcp::{self, MODERN_VERSION};
+use tasklift_protocol::jsonrpc::{Outcome, Request, RpcError, UPSTREAM_ERROR};
+use tasklift_protocol::mcp::{self, MODERN_VERSION};
 
 /// Which protocol era an upstream speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +123,7 @@ impl Drop for ServerRequest {
     fn drop(&mut self) {
         if let Some(r) = self.responder.take() {
             r(Err(RpcError::new(
-                crate::jsonrpc::INTERNAL_ERROR,
+                tasklift_protocol::jsonrpc::INTERNAL_ERROR,
                 "the client did not answer this request (the call was cancelled or its state expired)",
             )));
         }
@@ -590,7 +589,10 @@ pub fn unattributed(upstream: &str, req: ServerRequest, n: usize) {
             "the upstream asked the client something naming none of the calls in flight; refused (for stdio, set isolate_input)");
         format!("tasklift cannot tell which of the calls in flight this {method} belongs to, so it asks no client")
     };
-    req.answer(Err(RpcError::new(crate::jsonrpc::METHOD_NOT_FOUND, why)));
+    req.answer(Err(RpcError::new(
+        tasklift_protocol::jsonrpc::METHOD_NOT_FOUND,
+        why,
+    )));
 }
 
 #[cfg(test)]

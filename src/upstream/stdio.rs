@@ -32,8 +32,10 @@ use super::{
 };
 use super::{attribute, related_task, unattributed, upstream_task_of};
 use crate::config::{EraSetting, StdioConfig, Transport, UpstreamConfig};
-use crate::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError, UPSTREAM_ERROR};
-use crate::mcp::{self, LEGACY_VERSIONS};
+use tasklift_protocol::jsonrpc::{
+    self, Incoming as Msg, Outcome, Request, RpcError, UPSTREAM_ERROR,
+};
+use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
 /// After this many exits in a row, each within `HEALTHY_UPTIME` of its start, the
 /// upstream is reported unready and calls fail at once.

@@ -38,8 +38,10 @@ use super::{
     broken, CallContext, CallEvent, Canceller, Era, Listening, Upstream, UpstreamCall,
     UpstreamError, UpstreamFuture,
 };
-use crate::jsonrpc::{Outcome, Request, RpcError, INTERNAL_ERROR, INVALID_PARAMS, UPSTREAM_ERROR};
-use crate::mcp;
+use tasklift_protocol::jsonrpc::{
+    Outcome, Request, RpcError, INTERNAL_ERROR, INVALID_PARAMS, UPSTREAM_ERROR,
+};
+use tasklift_protocol::mcp;
 
 /// `_meta` key tying a 2025-11-25 message to its task.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -303,10 +305,9 @@ impl Driver {
         if self.follow.client_token {
             params["progress"] = json!(self.progress);
         }
-        self.send(CallEvent::Notification(crate::jsonrpc::notification(
-            mcp::method::PROGRESS,
-            params,
-        )))
+        self.send(CallEvent::Notification(
+            tasklift_protocol::jsonrpc::notification(mcp::method::PROGRESS, params),
+        ))
         .await;
     }
 
@@ -489,7 +490,7 @@ impl Driver {
                     Some(Polled::Event(ev)) => self.event(ev).await,
                     Some(Polled::Gone(e)) => {
                         let e = RpcError::new(
-                            crate::jsonrpc::UPSTREAM_ERROR,
+                            tasklift_protocol::jsonrpc::UPSTREAM_ERROR,
                             format!("upstream {} no longer knows its task: {}", self.up.name(), e.message),
                         );
                         self.finish(Err(e)).await;
@@ -612,7 +613,9 @@ async fn poll(
                                 }
                                 return true;
                             }
-                            CallEvent::Done(Err(e)) if e.code == crate::jsonrpc::INVALID_PARAMS => {
+                            CallEvent::Done(Err(e))
+                                if e.code == tasklift_protocol::jsonrpc::INVALID_PARAMS =>
+                            {
                                 terminal = true;
                                 let _ = tx.send(Polled::Gone(e)).await;
                                 return true;

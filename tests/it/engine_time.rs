@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tasklift::config::{ToolMode, ToolPolicy};
-use tasklift::jsonrpc::Request;
 use tasklift::reply::{Reply, StreamItem};
 use tasklift::store::{SledStore, TaskStore};
 use tasklift::tasks::{Clock, Engine};
 use tasklift::upstream::{
     CallContext, CallEvent, Canceller, Era, Upstream, UpstreamCall, UpstreamFuture,
 };
+use tasklift_protocol::jsonrpc::Request;
 use tokio::sync::mpsc;
 
 /// An upstream whose tool answers after a fixed (virtual) time.
@@ -58,7 +58,7 @@ impl Upstream for Timed {
         &'a self,
         _: &'a Request,
         _: &'a CallContext,
-    ) -> UpstreamFuture<'a, tasklift::jsonrpc::Outcome> {
+    ) -> UpstreamFuture<'a, tasklift_protocol::jsonrpc::Outcome> {
         Box::pin(async { Ok(Ok(json!({}))) })
     }
     fn close_idle<'a>(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tasklift::fixture::{FixtureServer, Tool};
-use tasklift::upstream::sse::SseParser;
+use tasklift_protocol::sse::SseParser;
 use tokio::sync::Notify;
 
 use crate::common::*;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use tasklift::fixture::FixtureServer;
-use tasklift::upstream::sse::SseParser;
+use tasklift_protocol::sse::SseParser;
 
 use crate::common::*;
 use crate::mock::{discover_result, sse_event, MockReply, MockUpstream, StreamTx};

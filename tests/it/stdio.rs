@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tasklift::app::Running;
 use tasklift::client::{Client, ClientError};
 use tasklift::config::{RawConfig, RawUpstream};
-use tasklift::jsonrpc::RpcError;
+use tasklift_protocol::jsonrpc::RpcError;
 
 use crate::common::*;
 

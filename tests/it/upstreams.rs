@@ -16,7 +16,9 @@ fn fixture() -> FixtureServer {
     FixtureServer::new().tool(Tool::new("echo"))
 }
 
-fn rpc_err(r: Result<tasklift::client::Answer, ClientError>) -> tasklift::jsonrpc::RpcError {
+fn rpc_err(
+    r: Result<tasklift::client::Answer, ClientError>,
+) -> tasklift_protocol::jsonrpc::RpcError {
     match r {
         Err(ClientError::Rpc(e)) => e,
         other => panic!("expected a JSON-RPC error, got {other:?}"),

@@ -27,7 +27,7 @@ impl Raw {
 impl Raw {
     /// The JSON-RPC messages of an SSE body, in order.
     pub fn sse_messages(&self) -> Vec<Value> {
-        let mut p = tasklift::upstream::sse::SseParser::default();
+        let mut p = tasklift_protocol::sse::SseParser::default();
         let mut out: Vec<String> = p.feed(self.body.as_bytes());
         out.extend(p.finish());
         out.iter()
@@ -184,10 +184,10 @@ impl Post {
             }
         }
         params["_meta"] = m;
-        let name = tasklift::mcp::name_param(method)
+        let name = tasklift_protocol::mcp::name_param(method)
             .and_then(|p| params.get(p))
             .and_then(Value::as_str)
-            .map(tasklift::mcp::encode_header_value);
+            .map(tasklift_protocol::mcp::encode_header_value);
         let mut headers = vec![
             ("content-type".into(), "application/json".into()),
             (

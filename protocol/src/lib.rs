@@ -1,0 +1,12 @@
+//! The protocol tasklift speaks, as plain data: no I/O, no runtime.
+//!
+//! - [`jsonrpc`]: JSON-RPC 2.0 messages, ids, error codes.
+//! - [`mcp`]: MCP method names, `_meta` keys, protocol versions, header values.
+//! - [`sse`]: the Server-Sent Events parser and encoder.
+//! - [`traceparent`]: W3C `traceparent` parsing.
+#![forbid(unsafe_code)]
+
+pub mod jsonrpc;
+pub mod mcp;
+pub mod sse;
+pub mod traceparent;

@@ -1,0 +1,22 @@
+//! W3C Trace Context: parsing a `traceparent` header value.
+
+/// A parsed `traceparent`: version 00, 32 hex trace id, 16 hex parent id, 2 hex
+/// flags; all-zero ids are invalid.
+pub fn parse(tp: &str) -> Option<(&str, &str)> {
+    let mut parts = tp.trim().split('-');
+    let (v, trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let ok = hex(v, 2)
+        && v != "ff"
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2)
+        && trace.bytes().any(|b| b != b'0')
+        && parent.bytes().any(|b| b != b'0')
+        && (v != "00" || parts.next().is_none());
+    ok.then_some((trace, flags))
+}
