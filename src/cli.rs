@@ -41,6 +41,7 @@ pub enum Command {
         overrides: Overrides,
     },
     /// Walk through the task lifecycle against a bundled slow MCP server (needs nothing else).
+    #[cfg(feature = "demo")]
     Demo {
         /// Keep the demo's data directory instead of deleting it.
         #[arg(long)]
@@ -55,6 +56,7 @@ pub enum Command {
     /// Call a tool on any 2026-07-28 MCP endpoint, following a task to its result.
     Call(crate::call::CallArgs),
     /// Run the bundled slow MCP server (legacy 2025-11-25 Streamable HTTP, or stdio) for trying tasklift.
+    #[cfg(feature = "demo")]
     DemoServer {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9000")]
@@ -65,21 +67,9 @@ pub enum Command {
         /// stdio: speak 2026-07-28 instead of 2025-11-25.
         #[arg(long, requires = "stdio")]
         modern: bool,
-        /// stdio: print lines that are not JSON-RPC on stdout (for testing).
-        #[arg(long, requires = "stdio", hide = true)]
-        garbage: bool,
-        /// stdio: ignore notifications/cancelled (for testing).
-        #[arg(long, requires = "stdio", hide = true)]
-        ignore_cancel: bool,
-        /// stdio: exit with status 3 at once (for testing).
-        #[arg(long, requires = "stdio", hide = true)]
-        exit_at_start: bool,
         /// stdio: serve one call at a time.
         #[arg(long, requires = "stdio")]
         serial: bool,
-        /// stdio: append one line per event to this file (for testing).
-        #[arg(long, requires = "stdio", hide = true)]
-        log: Option<PathBuf>,
     },
 }
 

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::client::Client;
 use crate::config::{RawConfig, RawUpstream};
-use crate::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 
 /// Run the demo.
 pub async fn run(keep_data: bool) -> anyhow::Result<()> {

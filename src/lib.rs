@@ -18,9 +18,8 @@
 //! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
 //! - [`admin`]: the admin listener (read-only status page, metrics, health).
 //! - [`reply`]: what a handler answers; protocol types live in `tasklift_protocol`.
-//! - [`fixture`], [`fixture_stdio`], [`fixture_content`], [`client`], [`demo`]: the bundled
-//!   slow server (HTTP and stdio, and the conformance content both serve), a small
-//!   client, the demo.
+//! - [`client`], [`demo`]: a small modern client; `tasklift demo` (the `demo` feature,
+//!   with the bundled slow server of the `tasklift-fixture` crate).
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -30,11 +29,9 @@ pub mod call;
 pub mod cli;
 pub mod client;
 pub mod config;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod dispatch;
-pub mod fixture;
-pub mod fixture_content;
-pub mod fixture_stdio;
 pub mod metrics;
 pub mod reply;
 pub mod server;

@@ -83,40 +83,35 @@ fn main() -> ExitCode {
             init_tracing(cli.log_format, "warn");
             tasklift::call::run(args)
         }
+        #[cfg(feature = "demo")]
         Command::Demo { keep_data } => {
             init_tracing(cli.log_format, "warn");
             report(runtime().block_on(tasklift::demo::run(keep_data)))
         }
+        #[cfg(feature = "demo")]
         Command::DemoServer {
             listen,
             stdio,
             modern,
-            garbage,
-            ignore_cancel,
-            exit_at_start,
             serial,
-            log,
         } => {
             if stdio {
                 // stdout carries the protocol: logs go to stderr only.
                 init_tracing(cli.log_format, "warn");
-                let opts = tasklift::fixture_stdio::StdioOptions {
+                let opts = tasklift_fixture::stdio::StdioOptions {
                     modern,
-                    garbage,
-                    ignore_cancel,
-                    exit_at_start,
                     serial,
-                    log,
+                    ..Default::default()
                 };
-                let fixture = tasklift::fixture_stdio::stdio_fixture();
+                let fixture = tasklift_fixture::stdio::stdio_fixture();
                 return report(runtime().block_on(async {
-                    tasklift::fixture_stdio::serve(fixture, opts)
+                    tasklift_fixture::stdio::serve(fixture, opts)
                         .await
                         .map_err(anyhow::Error::from)
                 }));
             }
             init_tracing(cli.log_format, "info");
-            report(runtime().block_on(demo_server(listen)))
+            report(runtime().block_on(tasklift_fixture::serve_http(&listen, shutdown_signal())))
         }
     }
 }
@@ -143,23 +138,6 @@ async fn serve(cfg: tasklift::config::Config) -> anyhow::Result<()> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     running.shutdown().await;
-    Ok(())
-}
-
-async fn demo_server(listen: String) -> anyhow::Result<()> {
-    let addr = listen
-        .parse()
-        .with_context(|| format!("{listen:?} is not an address"))?;
-    let server = tasklift::fixture::FixtureServer::demo()
-        .start(addr)
-        .await
-        .context("cannot start the demo server")?;
-    eprintln!(
-        "demo MCP server (legacy 2025-11-25 Streamable HTTP) at {}",
-        server.url()
-    );
-    shutdown_signal().await;
-    server.stop().await;
     Ok(())
 }
 

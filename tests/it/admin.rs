@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tasklift::fixture::{FixtureServer, Tool};
 use tasklift::store::{TaskRecord, TaskStatus};
+use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
 use crate::common::*;

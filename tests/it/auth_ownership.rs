@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tasklift::client::{Client, ClientError};
-use tasklift::fixture::{FixtureServer, Tool};
+use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
 use crate::common::*;

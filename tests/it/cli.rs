@@ -167,8 +167,9 @@ fn serve_with_a_bad_flag_exits_64_before_binding_or_opening_anything() {
     drop(taken);
 }
 
-/// The README's first command is `cargo run -- demo`: with a second binary in the
-/// package (the benchmark harness), `cargo run` must still pick the proxy.
+/// The README's first command is `cargo run -- demo`: with other binaries in the
+/// workspace (the benchmark harness, the fixture server), `cargo run` at the root
+/// must still pick the proxy.
 #[test]
 fn cargo_run_starts_the_proxy() {
     // Only the environment a user's shell would have: the variables cargo sets for

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tasklift::app::Running;
 use tasklift::client::Client;
 use tasklift::config::{RawConfig, RawToolRule, RawUpstream};
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 
 pub use crate::wire::*;
 
@@ -42,6 +42,19 @@ pub fn config(upstream_url: &str, dir: &std::path::Path) -> RawConfig {
 }
 
 /// A tool rule with a mode.
+/// The `tasklift-fixture` binary (the bundled server with its fault knobs), built
+/// beside tasklift's by `cargo test` at the workspace root.
+pub fn fixture_bin() -> String {
+    let bin =
+        std::path::Path::new(env!("CARGO_BIN_EXE_tasklift")).with_file_name("tasklift-fixture");
+    assert!(
+        bin.is_file(),
+        "no tasklift-fixture binary at {} (run cargo test at the workspace root, or cargo build -p tasklift-fixture)",
+        bin.display()
+    );
+    bin.display().to_string()
+}
+
 pub fn rule(mode: &str) -> RawToolRule {
     RawToolRule {
         mode: Some(mode.into()),
@@ -203,7 +216,7 @@ pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> b
 }
 
 /// Wait until the fixture saw exactly one call cancelled and none still running.
-pub async fn upstream_call_cancelled(stats: &tasklift::fixture::Stats) {
+pub async fn upstream_call_cancelled(stats: &tasklift_fixture::Stats) {
     use std::sync::atomic::Ordering;
     eventually(
         "the upstream call is cancelled",

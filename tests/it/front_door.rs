@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use serde_json::{json, Value};
-use tasklift::fixture::{FixtureServer, Tool};
+use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::common::*;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tasklift::client::Client;
 use tasklift::config::{RawConfig, RawToolRule};
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 
 use crate::common::*;
 
@@ -144,7 +144,7 @@ pub fn threshold(t: &str) -> RawToolRule {
 }
 
 /// tasklift in front of the demo tools: the HTTP fixture, or the stdio fixture
-/// (`tasklift demo-server --stdio`, logging its events to `fixture.log` in the store
+/// (`tasklift-fixture --stdio`, logging its events to `fixture.log` in the store
 /// directory).
 pub async fn demo(stdio: bool, tweak: impl FnOnce(&mut RawConfig)) -> Harness {
     if !stdio {
@@ -152,12 +152,10 @@ pub async fn demo(stdio: bool, tweak: impl FnOnce(&mut RawConfig)) -> Harness {
     }
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("fixture.log").display().to_string();
-    let exe = env!("CARGO_BIN_EXE_tasklift");
+    let exe = crate::common::fixture_bin();
     Harness::front(FixtureServer::new(), "", dir, |c| {
         c.upstreams[0].url = String::new();
-        c.upstreams[0].command = [exe, "demo-server", "--stdio", "--log", &log]
-            .map(String::from)
-            .to_vec();
+        c.upstreams[0].command = vec![exe, "--stdio".into(), "--log".into(), log];
         tweak(c)
     })
     .await

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 use tokio::sync::mpsc;
 
 use crate::common::*;

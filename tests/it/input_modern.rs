@@ -15,7 +15,7 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use serde_json::{json, Value};
-use tasklift::fixture::{FixtureServer, Tool};
+use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::common::*;
 use crate::input_common::*;

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tasklift::config::{ToolMode, ToolPolicy};
-use tasklift::fixture::FixtureServer;
 use tasklift::reply::Reply;
 use tasklift::store::{SledStore, TaskStore};
 use tasklift::tasks::{Clock, Engine};
 use tasklift::upstream::{
     CallContext, CallEvent, Canceller, Era, ServerRequest, Upstream, UpstreamCall, UpstreamFuture,
 };
+use tasklift_fixture::FixtureServer;
 use tasklift_protocol::jsonrpc::{Outcome, Request};
 use tokio::sync::mpsc;
 

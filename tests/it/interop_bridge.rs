@@ -3,7 +3,7 @@
 //! (the foreign peers themselves run in `peers_node`, `peers_python`, `stdio_peer`).
 
 use serde_json::{json, Value};
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 
 use crate::common::*;
 use crate::mock::{MockReply, MockUpstream};
@@ -65,7 +65,7 @@ async fn a_legacy_session_declaring_the_2026_extension_waits_for_a_plain_result(
     // tasks extension in its capabilities. Under 2025-11-25 that capability MUST NOT
     // enable tasks: a slow call past the threshold is still a plain CallToolResult.
     let up = FixtureServer::new()
-        .tool(tasklift::fixture::Tool::new("slow").sleep(std::time::Duration::from_millis(900)));
+        .tool(tasklift_fixture::Tool::new("slow").sleep(std::time::Duration::from_millis(900)));
     let h = Harness::start(up, |_| {}).await;
     let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}});
     let (c, _) = LegacyClient::start(&h.url, "2025-11-25", caps).await;
@@ -260,7 +260,7 @@ async fn with_isolate_input_each_caller_gets_its_own_question_and_answer() {
 async fn tasks_without_mcp_name_are_refused_unless_the_operator_opts_in() {
     let up = || {
         FixtureServer::new()
-            .tool(tasklift::fixture::Tool::new("slow").sleep(std::time::Duration::from_millis(600)))
+            .tool(tasklift_fixture::Tool::new("slow").sleep(std::time::Duration::from_millis(600)))
     };
     for lenient in [false, true] {
         let h = Harness::start(up(), |c| c.server.lenient_task_name_header = lenient).await;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::fixture::{FixtureServer, Tool};
+use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
 use crate::common::*;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use tasklift::client::ClientError;
-use tasklift::fixture::{FixtureServer, Tool};
 use tasklift::store::{SledStore, TaskRecord, TaskStatus, TaskStore};
+use tasklift_fixture::{FixtureServer, Tool};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, Notify};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::fixture::{FixtureServer, Tool};
+use tasklift_fixture::{FixtureServer, Tool};
 use tasklift_protocol::sse::SseParser;
 use tokio::sync::Notify;
 

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 use tasklift_protocol::sse::SseParser;
 
 use crate::common::*;

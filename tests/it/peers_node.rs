@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tasklift::client::Client;
 use tasklift::config::RawConfig;
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::common::*;

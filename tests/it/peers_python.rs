@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tasklift::client::{Client, ClientError};
 use tasklift::config::RawConfig;
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 
 use crate::common::*;
 use crate::input_common::{caps, key_for, result, threshold, update, wait_for, Caller};

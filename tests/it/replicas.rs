@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tasklift::client::Client;
-use tasklift::fixture::FixtureServer;
 use tasklift::store::{PgStore, StoreError, TaskRecord, TaskStatus, TaskStore};
+use tasklift_fixture::FixtureServer;
 use tokio_postgres::NoTls;
 
 use crate::common::wait_terminal;

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::json;
-use tasklift::fixture::{FixtureServer, Tool};
+use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::common::*;
 use crate::mock::{MockReply, MockUpstream};

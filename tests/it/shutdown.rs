@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasklift::fixture::{FixtureServer, Tool};
+use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::common::*;
 

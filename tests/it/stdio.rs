@@ -1,5 +1,5 @@
 //! stdio upstreams (issue 3): tasklift in front of MCP servers run as child processes.
-//! The child is the stdio fixture (`tasklift demo-server --stdio`), which appends
+//! The child is the stdio fixture (`tasklift-fixture --stdio`), which appends
 //! `start PID`, `call NAME` and `cancelled ID` lines to a log file the tests read.
 //! Faults (crashes, cancellation, shutdown) are in `stdio_faults`, the real
 //! server-everything peer in `stdio_peer`.
@@ -37,11 +37,7 @@ pub struct StdioHarness {
 
 /// The fixture's command line with these flags, logging to `log`.
 pub fn fixture_command(flags: &[&str], log: &Path) -> Vec<String> {
-    let mut c: Vec<String> = vec![
-        env!("CARGO_BIN_EXE_tasklift").into(),
-        "demo-server".into(),
-        "--stdio".into(),
-    ];
+    let mut c: Vec<String> = vec![crate::common::fixture_bin(), "--stdio".into()];
     c.extend(flags.iter().map(|f| f.to_string()));
     c.extend(["--log".to_string(), log.display().to_string()]);
     c

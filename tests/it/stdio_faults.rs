@@ -198,7 +198,7 @@ fn proc_state(pid: u32) -> Option<char> {
 fn fixture_alive(pid: u32) -> bool {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     matches!(proc_state(pid), Some(s) if s != 'Z')
-        && String::from_utf8_lossy(&cmdline).contains("demo-server")
+        && String::from_utf8_lossy(&cmdline).contains("tasklift-fixture")
 }
 
 /// The PIDs of live (not zombie) processes in process group `pgid`.

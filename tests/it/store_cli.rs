@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tasklift::client::Client;
 use tasklift::config::RawUpstream;
-use tasklift::fixture::FixtureServer;
 use tasklift::store::{SledStore, StoreError, TaskOutcome, TaskRecord, TaskStatus, TaskStore};
+use tasklift_fixture::FixtureServer;
 
 use crate::cli::{run, text};
 use crate::common::*;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 
 use crate::common::*;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tasklift::client::Client;
-use tasklift::fixture::FixtureServer;
+use tasklift_fixture::FixtureServer;
 use tokio::sync::mpsc;
 
 use crate::common::*;

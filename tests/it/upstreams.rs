@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tasklift::client::ClientError;
-use tasklift::fixture::{FixtureServer, Tool};
+use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::common::*;
 use crate::mock::{discover_result, tls_front, MockReply, MockUpstream};
