@@ -1,16 +1,12 @@
 //! Principals: who owns a task. Derived per request from the configured mode and
 //! stored only as a keyed hash, never as a raw credential.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm, PublicKeyUse};
-use jsonwebtoken::{errors::ErrorKind, Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{errors::ErrorKind, Algorithm, Validation};
 use sha2::Sha256;
 
-use crate::config::{AuthMode, ConfigError, RawJwt};
+use crate::config::{AuthMode, JwtKey, JwtKeys, JwtVerifier};
 
 /// Why a request carries no usable identity (answered with HTTP 401).
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -50,7 +46,7 @@ impl Authenticator {
                 Ok(format!("bearer:{}", self.hash(token.as_bytes())))
             }
             AuthMode::Jwt(keys) => {
-                let (iss, sub) = keys.verify(bearer_token(headers)?)?;
+                let (iss, sub) = verify(keys, bearer_token(headers)?)?;
                 let mut id = iss.into_bytes();
                 id.push(0);
                 id.extend_from_slice(sub.as_bytes());
@@ -91,257 +87,81 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
         .ok_or(AuthError::MissingBearer)
 }
 
-/// `--auth jwt`: the keys bearer JWTs must be signed with and the claims they must
-/// carry. Built (key files read and parsed) while the configuration is validated.
-#[derive(Clone)]
-pub struct JwtKeys(Arc<JwtVerifier>);
-
-struct JwtVerifier {
-    keys: Vec<JwtKey>,
-    audience: Option<String>,
-    issuers: Vec<String>,
-    leeway: u64,
-}
-
-struct JwtKey {
-    /// The JWKS `kid`; `None` for `hs256_secret` and `public_key_file`.
-    kid: Option<String>,
-    alg: Algorithm,
-    key: DecodingKey,
-}
-
-impl PartialEq for JwtKeys {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl std::fmt::Debug for JwtKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JwtKeys")
-            .field("keys", &self.0.keys.len())
-            .field("audience", &self.0.audience)
-            .field("issuers", &self.0.issuers)
-            .field("leeway", &self.0.leeway)
-            .finish()
-    }
-}
-
-fn config_err(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: format!("auth.jwt.{key}"),
-        message: message.into(),
-    }
-}
-
-fn read_key_file(key: &str, path: &str) -> Result<Vec<u8>, ConfigError> {
-    std::fs::read(path).map_err(|e| config_err(key, format!("cannot read {path}: {e}")))
-}
-
-/// The smallest HS256 secret accepted (RFC 7518 3.2: at least the hash size).
-const MIN_HS256_SECRET: usize = 32;
-
-impl JwtKeys {
-    /// Read and check the keys of `[auth.jwt]`; errors name the key.
-    pub fn load(raw: &RawJwt, leeway: Duration) -> Result<Self, ConfigError> {
-        let mut keys = Vec::new();
-        let secret = match (
-            raw.hs256_secret.is_empty(),
-            raw.hs256_secret_file.is_empty(),
-        ) {
-            (true, true) => None,
-            (false, true) => Some(("hs256_secret", raw.hs256_secret.as_bytes().to_vec())),
-            (true, false) => {
-                let mut s = read_key_file("hs256_secret_file", &raw.hs256_secret_file)?;
-                while s.last().is_some_and(|b| b.is_ascii_whitespace()) {
-                    s.pop();
-                }
-                Some(("hs256_secret_file", s))
-            }
-            (false, false) => {
-                return Err(config_err(
-                    "hs256_secret_file",
-                    "set hs256_secret or hs256_secret_file, not both",
-                ))
-            }
-        };
-        if let Some((name, secret)) = secret {
-            if secret.len() < MIN_HS256_SECRET {
-                return Err(config_err(
-                    name,
-                    format!("an HS256 secret must be at least {MIN_HS256_SECRET} bytes"),
-                ));
-            }
-            keys.push(JwtKey {
-                kid: None,
-                alg: Algorithm::HS256,
-                key: DecodingKey::from_secret(&secret),
-            });
-        }
-        if !raw.public_key_file.is_empty() {
-            let pem = read_key_file("public_key_file", &raw.public_key_file)?;
-            let (alg, key) = if let Ok(k) = DecodingKey::from_rsa_pem(&pem) {
-                (Algorithm::RS256, k)
-            } else if let Ok(k) = DecodingKey::from_ec_pem(&pem) {
-                // An uncompressed P-256 point: 0x04, x, y (32 bytes each).
-                if k.as_bytes().len() != 65 {
-                    return Err(config_err(
-                        "public_key_file",
-                        format!(
-                            "{}: an EC key must be on P-256 (ES256)",
-                            raw.public_key_file
-                        ),
-                    ));
-                }
-                (Algorithm::ES256, k)
-            } else {
-                return Err(config_err(
-                    "public_key_file",
-                    format!(
-                        "{}: not an RSA or EC public key in PEM",
-                        raw.public_key_file
-                    ),
-                ));
-            };
-            keys.push(JwtKey {
-                kid: None,
-                alg,
-                key,
-            });
-        }
-        if !raw.jwks_file.is_empty() {
-            let text = read_key_file("jwks_file", &raw.jwks_file)?;
-            let set: JwkSet = serde_json::from_slice(&text).map_err(|e| {
-                config_err("jwks_file", format!("{}: not a JWKS: {e}", raw.jwks_file))
-            })?;
-            let before = keys.len();
-            for jwk in &set.keys {
-                if matches!(&jwk.common.public_key_use, Some(u) if *u != PublicKeyUse::Signature) {
-                    continue;
-                }
-                let alg = match (&jwk.common.key_algorithm, &jwk.algorithm) {
-                    (Some(KeyAlgorithm::RS256) | None, AlgorithmParameters::RSA(_)) => {
-                        Algorithm::RS256
-                    }
-                    (Some(KeyAlgorithm::ES256) | None, AlgorithmParameters::EllipticCurve(p))
-                        if p.curve == EllipticCurve::P256 =>
-                    {
-                        Algorithm::ES256
-                    }
-                    (Some(KeyAlgorithm::HS256) | None, AlgorithmParameters::OctetKey(_)) => {
-                        Algorithm::HS256
-                    }
-                    _ => continue,
-                };
-                let key = DecodingKey::from_jwk(jwk).map_err(|e| {
-                    let kid = jwk.common.key_id.as_deref().unwrap_or("(no kid)");
-                    config_err("jwks_file", format!("{}: key {kid}: {e}", raw.jwks_file))
-                })?;
-                keys.push(JwtKey {
-                    kid: jwk.common.key_id.clone(),
-                    alg,
-                    key,
-                });
-            }
-            if keys.len() == before {
-                return Err(config_err(
-                    "jwks_file",
-                    format!("{}: no RS256, ES256 or HS256 signing key", raw.jwks_file),
-                ));
-            }
-        }
-        if keys.is_empty() {
-            return Err(ConfigError::Invalid {
-                key: "auth.jwt".into(),
-                message: "mode \"jwt\" needs a key: hs256_secret, hs256_secret_file, \
-                          public_key_file or jwks_file"
-                    .into(),
-            });
-        }
-        Ok(Self(Arc::new(JwtVerifier {
-            keys,
-            audience: (!raw.audience.is_empty()).then(|| raw.audience.clone()),
-            issuers: raw.issuers.clone(),
-            leeway: leeway.as_secs(),
-        })))
-    }
-
-    /// Verify a token; its `iss` (empty if absent) and `sub`.
-    fn verify(&self, token: &str) -> Result<(String, String), AuthError> {
-        let v = &self.0;
-        let refuse = |m: &str| AuthError::Jwt(m.into());
-        let header = jsonwebtoken::decode_header(token).map_err(|_| {
-            // `none` and algorithms outside the enum fail to parse: name them.
-            match header_alg(token) {
-                Some(alg) => AuthError::Jwt(format!(
-                    "algorithm {alg:?} is not accepted (HS256, RS256 or ES256)"
-                )),
-                None => refuse("malformed token"),
-            }
-        })?;
-        let alg = header.alg;
-        if !matches!(alg, Algorithm::HS256 | Algorithm::RS256 | Algorithm::ES256) {
-            return Err(AuthError::Jwt(format!(
+/// Verify a token against `keys`; its `iss` (empty if absent) and `sub`.
+fn verify(keys: &JwtKeys, token: &str) -> Result<(String, String), AuthError> {
+    let v = &keys.0;
+    let refuse = |m: &str| AuthError::Jwt(m.into());
+    let header = jsonwebtoken::decode_header(token).map_err(|_| {
+        // `none` and algorithms outside the enum fail to parse: name them.
+        match header_alg(token) {
+            Some(alg) => AuthError::Jwt(format!(
                 "algorithm {alg:?} is not accepted (HS256, RS256 or ES256)"
-            )));
+            )),
+            None => refuse("malformed token"),
         }
-        let of_alg = || v.keys.iter().filter(move |k| k.alg == alg);
-        let candidates: Vec<&JwtKey> = match &header.kid {
-            Some(kid) => {
-                let by_kid: Vec<_> = of_alg().filter(|k| k.kid.as_ref() == Some(kid)).collect();
-                if by_kid.is_empty() {
-                    of_alg().filter(|k| k.kid.is_none()).collect()
-                } else {
-                    by_kid
-                }
-            }
-            None => of_alg().collect(),
-        };
-        if candidates.is_empty() {
-            return Err(match header.kid {
-                Some(_) if v.keys.iter().any(|k| k.kid.is_some()) => {
-                    refuse("unknown kid: no configured key has the token's kid and alg")
-                }
-                _ => AuthError::Jwt(format!("no key is configured for algorithm {alg:?}")),
-            });
-        }
-        let mut validation = Validation::new(alg);
-        validation.leeway = v.leeway;
-        validation.validate_nbf = true;
-        let mut required = vec!["exp", "sub"];
-        match &v.audience {
-            Some(aud) => {
-                validation.set_audience(&[aud]);
-                required.push("aud");
-            }
-            None => validation.validate_aud = false,
-        }
-        if !v.issuers.is_empty() {
-            validation.set_issuer(&v.issuers);
-            required.push("iss");
-        }
-        validation.set_required_spec_claims(&required);
-
-        #[derive(serde::Deserialize)]
-        struct Claims {
-            #[serde(default)]
-            iss: Option<String>,
-            #[serde(default)]
-            sub: Option<String>,
-        }
-        for k in candidates {
-            match jsonwebtoken::decode::<Claims>(token, &k.key, &validation) {
-                Ok(d) => {
-                    let sub = d.claims.sub.filter(|s| !s.is_empty());
-                    let sub = sub.ok_or_else(|| refuse("missing sub claim"))?;
-                    return Ok((d.claims.iss.unwrap_or_default(), sub));
-                }
-                Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => continue,
-                Err(e) => return Err(describe(e.kind(), v)),
-            }
-        }
-        Err(refuse("bad signature"))
+    })?;
+    let alg = header.alg;
+    if !matches!(alg, Algorithm::HS256 | Algorithm::RS256 | Algorithm::ES256) {
+        return Err(AuthError::Jwt(format!(
+            "algorithm {alg:?} is not accepted (HS256, RS256 or ES256)"
+        )));
     }
+    let of_alg = || v.keys.iter().filter(move |k| k.alg == alg);
+    let candidates: Vec<&JwtKey> = match &header.kid {
+        Some(kid) => {
+            let by_kid: Vec<_> = of_alg().filter(|k| k.kid.as_ref() == Some(kid)).collect();
+            if by_kid.is_empty() {
+                of_alg().filter(|k| k.kid.is_none()).collect()
+            } else {
+                by_kid
+            }
+        }
+        None => of_alg().collect(),
+    };
+    if candidates.is_empty() {
+        return Err(match header.kid {
+            Some(_) if v.keys.iter().any(|k| k.kid.is_some()) => {
+                refuse("unknown kid: no configured key has the token's kid and alg")
+            }
+            _ => AuthError::Jwt(format!("no key is configured for algorithm {alg:?}")),
+        });
+    }
+    let mut validation = Validation::new(alg);
+    validation.leeway = v.leeway;
+    validation.validate_nbf = true;
+    let mut required = vec!["exp", "sub"];
+    match &v.audience {
+        Some(aud) => {
+            validation.set_audience(&[aud]);
+            required.push("aud");
+        }
+        None => validation.validate_aud = false,
+    }
+    if !v.issuers.is_empty() {
+        validation.set_issuer(&v.issuers);
+        required.push("iss");
+    }
+    validation.set_required_spec_claims(&required);
+
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        #[serde(default)]
+        iss: Option<String>,
+        #[serde(default)]
+        sub: Option<String>,
+    }
+    for k in candidates {
+        match jsonwebtoken::decode::<Claims>(token, &k.key, &validation) {
+            Ok(d) => {
+                let sub = d.claims.sub.filter(|s| !s.is_empty());
+                let sub = sub.ok_or_else(|| refuse("missing sub claim"))?;
+                return Ok((d.claims.iss.unwrap_or_default(), sub));
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => continue,
+            Err(e) => return Err(describe(e.kind(), v)),
+        }
+    }
+    Err(refuse("bad signature"))
 }
 
 /// The `alg` of a token's header, when the header is JSON at all.
@@ -406,6 +226,8 @@ pub fn load_or_create_key(data_dir: &std::path::Path) -> std::io::Result<Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{ConfigError, RawJwt};
+    use std::time::Duration;
 
     #[test]
     fn bearer_principals_are_keyed_hashes() {

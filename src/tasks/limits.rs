@@ -17,32 +17,7 @@ use tasklift_protocol::jsonrpc::RpcError;
 /// server error range).
 pub const LIMIT_REACHED: i64 = -32003;
 
-/// The configured limits (0 means no limit).
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Largest result a task may store, in bytes (serialized JSON).
-    pub max_result_bytes: usize,
-    /// Calls running at once per upstream; more wait in a queue.
-    pub max_concurrent_calls: usize,
-    /// How long a call may wait for its turn.
-    pub queue_timeout: Duration,
-    /// Tasks running at once per principal.
-    pub max_active_tasks_per_principal: usize,
-    /// Refuse `tasks/get` polls of one task faster than half its `pollIntervalMs`.
-    pub poll_rate_limit: bool,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_result_bytes: 16 * 1024 * 1024,
-            max_concurrent_calls: 0,
-            queue_timeout: Duration::from_secs(30),
-            max_active_tasks_per_principal: 0,
-            poll_rate_limit: false,
-        }
-    }
-}
+pub use crate::config::Limits;
 
 /// The limits and what they count.
 #[derive(Default)]

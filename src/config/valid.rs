@@ -1,0 +1,279 @@
+//! The validated configuration the rest of tasklift runs on: plain values only.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Front door settings.
+    pub server: ServerConfig,
+    /// Store settings.
+    pub store: StoreConfig,
+    /// Task defaults.
+    pub tasks: TaskDefaults,
+    /// Principal extraction.
+    pub auth: AuthConfig,
+    /// Legacy clients and their sessions.
+    pub legacy: LegacyConfig,
+    /// Limits.
+    pub limits: Limits,
+    /// The admin listener.
+    pub admin: AdminConfig,
+    /// Upstreams, each with a distinct path.
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// Validated `[server]`.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Extra allowed origins (`*` = any).
+    pub allowed_origins: Vec<String>,
+    /// Body limit in bytes.
+    pub max_body_bytes: usize,
+    /// SSE keep-alive interval.
+    pub keepalive_interval: Duration,
+    /// Serve `/metrics` beside the MCP endpoints.
+    pub metrics: bool,
+    /// Grace period at shutdown.
+    pub shutdown_grace: Duration,
+    /// Time allowed to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// Accept `tasks/*` without `Mcp-Name`.
+    pub lenient_task_name_header: bool,
+}
+
+/// Validated `[admin]`.
+#[derive(Debug, Clone, Default)]
+pub struct AdminConfig {
+    /// Where the admin listener listens; `None`: not started.
+    pub listen: Option<SocketAddr>,
+    /// Extra host names it answers to.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Validated `[store]`.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Results above this size go to their own file.
+    pub large_result_bytes: usize,
+    /// The shared PostgreSQL store, if any.
+    pub url: Option<String>,
+    /// PostgreSQL connections per replica.
+    pub pool_size: usize,
+    /// Extra roots for PostgreSQL over TLS.
+    pub ca_file: Option<PathBuf>,
+    /// Lease on running tasks (shared store).
+    pub lease: Duration,
+}
+
+/// Validated `[tasks]`.
+#[derive(Debug, Clone)]
+pub struct TaskDefaults {
+    /// Default threshold.
+    pub threshold: Duration,
+    /// Default TTL.
+    pub ttl: Duration,
+    /// Default poll interval.
+    pub poll_interval: Duration,
+    /// Sweeper period.
+    pub sweep_interval: Duration,
+    /// Readable time of a task failed at its TTL.
+    pub expired_grace: Duration,
+}
+
+/// How callers are identified.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuthMode {
+    /// Single tenant: every caller is the same principal; task ids are the secret.
+    None,
+    /// A keyed hash of the `Authorization: Bearer` token.
+    Bearer,
+    /// A trusted header set by an authenticating proxy.
+    Header(String),
+    /// The verified `iss` + `sub` of a bearer JWT.
+    Jwt(super::JwtKeys),
+}
+
+/// Validated `[auth]`.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The mode.
+    pub mode: AuthMode,
+    /// Explicit hashing key (otherwise one is kept in the data dir).
+    pub hash_key: Option<String>,
+}
+
+/// Whether an upstream is modern, legacy, or to be detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EraSetting {
+    /// Detect as the spec's backward-compatibility section says.
+    Auto,
+    /// 2026-07-28 or later.
+    Modern,
+    /// 2025-03-26 .. 2025-11-25.
+    Legacy,
+}
+
+/// What tasklift does with a given tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolMode {
+    /// A task once the threshold passes (if the client supports tasks).
+    Auto,
+    /// Never a task.
+    Never,
+    /// Always a task when the client supports it (threshold 0).
+    Always,
+    /// Must be a task: clients without the extension get `-32021`.
+    Required,
+}
+
+/// Effective rules for one tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolPolicy {
+    /// Mode.
+    pub mode: ToolMode,
+    /// Threshold.
+    pub threshold: Duration,
+    /// Task TTL.
+    pub ttl: Duration,
+    /// Poll interval.
+    pub poll_interval: Duration,
+}
+
+/// Validated upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Name.
+    pub name: String,
+    /// Mount path.
+    pub path: String,
+    /// How tasklift reaches it.
+    pub transport: Transport,
+    /// Era setting.
+    pub era: EraSetting,
+    /// Forward `Authorization`.
+    pub forward_authorization: bool,
+    /// Static headers.
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Legacy session idle time.
+    pub session_idle: Duration,
+    /// Legacy HTTP: upstream sessions per caller.
+    pub sessions_per_caller: usize,
+    /// `ttlMs` for list results from legacy upstreams.
+    pub list_ttl_ms: u64,
+    /// `cacheScope` for list results from legacy upstreams.
+    pub list_cache_scope: String,
+    /// Extra trusted CA file.
+    pub ca_file: Option<PathBuf>,
+    /// Tool rules (defaults folded in).
+    pub tools: BTreeMap<String, ToolPolicy>,
+    /// Policy for tools without a rule.
+    pub default_policy: ToolPolicy,
+}
+
+/// How an upstream is reached.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// Streamable HTTP at this URL.
+    Http {
+        /// Endpoint URL.
+        url: http::Uri,
+    },
+    /// Child processes spoken to over stdin/stdout.
+    Stdio(StdioConfig),
+}
+
+/// A stdio upstream's process settings.
+#[derive(Debug, Clone)]
+pub struct StdioConfig {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: Option<PathBuf>,
+    /// Pool size at start.
+    pub processes: usize,
+    /// Largest pool size (at least `processes`).
+    pub max_processes: usize,
+    /// At most one call that may ask for input per child.
+    pub isolate_input: bool,
+    /// `server/discover` probe timeout.
+    pub probe_timeout: Duration,
+    /// Grace period at shutdown (stdin closed → SIGTERM → SIGKILL).
+    pub shutdown_grace: Duration,
+}
+
+impl UpstreamConfig {
+    /// The HTTP URL, for HTTP upstreams.
+    pub fn url(&self) -> Option<&http::Uri> {
+        match &self.transport {
+            Transport::Http { url } => Some(url),
+            Transport::Stdio(_) => None,
+        }
+    }
+
+    /// Where the upstream is, for logs.
+    pub fn location(&self) -> String {
+        match &self.transport {
+            Transport::Http { url } => url.to_string(),
+            Transport::Stdio(s) => format!("stdio: {}", s.command.join(" ")),
+        }
+    }
+
+    /// The rules for a tool.
+    pub fn policy(&self, tool: &str) -> &ToolPolicy {
+        self.tools.get(tool).unwrap_or(&self.default_policy)
+    }
+}
+
+/// The configured limits (0 means no limit).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest result a task may store, in bytes (serialized JSON).
+    pub max_result_bytes: usize,
+    /// Calls running at once per upstream; more wait in a queue.
+    pub max_concurrent_calls: usize,
+    /// How long a call may wait for its turn.
+    pub queue_timeout: Duration,
+    /// Tasks running at once per principal.
+    pub max_active_tasks_per_principal: usize,
+    /// Refuse `tasks/get` polls of one task faster than half its `pollIntervalMs`.
+    pub poll_rate_limit: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_result_bytes: 16 * 1024 * 1024,
+            max_concurrent_calls: 0,
+            queue_timeout: Duration::from_secs(30),
+            max_active_tasks_per_principal: 0,
+            poll_rate_limit: false,
+        }
+    }
+}
+
+/// Validated `[legacy]`.
+#[derive(Debug, Clone)]
+pub struct LegacyConfig {
+    /// Serve legacy clients.
+    pub enabled: bool,
+    /// Idle time after which a session closes.
+    pub session_idle: Duration,
+    /// Session cap per principal.
+    pub max_sessions_per_principal: usize,
+    /// SSE `retry` for 2025-11-25 clients.
+    pub sse_retry: Duration,
+    /// Longest time one response carries a 2025-11-25 client's stream (zero: no limit).
+    pub stream_max: Duration,
+}
