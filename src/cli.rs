@@ -51,10 +51,10 @@ pub enum Command {
     Store {
         /// What to do with it.
         #[command(subcommand)]
-        cmd: crate::store_admin::StoreCmd,
+        cmd: crate::tools::store::StoreCmd,
     },
     /// Call a tool on any 2026-07-28 MCP endpoint, following a task to its result.
-    Call(crate::call::CallArgs),
+    Call(crate::tools::call::CallArgs),
     /// Run the bundled slow MCP server (legacy 2025-11-25 Streamable HTTP, or stdio) for trying tasklift.
     #[cfg(feature = "demo")]
     DemoServer {

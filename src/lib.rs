@@ -12,33 +12,27 @@
 //!   bridging, task notifications) and the sweeper.
 //! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras and
 //!   stdio child processes.
-//! - [`store`]: the `TaskStore` trait, its sled and PostgreSQL implementations; [`store_admin`]:
-//!   `tasklift store`, operator tools over a stopped proxy's store.
-//! - [`call`]: `tasklift call`, a terminal client for any 2026-07-28 endpoint.
-//! - [`auth`]: principals. [`config`]: configuration. [`app`]: wiring and shutdown.
+//! - [`store`]: the `TaskStore` trait, its sled and PostgreSQL implementations.
+//! - [`auth`]: principals. [`config`]: configuration (a leaf). [`app`]: wiring and shutdown.
 //! - [`admin`]: the admin listener (read-only status page, metrics, health).
 //! - [`reply`]: what a handler answers; protocol types live in `tasklift_protocol`.
-//! - [`client`], [`demo`]: a small modern client; `tasklift demo` (the `demo` feature,
-//!   with the bundled slow server of the `tasklift-fixture` crate).
+//! - [`tools`]: `tasklift call`, `tasklift store`, `tasklift demo` (the `demo`
+//!   feature, with the bundled slow server of the `tasklift-fixture` crate).
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod app;
 pub mod auth;
-pub mod call;
 pub mod cli;
-pub mod client;
 pub mod config;
-#[cfg(feature = "demo")]
-pub mod demo;
 pub mod dispatch;
 pub mod metrics;
 pub mod reply;
 pub mod server;
 pub mod session;
 pub mod store;
-pub mod store_admin;
 pub mod tasks;
 pub mod tls;
+pub mod tools;
 pub mod trace;
 pub mod upstream;

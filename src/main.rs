@@ -77,16 +77,16 @@ fn main() -> ExitCode {
         }
         Command::Store { cmd } => {
             init_tracing(cli.log_format, "warn");
-            tasklift::store_admin::run(cmd)
+            tasklift::tools::store::run(cmd)
         }
         Command::Call(args) => {
             init_tracing(cli.log_format, "warn");
-            tasklift::call::run(args)
+            tasklift::tools::call::run(args)
         }
         #[cfg(feature = "demo")]
         Command::Demo { keep_data } => {
             init_tracing(cli.log_format, "warn");
-            report(runtime().block_on(tasklift::demo::run(keep_data)))
+            report(runtime().block_on(tasklift::tools::demo::run(keep_data)))
         }
         #[cfg(feature = "demo")]
         Command::DemoServer {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tasklift::client::Client;
+use tasklift::tools::client::Client;
 use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::proc::Proc;

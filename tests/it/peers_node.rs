@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::client::Client;
 use tasklift::config::RawConfig;
+use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 

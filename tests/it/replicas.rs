@@ -15,8 +15,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tasklift::client::Client;
 use tasklift::store::{PgStore, StoreError, TaskRecord, TaskStatus, TaskStore};
+use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 use tokio_postgres::NoTls;
 

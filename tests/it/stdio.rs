@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tasklift::app::Running;
-use tasklift::client::{Client, ClientError};
 use tasklift::config::{RawConfig, RawUpstream};
+use tasklift::tools::client::{Client, ClientError};
 use tasklift_protocol::jsonrpc::RpcError;
 
 use crate::common::*;
@@ -131,7 +131,7 @@ impl StdioHarness {
 }
 
 /// The JSON-RPC error of a failed call (panics on success or transport failure).
-pub fn rpc_error(r: Result<tasklift::client::Answer, ClientError>) -> RpcError {
+pub fn rpc_error(r: Result<tasklift::tools::client::Answer, ClientError>) -> RpcError {
     match r {
         Err(ClientError::Rpc(e)) => e,
         Ok(a) => panic!("expected a JSON-RPC error, got {}", a.result),

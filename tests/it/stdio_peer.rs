@@ -49,7 +49,7 @@ async fn server_everything_over_stdio() {
 /// follows the server's progress notifications (tasklift adds the progress token
 /// the server needs to send them). `context` is added to failure messages.
 pub(crate) async fn everything_walkthrough(
-    c: &tasklift::client::Client,
+    c: &tasklift::tools::client::Client,
     context: &dyn Fn() -> String,
 ) {
     let list = guard("tools/list", c.request("tools/list", json!({})))

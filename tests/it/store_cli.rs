@@ -7,9 +7,9 @@ use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::client::Client;
 use tasklift::config::RawUpstream;
 use tasklift::store::{SledStore, StoreError, TaskOutcome, TaskRecord, TaskStatus, TaskStore};
+use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
 use crate::cli::{run, text};

@@ -23,7 +23,7 @@ use clap::Args;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::client::{Client, ClientError};
+use crate::tools::client::{Client, ClientError};
 use status::Status;
 
 /// Completed, not `isError`.

@@ -1,0 +1,13 @@
+//! The commands beside the proxy: what an operator or a user runs by hand.
+//!
+//! - [`call`]: `tasklift call`, a terminal client for any 2026-07-28 endpoint.
+//! - [`client`]: the small modern MCP client `call` and `demo` are built on.
+//! - [`store`]: `tasklift store stats|list|show|purge` over a stopped proxy's store.
+//! - [`demo`]: `tasklift demo` (the `demo` feature), the task lifecycle against the
+//!   bundled slow server.
+
+pub mod call;
+pub mod client;
+#[cfg(feature = "demo")]
+pub mod demo;
+pub mod store;
