@@ -2,7 +2,6 @@
 //! the targets interleaved, then the one-off scenarios (memory, store churn), and
 //! hand everything to the report.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,24 +13,14 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::loadgen::{self, Pct, RunResult, Workload};
+use crate::plan::{
+    skip, CREATION_SLEEP, CREATION_THRESHOLD, GET_THRESHOLD, MAIN_THRESHOLD, MEMORY_THRESHOLD,
+    PG_GET,
+};
 use crate::procs::{self, Proc, TempDir};
 use crate::report::{self, Creation, Memory, Report, Sample};
 use crate::wire::{self, Conn, Endpoint};
 use crate::RunArgs;
-
-/// Thresholds of the tasklift instances.
-pub const MAIN_THRESHOLD: Duration = Duration::from_secs(2);
-/// The `sleep` tool's threshold on the main instance (tasks for tasks/get).
-pub const GET_THRESHOLD: Duration = Duration::from_millis(20);
-/// The creation scenario's threshold.
-pub const CREATION_THRESHOLD: Duration = Duration::from_millis(50);
-/// The creation scenario's upstream sleep.
-pub const CREATION_SLEEP: Duration = Duration::from_millis(200);
-/// The memory scenario's threshold.
-pub const MEMORY_THRESHOLD: Duration = Duration::from_millis(10);
-
-/// The label of `tasks/get` with the PostgreSQL store.
-pub const PG_GET: &str = "tasks/get (PostgreSQL)";
 
 /// A scratch database on the PostgreSQL server the harness was given.
 struct ScratchDb {
@@ -440,10 +429,6 @@ where
     s.proxy_us_per_req = (p1 - p0) * 1e6 / n;
     s.upstream_us_per_req = (u1 - u0) * 1e6 / n;
     Ok(s)
-}
-
-fn skip(args: &RunArgs, what: &str) -> bool {
-    args.skip.iter().any(|s| s.trim() == what)
 }
 
 fn log_run(label: &str, s: &Sample) {
@@ -1086,29 +1071,3 @@ async fn churn(args: &RunArgs) -> anyhow::Result<report::Churn> {
         seconds: t0.elapsed().as_secs_f64(),
     })
 }
-
-/// Labels in report order, with what they measured.
-pub fn order(args: &RunArgs) -> Vec<String> {
-    let mut v = vec!["direct".to_string()];
-    if !skip(args, "nginx") {
-        v.push("nginx".into());
-    }
-    v.push("tasklift".into());
-    if !skip(args, "tasks-get") {
-        v.push("tasks/get".into());
-    }
-    if args.postgres.is_some() {
-        v.push(PG_GET.into());
-    }
-    if !skip(args, "open") {
-        v.push(format!("direct @{:.0}/s", args.rate));
-        if !skip(args, "nginx") {
-            v.push(format!("nginx @{:.0}/s", args.rate));
-        }
-        v.push(format!("tasklift @{:.0}/s", args.rate));
-    }
-    v
-}
-
-/// Samples by label, one per repetition.
-pub type Samples = BTreeMap<String, Vec<Sample>>;

@@ -16,6 +16,7 @@
 
 mod bench;
 mod loadgen;
+mod plan;
 mod procs;
 mod report;
 mod upstream;

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
-use crate::bench::{self, Samples};
 use crate::loadgen::{quantile, Pct};
+use crate::plan;
 use crate::procs::Mem;
 use crate::RunArgs;
 
@@ -287,7 +287,7 @@ impl Report {
             main_mem: None,
             started: None,
             fsync: Vec::new(),
-            order: bench::order(args),
+            order: plan::order(args),
         }
     }
 
@@ -395,21 +395,21 @@ impl Report {
         }
         if let Some(c) = self.creation_all() {
             let p99 = quantile(&c.handle_sorted, 0.99) as f64;
-            let over = p99 - bench::CREATION_THRESHOLD.as_micros() as f64;
+            let over = p99 - plan::CREATION_THRESHOLD.as_micros() as f64;
             let per: Vec<f64> = self
                 .creation
                 .iter()
                 .map(|c| {
                     let mut h = c.handle_us.clone();
                     h.sort_unstable();
-                    quantile(&h, 0.99) as f64 - bench::CREATION_THRESHOLD.as_micros() as f64
+                    quantile(&h, 0.99) as f64 - plan::CREATION_THRESHOLD.as_micros() as f64
                 })
                 .collect();
             let s = spread(per);
             v.push(Verdict {
                 what: format!(
                     "time to handle p99 − threshold ({} ms)",
-                    bench::CREATION_THRESHOLD.as_millis()
+                    plan::CREATION_THRESHOLD.as_millis()
                 ),
                 value: ms(over),
                 spread: format!("{} – {} (per rep)", ms(s.min), ms(s.max)),
@@ -417,7 +417,7 @@ impl Report {
                 pass: Some(over <= 2000.0 && c.errors == 0),
             });
         }
-        if let Some(s) = self.per_rep(bench::PG_GET, "tasks/get", |p, g| p.rps / g.rps) {
+        if let Some(s) = self.per_rep(plan::PG_GET, "tasks/get", |p, g| p.rps / g.rps) {
             let (value, spread) = ratio(s);
             v.push(Verdict {
                 what: "tasks/get throughput, PostgreSQL store ÷ sled".into(),
@@ -429,7 +429,7 @@ impl Report {
         }
         if let Some(c) = creation_of(&self.creation_pg) {
             let p99 = quantile(&c.handle_sorted, 0.99) as f64;
-            let over = p99 - bench::CREATION_THRESHOLD.as_micros() as f64;
+            let over = p99 - plan::CREATION_THRESHOLD.as_micros() as f64;
             v.push(Verdict {
                 what: "time to handle p99 − threshold, PostgreSQL store".into(),
                 value: ms(over),
@@ -491,7 +491,7 @@ fn creation_table(s: &mut String, c: &CreationAll) {
     row(s, "request → handle", &c.handle_sorted);
     let what = format!(
         "request → `completed` visible, minus the {} ms sleep",
-        bench::CREATION_SLEEP.as_millis()
+        plan::CREATION_SLEEP.as_millis()
     );
     row(s, &what, &c.over_sorted);
 }
@@ -614,8 +614,8 @@ impl Report {
                 "\ntask creation ({} tasks, threshold {} ms, upstream sleep {} ms): time to handle p50 {:.3} p90 {:.3} p99 {:.3} max {:.3} ms; \
                  completed visible after sleep + p50 {:.3} p99 {:.3} max {:.3} ms; errors {}",
                 c.handle_sorted.len(),
-                bench::CREATION_THRESHOLD.as_millis(),
-                bench::CREATION_SLEEP.as_millis(),
+                plan::CREATION_THRESHOLD.as_millis(),
+                plan::CREATION_SLEEP.as_millis(),
                 quantile(&c.handle_sorted, 0.5) as f64 / 1000.0,
                 quantile(&c.handle_sorted, 0.9) as f64 / 1000.0,
                 quantile(&c.handle_sorted, 0.99) as f64 / 1000.0,
@@ -910,9 +910,9 @@ impl Report {
                 s,
                 "A separate tasklift with threshold {} ms; {} clients each call `sleep` {} ms with the tasks extension for \
                  {} s per repetition, time the handle, then poll `tasks/get` every 2 ms until it reads `completed`.\n",
-                bench::CREATION_THRESHOLD.as_millis(),
+                plan::CREATION_THRESHOLD.as_millis(),
                 args.creation_clients,
-                bench::CREATION_SLEEP.as_millis(),
+                plan::CREATION_SLEEP.as_millis(),
                 args.duration.as_secs_f64()
             );
             creation_table(&mut s, &c);
@@ -923,7 +923,7 @@ impl Report {
                  leaves, and a terminal state before `tasks/get` shows it, so each figure includes at least one \
                  flush to disk (see the fsync line under Machine); the threshold timer itself fires on tokio's 1 ms \
                  wheel. The completion figure also includes up to one 2 ms polling interval. Errors: {}{}.\n",
-                q(h, 0.99) - bench::CREATION_THRESHOLD.as_micros() as f64 / 1000.0,
+                q(h, 0.99) - plan::CREATION_THRESHOLD.as_micros() as f64 / 1000.0,
                 c.errors,
                 c.first_error.map(|e| format!(" (first: `{e}`)")).unwrap_or_default()
             );
@@ -937,7 +937,7 @@ impl Report {
                  `{}` in the tables above is the `tasks/get` run; every read is a query, every create and status \
                  change a committed transaction with a `NOTIFY`. Its proxy CPU includes the local PostgreSQL \
                  server's processes.\n",
-                bench::PG_GET
+                plan::PG_GET
             );
             creation_table(&mut s, &c);
             let _ = writeln!(s, "\nErrors: {}.\n", c.errors);
@@ -950,7 +950,7 @@ impl Report {
                  idle after a few calls, then with {} `hold` calls running as tasks (started from {} client \
                  connections; each answered with a handle after the threshold while its call stays open upstream, \
                  confirmed by the upstream's count of held requests), then after release.\n",
-                bench::MEMORY_THRESHOLD.as_millis(),
+                plan::MEMORY_THRESHOLD.as_millis(),
                 m.tasks,
                 m.clients
             );
@@ -1260,3 +1260,6 @@ fn xml(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
+
+/// Samples by label, one per repetition.
+pub type Samples = std::collections::BTreeMap<String, Vec<Sample>>;

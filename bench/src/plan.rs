@@ -1,0 +1,48 @@
+//! What the harness runs, shared by the scenarios and the report: the thresholds
+//! of the tasklift instances, the labels, and which targets a run includes.
+
+use std::time::Duration;
+
+use crate::RunArgs;
+
+/// Thresholds of the tasklift instances.
+pub const MAIN_THRESHOLD: Duration = Duration::from_secs(2);
+/// The `sleep` tool's threshold on the main instance (tasks for tasks/get).
+pub const GET_THRESHOLD: Duration = Duration::from_millis(20);
+/// The creation scenario's threshold.
+pub const CREATION_THRESHOLD: Duration = Duration::from_millis(50);
+/// The creation scenario's upstream sleep.
+pub const CREATION_SLEEP: Duration = Duration::from_millis(200);
+/// The memory scenario's threshold.
+pub const MEMORY_THRESHOLD: Duration = Duration::from_millis(10);
+
+/// The label of `tasks/get` with the PostgreSQL store.
+pub const PG_GET: &str = "tasks/get (PostgreSQL)";
+
+/// Whether `--skip` names this scenario.
+pub fn skip(args: &RunArgs, what: &str) -> bool {
+    args.skip.iter().any(|s| s.trim() == what)
+}
+
+/// Labels in report order, with what they measured.
+pub fn order(args: &RunArgs) -> Vec<String> {
+    let mut v = vec!["direct".to_string()];
+    if !skip(args, "nginx") {
+        v.push("nginx".into());
+    }
+    v.push("tasklift".into());
+    if !skip(args, "tasks-get") {
+        v.push("tasks/get".into());
+    }
+    if args.postgres.is_some() {
+        v.push(PG_GET.into());
+    }
+    if !skip(args, "open") {
+        v.push(format!("direct @{:.0}/s", args.rate));
+        if !skip(args, "nginx") {
+            v.push(format!("nginx @{:.0}/s", args.rate));
+        }
+        v.push(format!("tasklift @{:.0}/s", args.rate));
+    }
+    v
+}
