@@ -7,7 +7,6 @@
 
 pub mod body;
 pub mod legacy;
-mod legacy_tasks;
 pub mod params;
 pub mod validate;
 

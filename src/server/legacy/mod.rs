@@ -13,7 +13,10 @@
 //!   GET and `Last-Event-ID`, and only `notifications/cancelled` or the end of the
 //!   session stops the work;
 //! - the standalone GET stream carries the upstream's change notifications;
-//! - 2025-11-25 task-augmented `tools/call` and `tasks/*` ([`super::legacy_tasks`]).
+//! - 2025-11-25 task-augmented `tools/call` and `tasks/*` ([`tasks`]).
+//!
+//! [`shape`] turns a session's request into the modern pipeline's and an answer back
+//! into the legacy one's; both this module and [`tasks`] use it.
 
 use std::sync::Arc;
 
@@ -24,6 +27,12 @@ use tokio::sync::mpsc;
 
 use super::body::{self, RespBody};
 use super::{error_response, json_response, State};
+use shape::sse_response;
+pub use shape::{legacy_shape, modernize, sse, SESSION_HEADER};
+
+mod shape;
+mod tasks;
+
 use crate::dispatch::{dispatch, Mount};
 use crate::reply::{Reply, StreamItem};
 use crate::session::ClientSession;
@@ -31,10 +40,8 @@ use crate::upstream::{CallContext, Era};
 use tasklift_protocol::jsonrpc::{
     self, Outcome, Request, RpcError, INVALID_PARAMS, INVALID_REQUEST,
 };
-use tasklift_protocol::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
+use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
-/// The header carrying a legacy session id.
-pub const SESSION_HEADER: &str = "mcp-session-id";
 /// JSON-RPC code for an unknown or expired session (as the reference SDKs use).
 const SESSION_NOT_FOUND: i64 = -32001;
 /// How long a call may take before its answer becomes a resumable stream.
@@ -71,86 +78,6 @@ pub fn find_session(
             ),
         ))),
     }
-}
-
-/// The `_meta` a request in `s` carries through the modern pipeline.
-fn session_meta(s: &ClientSession) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert(mcp::META_PROTOCOL_VERSION.into(), json!(MODERN_VERSION));
-    m.insert(mcp::META_CLIENT_INFO.into(), s.client_info.clone());
-    m.insert(
-        mcp::META_CLIENT_CAPABILITIES.into(),
-        era_capabilities(&s.capabilities),
-    );
-    // Without logging/setLevel a legacy server may send any log message.
-    m.insert(
-        "io.modelcontextprotocol/logLevel".into(),
-        json!(s.log_level().unwrap_or_else(|| "debug".into())),
-    );
-    m
-}
-
-/// A legacy session's capabilities as the modern pipeline should read them. Under
-/// 2025-11-25 a declared `io.modelcontextprotocol/tasks` extension MUST NOT enable
-/// tasks (SEP-2663, versioning): such a client cannot read a 2026-07-28 task handle,
-/// so it waits for the result like any legacy client (its own `params.task` asks
-/// for a task of its era instead).
-fn era_capabilities(caps: &Value) -> Value {
-    let mut caps = caps.clone();
-    if let Some(Value::Object(ext)) = caps.get_mut("extensions") {
-        ext.remove(mcp::TASKS_EXTENSION);
-    }
-    caps
-}
-
-/// A request from a session, reshaped for the modern pipeline: the session's state
-/// becomes per-request `_meta` (the client's own `_meta` keys, like `progressToken`, stay).
-pub fn modernize(s: &ClientSession, mut req: Request) -> Request {
-    let meta = mcp::meta_mut(&mut req.params);
-    for (k, v) in session_meta(s) {
-        meta.insert(k, v);
-    }
-    req
-}
-
-/// A message as a legacy client should see it: no `resultType`, and no cache hints
-/// on the results of list and read methods.
-pub fn legacy_shape(method: &str, mut msg: Value) -> Value {
-    if let Some(Value::Object(r)) = msg.get_mut("result") {
-        r.remove("resultType");
-        if mcp::is_cacheable_method(method) {
-            r.remove("ttlMs");
-            r.remove("cacheScope");
-        }
-    }
-    if let Some(Value::Object(p)) = msg.get_mut("params") {
-        if let Some(Value::Object(m)) = p.get_mut("_meta") {
-            m.remove("io.modelcontextprotocol/subscriptionId");
-            if m.is_empty() {
-                p.remove("_meta");
-            }
-        }
-    }
-    msg
-}
-
-/// An SSE response.
-pub fn sse(rx: mpsc::Receiver<StreamItem>) -> Response<RespBody> {
-    sse_response(rx, None)
-}
-
-fn sse_response(rx: mpsc::Receiver<StreamItem>, session: Option<&str>) -> Response<RespBody> {
-    let mut r = Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(body::sse(rx))
-        .expect("valid response");
-    if let Some(id) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
-        r.headers_mut().insert(SESSION_HEADER, id);
-    }
-    r
 }
 
 fn accepted() -> Response<RespBody> {
@@ -395,12 +322,12 @@ pub async fn post(
             ok(id.as_ref(), Ok(json!({})))
         }
         "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel" => {
-            super::legacy_tasks::task_method(state, mount, &s, req, ctx).await
+            tasks::task_method(state, mount, &s, req, ctx).await
         }
         mcp::method::TOOLS_CALL if req.params.contains_key("task") && s.polls() => {
-            super::legacy_tasks::create(state, mount, &s, req, ctx).await
+            tasks::create(state, mount, &s, req, ctx).await
         }
-        mcp::method::TOOLS_CALL if s.polls() && super::legacy_tasks::task_required(mount, &req) => {
+        mcp::method::TOOLS_CALL if s.polls() && tasks::task_required(mount, &req) => {
             let name = req.str_param("name").unwrap_or_default();
             ok(
                 id.as_ref(),
@@ -564,7 +491,7 @@ fn shaper(
     move |v| {
         let mut v = legacy_shape(&method, v);
         if let (Some(cfg), "tools/list") = (&tasks, method.as_str()) {
-            super::legacy_tasks::mark_task_support(&mut v, cfg);
+            tasks::mark_task_support(&mut v, cfg);
         }
         v
     }

@@ -20,9 +20,9 @@ use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::body::RespBody;
-use super::legacy::{legacy_shape, modernize};
-use super::{json_response, State};
+use super::super::body::RespBody;
+use super::super::{json_response, State};
+use super::shape::{legacy_shape, modernize, sse};
 use crate::config::{ToolMode, UpstreamConfig};
 use crate::dispatch::Mount;
 use crate::reply::{Reply, StreamItem};
@@ -162,7 +162,7 @@ pub async fn create(
         // The task could not be stored: the call went on synchronously.
         Reply::Stream(rx) => {
             let rx = s.resumable(rx, |v| legacy_shape("tools/call", v));
-            super::legacy::sse(rx)
+            sse(rx)
         }
         Reply::Accepted => respond(id.as_ref(), Ok(json!({}))),
     }
@@ -265,7 +265,7 @@ pub async fn task_method(
                 state.cfg.keepalive_interval,
             );
             let rx = s.resumable(rx, |v| v);
-            super::legacy::sse(rx)
+            sse(rx)
         }
     }
 }
