@@ -8,7 +8,7 @@
 //! Module map (a request flows top to bottom):
 //! - [`server`]: the hyper front door: routing, validation, SSE.
 //! - [`dispatch`]: which method goes where.
-//! - [`tasks`]: the engine (threshold race, MRTR parking, background owner, input
+//! - [`tasks`]: the engine (threshold race, MRTR parking, background driver, input
 //!   bridging, task notifications) and the sweeper.
 //! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras and
 //!   stdio child processes.

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
+use super::call::{Control, Parked, StopReason, SyncCall, TaskSpec};
 use super::input::{StateSealer, STATE_PREFIX};
-use super::sync::{Parked, SyncCall};
 use super::{into_detailed_task, Clock};
 use crate::config::{ToolMode, ToolPolicy};
 use crate::reply::Reply;
@@ -28,19 +28,6 @@ use crate::store::{TaskOutcome, TaskRecord, TaskStatus, TaskStore};
 use crate::upstream::{CallContext, Upstream};
 use tasklift_protocol::jsonrpc::{self, Outcome, Request, RpcError, INTERNAL_ERROR};
 use tasklift_protocol::mcp::{self, method};
-
-/// Why a running task is being stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StopReason {
-    /// `tasks/cancel`.
-    Cancelled,
-    /// It ran past its TTL.
-    Expired,
-    /// tasklift is shutting down and the grace period is over.
-    Shutdown,
-    /// Another replica settled the task (shared store): stop the call, write nothing.
-    Superseded,
-}
 
 /// The engine. One per process; shared by every mount.
 pub struct Engine {
@@ -90,23 +77,6 @@ pub enum TaskRoute {
     Local,
     /// The upstream created this task itself: forward untouched.
     Upstream,
-}
-
-/// How a call may become a task.
-pub(super) struct TaskSpec {
-    /// Tool name.
-    pub tool: String,
-    /// The tool's rules.
-    pub policy: ToolPolicy,
-}
-
-/// Messages to a task's background owner.
-#[derive(Debug)]
-pub(super) enum Control {
-    /// Stop the call.
-    Stop(StopReason),
-    /// `tasks/update`: answers to outstanding input requests.
-    Answer(Map<String, Value>),
 }
 
 impl Engine {
@@ -421,7 +391,7 @@ impl Engine {
                             let _ = s.send(Control::Stop(StopReason::Cancelled)).await;
                         }
                         None => {
-                            // Read again: the owner may have settled it meanwhile, and a
+                            // Read again: the driver may have settled it meanwhile, and a
                             // terminal task never changes status.
                             let mut rec = match self.store.get(task_id).await {
                                 Ok(Some(r)) if !r.status.is_terminal() => r,
@@ -585,22 +555,4 @@ fn progress_token() -> String {
     static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..12].to_string());
     format!("tasklift-{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Whether `n` is a progress notification under `token`.
-pub(super) fn is_progress_for(n: &Value, token: &Value) -> bool {
-    n.get("method").and_then(Value::as_str) == Some(method::PROGRESS)
-        && n.get("params").and_then(|p| p.get("progressToken")) == Some(token)
-}
-
-/// Results relayed to modern clients carry `resultType`; a 2025-11-25 server's
-/// `related-task` metadata does not belong on them.
-pub(super) fn finalize_result(outcome: Outcome) -> Outcome {
-    outcome.map(|mut r| {
-        mcp::mark_complete(&mut r);
-        if let Some(Value::Object(meta)) = r.get_mut("_meta") {
-            meta.remove("io.modelcontextprotocol/related-task");
-        }
-        r
-    })
 }

@@ -2,14 +2,15 @@
 //! the clock, and the engine that turns slow calls into tasks (`engine.rs`) and the
 //! sweeper that expires them (`sweeper.rs`).
 
+mod call;
+mod driver;
 pub mod engine;
 pub mod input;
 pub mod limits;
 mod listen;
-mod owner;
+mod race;
 pub mod replicas;
 pub mod sweeper;
-mod sync;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::engine::{Control, Engine, StopReason};
+use super::call::{Control, StopReason};
+use super::engine::Engine;
 use crate::store::{Change, PgStore};
 use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
 

@@ -1,9 +1,9 @@
 //! The synchronous phase of a request: the race between the upstream and the
 //! threshold, keep-alives and relayed progress, parking a call whose legacy upstream
 //! asked for input (answered with an MRTR `InputRequiredResult`), resuming it on the
-//! client's retry, and handing a slow call to a background owner as a task.
+//! client's retry, and handing a slow call to a background driver as a task.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,13 +11,17 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::engine::{finalize_result, is_progress_for, Control, Engine, TaskSpec};
-use super::input::{check_allowed, request_binding, InputKeys, StateClaims};
+use super::call::{
+    admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, Driver, Parked,
+    SyncCall, TaskSpec,
+};
+use super::engine::Engine;
+use super::input::{request_binding, StateClaims};
 use super::{create_task_result, progress_message};
 use crate::reply::{Reply, StreamItem};
 use crate::session::ClientSession;
 use crate::store::{TaskRecord, TaskStatus};
-use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
+use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, UpstreamCall};
 use tasklift_protocol::jsonrpc::{self, RpcError};
 
 /// How long a call parked for input waits for the client's retry.
@@ -39,59 +43,6 @@ pub(super) enum Step {
     Threshold,
     /// The upstream asked for input the client may give.
     Input(Vec<ServerRequest>),
-}
-
-/// A request in its synchronous phase.
-pub(super) struct SyncCall {
-    /// The upstream's call slot, when calls are limited (held until the call ends).
-    pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
-    /// Counts the upstream call in flight and times it (for `/metrics`).
-    pub meter: Option<crate::metrics::CallMeter>,
-    /// The upstream call.
-    pub call: UpstreamCall,
-    /// The client's request id (of the latest attempt).
-    pub id: Option<Value>,
-    /// Whether the client asked for progress (it is then relayed).
-    pub relay_progress: bool,
-    /// The token progress arrives under (the client's or tasklift's own; null if none).
-    pub token: Value,
-    /// `ttlMs` and `cacheScope` to add to a cacheable result that lacks them.
-    pub cache_hint: Option<(u64, String)>,
-    /// When the threshold passes, if a task may be created.
-    pub threshold_at: Option<tokio::time::Instant>,
-    /// Latest progress, for the task's first statusMessage.
-    pub last_progress: Option<String>,
-    /// Upstream name (for errors).
-    pub upstream: String,
-    /// The request's clientCapabilities (which input requests it may be shown).
-    pub caps: Value,
-    /// The request's `_meta` logLevel: log messages are relayed only when set.
-    pub log_level: Option<String>,
-    /// The caller's principal.
-    pub owner: String,
-    /// Input request keys handed out so far (keys stay unique for the call's life).
-    pub input_keys: InputKeys,
-    /// Events read ahead while collecting input requests.
-    pub backlog: VecDeque<CallEvent>,
-    /// A legacy client's session: the upstream's requests go to the client as
-    /// requests on the response stream (instead of an MRTR `InputRequiredResult`).
-    pub session: Option<Arc<ClientSession>>,
-    /// The request and where it went, so a task can retry it with MRTR answers.
-    pub origin: Option<(
-        Arc<dyn Upstream>,
-        tasklift_protocol::jsonrpc::Request,
-        CallContext,
-    )>,
-}
-
-/// A call waiting for the client's retry with answers.
-pub(super) struct Parked {
-    /// The call, still running upstream.
-    pub sc: SyncCall,
-    /// How it may become a task.
-    pub task: Option<TaskSpec>,
-    /// Outstanding requests by key, with their `inputRequests` entry.
-    pub waiting: HashMap<String, (Value, ServerRequest)>,
 }
 
 impl Engine {
@@ -393,7 +344,7 @@ impl Engine {
         self.drive(p.sc, p.task).await
     }
 
-    /// The threshold passed: persist a task, hand the call to a background owner,
+    /// The threshold passed: persist a task, hand the call to a background driver,
     /// and return the `CreateTaskResult` message. `None` if the task could not be
     /// stored: the caller then keeps waiting synchronously, so nothing is lost.
     pub(super) async fn create_task(
@@ -430,7 +381,7 @@ impl Engine {
         self.publish(&rec);
         let handle = create_task_result(&rec);
         tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, "call became a task");
-        let owner = super::owner::Owner {
+        let owner = Driver {
             slot: sc.slot.take(),
             active: Some(self.gate().task_started(&rec.owner)),
             meter: sc.meter.take(),
@@ -459,21 +410,6 @@ fn forward_input(s: &Arc<ClientSession>, reqs: Vec<ServerRequest>) -> Vec<Stream
         .collect()
 }
 
-/// Keep a request the caller may be shown; answer the others upstream with an error.
-pub(super) fn admit_request(caps: &Value, r: ServerRequest, out: &mut Vec<ServerRequest>) {
-    if r.method == "ping" {
-        r.answer(Ok(json!({})));
-        return;
-    }
-    match check_allowed(caps, &r.method) {
-        Ok(()) => out.push(r),
-        Err(e) => {
-            tracing::info!(method = %r.method, "the caller cannot be asked this; answering the upstream with an error");
-            r.answer(Err(e));
-        }
-    }
-}
-
 /// Severity order of MCP log levels (RFC 5424); unknown levels rank lowest.
 fn level_rank(level: Option<&str>) -> u8 {
     match level {
@@ -486,23 +422,5 @@ fn level_rank(level: Option<&str>) -> u8 {
         Some("alert") => 7,
         Some("emergency") => 8,
         _ => 0,
-    }
-}
-
-pub(super) async fn sleep_until_opt(t: Option<tokio::time::Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
-}
-
-impl UpstreamCall {
-    /// A placeholder for a call whose ownership moved elsewhere.
-    pub(super) fn finished() -> Self {
-        let (_tx, rx) = mpsc::channel(1);
-        UpstreamCall {
-            events: rx,
-            canceller: crate::upstream::Canceller::none(),
-        }
     }
 }

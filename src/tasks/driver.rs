@@ -1,54 +1,22 @@
-//! A task's background owner: holds the upstream call after the handle was
+//! A task's background driver: holds the upstream call after the handle was
 //! returned, records progress, bridges input requests (`input_required`, answered
 //! by `tasks/update`), retries a modern upstream's `InputRequiredResult` rounds with
 //! the collected answers, and settles the task.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::engine::{finalize_result, is_progress_for, Control, Engine, StopReason};
+use super::call::{
+    admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, Driver, StopReason,
+};
+use super::engine::Engine;
 use super::progress_message;
-use super::sync::{admit_request, sleep_until_opt};
 use crate::store::{StoreError, TaskOutcome, TaskRecord, TaskStatus};
-use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
-use tasklift_protocol::jsonrpc::{Request, RpcError, INTERNAL_ERROR};
-
-/// What the owner takes over from the synchronous phase.
-pub(super) struct Owner {
-    /// The running upstream call (`None` between MRTR rounds).
-    pub call: Option<UpstreamCall>,
-    /// Events already read from it.
-    pub backlog: VecDeque<CallEvent>,
-    /// Progress token of the call.
-    pub token: Value,
-    /// The client's capabilities at creation (which requests it may be shown).
-    pub caps: Value,
-    /// The upstream's call slot, when calls are limited.
-    pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
-    /// Counts the task against its principal's limit until it settles.
-    pub active: Option<super::limits::ActiveTask>,
-    /// Counts the upstream call in flight until the task settles.
-    pub meter: Option<crate::metrics::CallMeter>,
-    /// Input keys handed out so far.
-    pub input_keys: super::input::InputKeys,
-    /// The original request, for retrying a modern upstream with answers.
-    pub origin: Option<(Arc<dyn Upstream>, Request, CallContext)>,
-}
-
-impl Owner {
-    async fn next(&mut self) -> Option<CallEvent> {
-        if let Some(ev) = self.backlog.pop_front() {
-            return Some(ev);
-        }
-        match &mut self.call {
-            Some(c) => c.events.recv().await,
-            None => std::future::pending().await,
-        }
-    }
-}
+use crate::upstream::{broken, CallEvent, ServerRequest};
+use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
 
 /// Shortest time between two progress writes of one task: a chatty upstream must
 /// not turn every notification into a store write.
@@ -78,7 +46,7 @@ impl Engine {
     pub(super) async fn own(
         self: Arc<Self>,
         mut rec: TaskRecord,
-        mut o: Owner,
+        mut o: Driver,
         mut control: mpsc::Receiver<Control>,
     ) {
         let upstream = rec.upstream.clone();
@@ -310,7 +278,7 @@ impl Engine {
     }
 
     /// Retry the original call upstream with a round's answers and `requestState`.
-    async fn retry(&self, o: &mut Owner, round: &mut Round) -> Result<(), RpcError> {
+    async fn retry(&self, o: &mut Driver, round: &mut Round) -> Result<(), RpcError> {
         let (up, req, ctx) = o.origin.as_ref().expect("rounds need the original request");
         let mut r = req.clone();
         r.params.insert(

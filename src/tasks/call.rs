@@ -1,0 +1,186 @@
+//! A call's state as it passes from one phase to the next: what the threshold race
+//! holds ([`SyncCall`]), a call parked for the client's answers ([`Parked`]), what
+//! the background driver takes over ([`Driver`]), the messages that reach a
+//! running task ([`Control`]), and the rules every phase applies to the upstream's
+//! messages. The phases (race.rs, driver.rs) import this; it imports none of them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::input::{check_allowed, InputKeys};
+use crate::config::ToolPolicy;
+use crate::session::ClientSession;
+use crate::upstream::{CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
+use tasklift_protocol::jsonrpc::{Outcome, Request};
+use tasklift_protocol::mcp::{self, method};
+
+/// Why a running task is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StopReason {
+    /// `tasks/cancel`.
+    Cancelled,
+    /// It ran past its TTL.
+    Expired,
+    /// tasklift is shutting down and the grace period is over.
+    Shutdown,
+    /// Another replica settled the task (shared store): stop the call, write nothing.
+    Superseded,
+}
+
+/// How a call may become a task.
+pub(super) struct TaskSpec {
+    /// Tool name.
+    pub tool: String,
+    /// The tool's rules.
+    pub policy: ToolPolicy,
+}
+
+/// Messages to a task's background driver.
+#[derive(Debug)]
+pub(super) enum Control {
+    /// Stop the call.
+    Stop(StopReason),
+    /// `tasks/update`: answers to outstanding input requests.
+    Answer(Map<String, Value>),
+}
+
+/// A request in its synchronous phase.
+pub(super) struct SyncCall {
+    /// The upstream's call slot, when calls are limited (held until the call ends).
+    pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Counts the upstream call in flight and times it (for `/metrics`).
+    pub meter: Option<crate::metrics::CallMeter>,
+    /// The upstream call.
+    pub call: UpstreamCall,
+    /// The client's request id (of the latest attempt).
+    pub id: Option<Value>,
+    /// Whether the client asked for progress (it is then relayed).
+    pub relay_progress: bool,
+    /// The token progress arrives under (the client's or tasklift's own; null if none).
+    pub token: Value,
+    /// `ttlMs` and `cacheScope` to add to a cacheable result that lacks them.
+    pub cache_hint: Option<(u64, String)>,
+    /// When the threshold passes, if a task may be created.
+    pub threshold_at: Option<tokio::time::Instant>,
+    /// Latest progress, for the task's first statusMessage.
+    pub last_progress: Option<String>,
+    /// Upstream name (for errors).
+    pub upstream: String,
+    /// The request's clientCapabilities (which input requests it may be shown).
+    pub caps: Value,
+    /// The request's `_meta` logLevel: log messages are relayed only when set.
+    pub log_level: Option<String>,
+    /// The caller's principal.
+    pub owner: String,
+    /// Input request keys handed out so far (keys stay unique for the call's life).
+    pub input_keys: InputKeys,
+    /// Events read ahead while collecting input requests.
+    pub backlog: VecDeque<CallEvent>,
+    /// A legacy client's session: the upstream's requests go to the client as
+    /// requests on the response stream (instead of an MRTR `InputRequiredResult`).
+    pub session: Option<Arc<ClientSession>>,
+    /// The request and where it went, so a task can retry it with MRTR answers.
+    pub origin: Option<(
+        Arc<dyn Upstream>,
+        tasklift_protocol::jsonrpc::Request,
+        CallContext,
+    )>,
+}
+
+/// A call waiting for the client's retry with answers.
+pub(super) struct Parked {
+    /// The call, still running upstream.
+    pub sc: SyncCall,
+    /// How it may become a task.
+    pub task: Option<TaskSpec>,
+    /// Outstanding requests by key, with their `inputRequests` entry.
+    pub waiting: HashMap<String, (Value, ServerRequest)>,
+}
+
+/// What the background driver takes over from the threshold race.
+pub(super) struct Driver {
+    /// The running upstream call (`None` between MRTR rounds).
+    pub call: Option<UpstreamCall>,
+    /// Events already read from it.
+    pub backlog: VecDeque<CallEvent>,
+    /// Progress token of the call.
+    pub token: Value,
+    /// The client's capabilities at creation (which requests it may be shown).
+    pub caps: Value,
+    /// The upstream's call slot, when calls are limited.
+    pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Counts the task against its principal's limit until it settles.
+    pub active: Option<super::limits::ActiveTask>,
+    /// Counts the upstream call in flight until the task settles.
+    pub meter: Option<crate::metrics::CallMeter>,
+    /// Input keys handed out so far.
+    pub input_keys: super::input::InputKeys,
+    /// The original request, for retrying a modern upstream with answers.
+    pub origin: Option<(Arc<dyn Upstream>, Request, CallContext)>,
+}
+
+impl Driver {
+    pub(super) async fn next(&mut self) -> Option<CallEvent> {
+        if let Some(ev) = self.backlog.pop_front() {
+            return Some(ev);
+        }
+        match &mut self.call {
+            Some(c) => c.events.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Whether `n` is a progress notification under `token`.
+pub(super) fn is_progress_for(n: &Value, token: &Value) -> bool {
+    n.get("method").and_then(Value::as_str) == Some(method::PROGRESS)
+        && n.get("params").and_then(|p| p.get("progressToken")) == Some(token)
+}
+
+/// Results relayed to modern clients carry `resultType`; a 2025-11-25 server's
+/// `related-task` metadata does not belong on them.
+pub(super) fn finalize_result(outcome: Outcome) -> Outcome {
+    outcome.map(|mut r| {
+        mcp::mark_complete(&mut r);
+        if let Some(Value::Object(meta)) = r.get_mut("_meta") {
+            meta.remove("io.modelcontextprotocol/related-task");
+        }
+        r
+    })
+}
+
+/// Keep a request the caller may be shown; answer the others upstream with an error.
+pub(super) fn admit_request(caps: &Value, r: ServerRequest, out: &mut Vec<ServerRequest>) {
+    if r.method == "ping" {
+        r.answer(Ok(json!({})));
+        return;
+    }
+    match check_allowed(caps, &r.method) {
+        Ok(()) => out.push(r),
+        Err(e) => {
+            tracing::info!(method = %r.method, "the caller cannot be asked this; answering the upstream with an error");
+            r.answer(Err(e));
+        }
+    }
+}
+
+pub(super) async fn sleep_until_opt(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl UpstreamCall {
+    /// A placeholder for a call whose ownership moved elsewhere.
+    pub(super) fn finished() -> Self {
+        let (_tx, rx) = mpsc::channel(1);
+        UpstreamCall {
+            events: rx,
+            canceller: crate::upstream::Canceller::none(),
+        }
+    }
+}
