@@ -38,7 +38,7 @@ pub struct Engine {
     /// Calls parked until the client retries with answers (MRTR), by park id.
     pub(super) parked: DashMap<String, std::sync::Mutex<Parked>>,
     /// Seals the `requestState` of parked calls.
-    sealer: std::sync::OnceLock<StateSealer>,
+    sealer: StateSealer,
     /// Every task change, for `subscriptions/listen` streams.
     changes: broadcast::Sender<TaskRecord>,
     /// Turns true at shutdown: listen streams end gracefully.
@@ -79,43 +79,64 @@ pub enum TaskRoute {
     Upstream,
 }
 
+/// What an engine is built with, besides its store.
+pub struct EngineSettings {
+    /// Time source.
+    pub clock: Clock,
+    /// How long a task failed at its TTL stays readable.
+    pub expired_grace: Duration,
+    /// Interval between SSE keep-alives.
+    pub keepalive: Duration,
+    /// Limits on calls, tasks and results.
+    pub limits: crate::config::Limits,
+    /// Replicas sharing a store: `requestState` is sealed with a key derived from
+    /// this shared one, so another replica recognises a state it cannot resume and
+    /// says so. `None`: a key of this process's own.
+    pub shared_state_key: Option<Vec<u8>>,
+}
+
+impl EngineSettings {
+    /// Defaults for an engine of one process: the system clock, no limits.
+    pub fn new(expired_grace: Duration, keepalive: Duration) -> Self {
+        Self {
+            clock: Clock::new(),
+            expired_grace,
+            keepalive,
+            limits: Default::default(),
+            shared_state_key: None,
+        }
+    }
+}
+
 impl Engine {
-    /// A new engine over a store.
-    pub fn new(
-        store: Arc<dyn TaskStore>,
-        clock: Clock,
-        expired_grace: Duration,
-        keepalive: Duration,
-    ) -> Arc<Self> {
+    /// A new engine over a store, complete: nothing is set after this.
+    pub fn new(store: Arc<dyn TaskStore>, settings: EngineSettings) -> Arc<Self> {
+        let sealer = match &settings.shared_state_key {
+            Some(key) => StateSealer::shared(key),
+            None => StateSealer::default(),
+        };
         Arc::new(Self {
             store,
             running: DashMap::new(),
             parked: DashMap::new(),
-            sealer: std::sync::OnceLock::new(),
+            sealer,
             changes: broadcast::channel(1024).0,
             closing: tokio::sync::watch::channel(false).0,
             upstream_tasks: DashMap::new(),
-            clock,
-            expired_grace,
-            keepalive,
+            clock: settings.clock,
+            expired_grace: settings.expired_grace,
+            keepalive: settings.keepalive,
             metrics: Arc::default(),
-            gate: Default::default(),
+            gate: super::limits::Gate::new(settings.limits),
         })
     }
 
-    /// Seals `requestState` (a key of this process's own unless shared).
+    /// Seals `requestState`.
     pub(super) fn sealer(&self) -> &StateSealer {
-        self.sealer.get_or_init(StateSealer::default)
+        &self.sealer
     }
 
-    /// Replicas sharing a store: seal `requestState` with a key derived from the
-    /// shared one, so another replica recognises a state it cannot resume and says
-    /// so. Call before serving.
-    pub fn share_state_key(&self, shared_key: &[u8]) {
-        let _ = self.sealer.set(StateSealer::shared(shared_key));
-    }
-
-    /// The limits and their counts (set once at start).
+    /// The limits and their counts.
     pub fn gate(&self) -> &super::limits::Gate {
         &self.gate
     }

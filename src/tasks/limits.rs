@@ -22,7 +22,7 @@ pub use crate::config::Limits;
 /// The limits and what they count.
 #[derive(Default)]
 pub struct Gate {
-    limits: std::sync::OnceLock<Limits>,
+    limits: Limits,
     slots: DashMap<String, Arc<Semaphore>>,
     active: DashMap<String, Arc<AtomicUsize>>,
     last_poll: DashMap<String, std::time::Instant>,
@@ -38,14 +38,17 @@ impl Drop for ActiveTask {
 }
 
 impl Gate {
-    /// Set the limits (once, at start).
-    pub fn set(&self, l: Limits) {
-        let _ = self.limits.set(l);
+    /// A gate enforcing `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            ..Self::default()
+        }
     }
 
     /// The limits in force.
-    pub fn limits(&self) -> Limits {
-        self.limits.get().cloned().unwrap_or_default()
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// Wait for a call slot on `upstream`; `Ok(None)` when calls are not limited.
@@ -145,8 +148,7 @@ mod tests {
 
     #[tokio::test]
     async fn calls_queue_then_time_out_and_tasks_are_counted_per_principal() {
-        let g = Gate::default();
-        g.set(Limits {
+        let g = Gate::new(Limits {
             max_concurrent_calls: 1,
             queue_timeout: Duration::from_millis(50),
             max_active_tasks_per_principal: 1,

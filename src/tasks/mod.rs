@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 
 use crate::store::{TaskOutcome, TaskRecord};
 
-pub use engine::Engine;
+pub use engine::{Engine, EngineSettings};
 
 /// Wall-clock milliseconds that advance with tokio's clock, so tests can pause and
 /// advance time and see TTLs expire, while production gets monotonic progress.

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tasklift::config::{ToolMode, ToolPolicy};
 use tasklift::reply::{Reply, StreamItem};
 use tasklift::store::{SledStore, TaskStore};
-use tasklift::tasks::{Clock, Engine};
+use tasklift::tasks::{Engine, EngineSettings};
 use tasklift::upstream::{
     CallContext, CallEvent, Canceller, Era, Upstream, UpstreamCall, UpstreamFuture,
 };
@@ -110,9 +110,7 @@ fn setup(
     let store: Arc<dyn TaskStore> = Arc::new(SledStore::open(dir.path(), 64 * 1024).unwrap());
     let engine = Engine::new(
         store,
-        Clock::new(),
-        Duration::from_secs(60),
-        Duration::from_secs(15),
+        EngineSettings::new(Duration::from_secs(60), Duration::from_secs(15)),
     );
     let cancelled = Arc::new(AtomicUsize::new(0));
     let up: Arc<dyn Upstream> = Arc::new(Timed {

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tasklift::config::{ToolMode, ToolPolicy};
 use tasklift::reply::Reply;
 use tasklift::store::{SledStore, TaskStore};
-use tasklift::tasks::{Clock, Engine};
+use tasklift::tasks::{Engine, EngineSettings};
 use tasklift::upstream::{
     CallContext, CallEvent, Canceller, Era, ServerRequest, Upstream, UpstreamCall, UpstreamFuture,
 };
@@ -175,9 +175,7 @@ async fn a_parked_call_nobody_resumes_expires_after_ten_minutes() {
     let store: Arc<dyn TaskStore> = Arc::new(SledStore::open(dir.path(), 64 * 1024).unwrap());
     let engine = Engine::new(
         store,
-        Clock::new(),
-        Duration::from_secs(60),
-        Duration::from_secs(15),
+        EngineSettings::new(Duration::from_secs(60), Duration::from_secs(15)),
     );
     let answers: Arc<Mutex<Vec<Outcome>>> = Arc::default();
     let cancelled = Arc::new(AtomicUsize::new(0));
