@@ -135,7 +135,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
                 cfg: u.clone(),
                 upstream: up,
                 sessions: Default::default(),
-                tool_headers: Default::default(),
+                tools: Default::default(),
             },
         );
     }

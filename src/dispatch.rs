@@ -12,10 +12,10 @@ use tokio::sync::mpsc;
 
 use crate::config::UpstreamConfig;
 use crate::reply::{Reply, StreamItem};
-use crate::server::params::TaskSupport;
 use crate::session::Sessions;
 use crate::tasks::engine::{Engine, TaskRoute};
 use crate::upstream::task_bridge::{self, Follow};
+use crate::upstream::tools::{TaskSupport, ToolCatalog};
 use crate::upstream::{CallContext, Era, Upstream};
 use tasklift_protocol::jsonrpc::{self, Request, RpcError, METHOD_NOT_FOUND};
 use tasklift_protocol::mcp::{self, method};
@@ -30,7 +30,7 @@ pub struct Mount {
     pub sessions: Sessions,
     /// What tasklift learned of the upstream's tools: `x-mcp-header` annotations, for
     /// checking `Mcp-Param-*` headers, and which ones run only as its own tasks.
-    pub tool_headers: crate::server::params::ToolHeaders,
+    pub tools: ToolCatalog,
 }
 
 /// Where a `tools/call` goes: the mount's upstream, or, for a tool its legacy
@@ -52,14 +52,14 @@ pub async fn call_target(
     // but task-only. Otherwise the upstream's capabilities decide whether its tools
     // can need tasks at all (and so whether an unlisted tool is worth a tools/list).
     let tool = req.str_param("name").unwrap_or_default();
-    let listed = mount.tool_headers.listed_task_support(tool);
+    let listed = mount.tools.listed_task_support(tool);
     if listed.is_some_and(|s| s != TaskSupport::Required)
         || !offers_tool_tasks(up.as_ref(), req, ctx).await
     {
         return up;
     }
     if listed.is_none()
-        && mount.tool_headers.task_support(up.as_ref(), req, ctx).await != TaskSupport::Required
+        && mount.tools.task_support(up.as_ref(), req, ctx).await != TaskSupport::Required
     {
         return up;
     }
@@ -160,7 +160,7 @@ pub async fn dispatch(
             if !lists_tools {
                 return reply;
             }
-            let learned = mount.tool_headers.clone();
+            let learned = mount.tools.clone();
             map_final(reply, move |mut v| {
                 learned.observe(&v);
                 without_task_support(&mut v);

@@ -1,6 +1,6 @@
 //! `x-mcp-header` annotations learned from an upstream's `tools/list` result
-//! (`ToolHeaders::observe`), then a `tools/call` checked against them
-//! (`ToolHeaders::check`). Input: a `tools/list` response as one JSON line, then
+//! (`ToolCatalog::observe`), then a `tools/call` checked against them
+//! (`server::params::check`). Input: a `tools/list` response as one JSON line, then
 //! `name: value` header lines, a blank line, and the call's JSON body.
 #![no_main]
 
@@ -11,7 +11,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use tasklift_protocol::jsonrpc::{Outcome, Request};
-use tasklift::server::params::ToolHeaders;
+use tasklift::server::params;
+use tasklift::upstream::tools::ToolCatalog;
 use tasklift::upstream::{CallContext, Era, Upstream, UpstreamCall, UpstreamError, UpstreamFuture};
 use tasklift_fuzz::headers_and_body;
 
@@ -53,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
         Some(p) => (&data[..p], &data[p + 1..]),
         None => (data, &[][..]),
     };
-    let th = ToolHeaders::default();
+    let th = ToolCatalog::default();
     if let Ok(v) = serde_json::from_slice::<Value>(list) {
         th.observe(&v);
     }
@@ -68,5 +69,5 @@ fuzz_target!(|data: &[u8]| {
             .build()
             .expect("runtime")
     });
-    let _ = rt.block_on(th.check(&Nowhere, &h, &req, &CallContext::default()));
+    let _ = rt.block_on(params::check(&th, &Nowhere, &h, &req, &CallContext::default()));
 });

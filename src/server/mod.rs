@@ -374,10 +374,14 @@ async fn handle(
             tracing::Span::current().record("trace_id", t.as_str());
         }
         if msg.method == tasklift_protocol::mcp::method::TOOLS_CALL {
-            let checked = mount
-                .tool_headers
-                .check(mount.upstream.as_ref(), &parts.headers, &msg, &ctx)
-                .await;
+            let checked = params::check(
+                &mount.tools,
+                mount.upstream.as_ref(),
+                &parts.headers,
+                &msg,
+                &ctx,
+            )
+            .await;
             if let Err(r) = checked {
                 state.engine.metrics().request(&msg.method, "rejected");
                 tracing::debug!(error = %r.error, "rejected at the front door");

@@ -6,128 +6,16 @@
 //! tool it has not seen, by asking the upstream's `tools/list` itself. It checks
 //! `tools/call` against them before anything goes upstream: a missing, undecodable or
 //! different header is a 400 with `-32020`, like the standard headers.
-//!
-//! The same cache keeps each tool's 2025-era `execution.taskSupport` as the upstream
-//! lists it ([`TaskSupport`]): a tool a legacy upstream runs only as its own task is
-//! called through [`crate::upstream::task_bridge`]. Before the upstream's tools are
-//! known, the first call of a tool reads its `tools/list` once.
-
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+//! The annotations come from the mount's [`ToolCatalog`].
 
 use http::{HeaderMap, StatusCode};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::validate::Rejection;
+use crate::upstream::tools::{Known, ToolCatalog};
 use crate::upstream::{CallContext, Upstream};
 use tasklift_protocol::jsonrpc::{Request, RpcError, HEADER_MISMATCH};
 use tasklift_protocol::mcp;
-
-/// A tool not in the cache triggers a new `tools/list` at most this often.
-const RELEARN: Duration = Duration::from_secs(5);
-/// Longest wait for the upstream's `tools/list`; past it the call is not checked.
-const LEARN_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most `tools/list` pages read.
-const MAX_PAGES: usize = 20;
-
-/// One annotated parameter: where it sits in `arguments`, and its header name.
-#[derive(Debug, Clone, PartialEq)]
-struct Annotated {
-    path: Vec<String>,
-    header: String,
-}
-
-/// How a tool may run as a 2025-11-25 task, as its upstream lists it
-/// (`execution.taskSupport`; absent means forbidden).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TaskSupport {
-    /// `"forbidden"` or absent: a plain call.
-    #[default]
-    Forbidden,
-    /// `"optional"`: either.
-    Optional,
-    /// `"required"`: only as a task (`params.task`); a plain call is refused.
-    Required,
-}
-
-impl TaskSupport {
-    /// What a `tools/list` entry declares.
-    pub fn of(tool: &Value) -> Self {
-        match tool
-            .get("execution")
-            .and_then(|e| e.get("taskSupport"))
-            .and_then(Value::as_str)
-        {
-            Some("required") => Self::Required,
-            Some("optional") => Self::Optional,
-            _ => Self::Forbidden,
-        }
-    }
-}
-
-/// What is known of one tool.
-#[derive(Debug, Clone, Default)]
-struct Known {
-    /// Its `x-mcp-header` parameters.
-    headers: Vec<Annotated>,
-    /// Its task support as the upstream lists it.
-    task_support: TaskSupport,
-}
-
-impl Known {
-    fn of(tool: &Value) -> Self {
-        Self {
-            headers: tool.get("inputSchema").map(annotations).unwrap_or_default(),
-            task_support: TaskSupport::of(tool),
-        }
-    }
-}
-
-/// Tools by name, and when tasklift last asked the upstream.
-type Learned = (Option<Instant>, HashMap<String, Known>);
-
-/// What tasklift learned of one upstream's tools: their `x-mcp-header` annotations
-/// and their 2025-era task support. Clones share it.
-#[derive(Default, Clone)]
-pub struct ToolHeaders {
-    inner: Arc<Inner>,
-}
-
-#[derive(Default)]
-struct Inner {
-    learned: std::sync::RwLock<Option<Learned>>,
-    fetching: tokio::sync::Mutex<()>,
-}
-
-/// The annotated parameters of a tool's `inputSchema`, reachable through `properties`
-/// only (anything else makes the annotation invalid, and it is not enforced).
-fn annotations(schema: &Value) -> Vec<Annotated> {
-    fn walk(node: &Value, path: &mut Vec<String>, out: &mut Vec<Annotated>) {
-        let Some(props) = node.get("properties").and_then(Value::as_object) else {
-            return;
-        };
-        for (k, v) in props {
-            path.push(k.clone());
-            if let Some(h) = v.get("x-mcp-header").and_then(Value::as_str) {
-                let token = !h.is_empty()
-                    && h.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-                if token {
-                    out.push(Annotated {
-                        path: path.clone(),
-                        header: h.to_ascii_lowercase(),
-                    });
-                }
-            }
-            walk(v, path, out);
-            path.pop();
-        }
-    }
-    let mut out = Vec::new();
-    walk(schema, &mut Vec::new(), &mut out);
-    out
-}
 
 fn mismatch(msg: String) -> Rejection {
     Rejection {
@@ -149,250 +37,84 @@ fn same(header: &str, body: &Value) -> bool {
     }
 }
 
-impl ToolHeaders {
-    /// What is known of the tool, and whether asking the upstream is allowed now.
-    fn lookup(&self, tool: &str) -> (Option<Known>, bool) {
-        let g = self.inner.learned.read().expect("lock");
-        match g.as_ref() {
-            Some((asked, tools)) => (
-                tools.get(tool).cloned(),
-                asked.is_none_or(|t| t.elapsed() > RELEARN),
-            ),
-            None => (None, true),
-        }
-    }
-
-    /// Learn from a `tools/list` response (one page) as the upstream sent it, before
-    /// it is rewritten for the client's era (see `dispatch`).
-    pub fn observe(&self, msg: &Value) {
-        let Some(tools) = msg
-            .get("result")
-            .and_then(|r| r.get("tools"))
-            .and_then(Value::as_array)
-        else {
-            return;
-        };
-        let mut g = self.inner.learned.write().expect("lock");
-        let (_, known) = g.get_or_insert_with(|| (None, HashMap::new()));
-        for t in tools {
-            if let Some(name) = t.get("name").and_then(Value::as_str) {
-                known.insert(name.to_string(), Known::of(t));
-            }
-        }
-    }
-
-    /// The tool's task support as last listed, if it was; never asks the upstream.
-    pub fn listed_task_support(&self, tool: &str) -> Option<TaskSupport> {
-        let g = self.inner.learned.read().expect("lock");
-        g.as_ref()?.1.get(tool).map(|k| k.task_support)
-    }
-
-    /// The tool's task support as its upstream lists it. A tool not seen yet makes
-    /// tasklift read the upstream's `tools/list` (at most every few seconds); a tool
-    /// the upstream does not list is taken as `Forbidden`.
-    pub async fn task_support(
-        &self,
-        up: &dyn Upstream,
-        req: &Request,
-        ctx: &CallContext,
-    ) -> TaskSupport {
-        let tool = req.str_param("name").unwrap_or_default();
-        if let Some(s) = self.listed_task_support(tool) {
-            return s;
-        }
-        if !self.lookup(tool).1 {
-            return TaskSupport::Forbidden;
-        }
+/// Check a `tools/call`'s `Mcp-Param-*` headers against the tool's annotations in
+/// `catalog`.
+pub async fn check(
+    catalog: &ToolCatalog,
+    up: &dyn Upstream,
+    h: &HeaderMap,
+    req: &Request,
+    ctx: &CallContext,
+) -> Result<(), Rejection> {
+    let tool = req.str_param("name").unwrap_or_default();
+    let (mut known, may_ask) = catalog.lookup(tool);
+    let has_params = h.keys().any(|k| k.as_str().starts_with("mcp-param-"));
+    if known.is_none() && has_params && may_ask {
         let meta = req.meta().cloned().unwrap_or_default();
-        self.learn(up, &meta, ctx).await;
-        self.listed_task_support(tool).unwrap_or_default()
+        catalog.learn(up, &meta, ctx).await;
+        known = catalog.lookup(tool).0;
     }
-
-    /// Read every page of the upstream's `tools/list` with the caller's `_meta`.
-    async fn learn(&self, up: &dyn Upstream, meta: &Map<String, Value>, ctx: &CallContext) {
-        let _one = self.inner.fetching.lock().await;
-        // Another call may have asked while this one waited for the lock.
-        if !self.lookup("").1 {
-            return;
+    // A tool the upstream does not list: nothing is recognized, headers pass.
+    let Some(Known {
+        headers: annotated, ..
+    }) = known
+    else {
+        return Ok(());
+    };
+    let args = req.params.get("arguments");
+    for a in &annotated {
+        let name = format!("mcp-param-{}", a.header);
+        let mut body = args;
+        for k in &a.path {
+            body = body.and_then(|b| b.get(k));
         }
-        let mut tools = HashMap::new();
-        let mut cursor: Option<Value> = None;
-        for _ in 0..MAX_PAGES {
-            let mut params = Map::new();
-            params.insert("_meta".into(), json!(meta));
-            if let Some(c) = &cursor {
-                params.insert("cursor".into(), c.clone());
-            }
-            let req = Request {
-                id: Some(json!("tasklift-tool-headers")),
-                method: "tools/list".into(),
-                params,
-            };
-            let asked = async {
-                match up.call(&req, ctx).await {
-                    Ok(call) => call.outcome(up.name()).await,
-                    Err(e) => Err(e.to_rpc()),
-                }
-            };
-            let outcome = match tokio::time::timeout(LEARN_TIMEOUT, asked).await {
-                Ok(o) => o,
-                Err(_) => {
-                    tracing::debug!(
-                        "the upstream's tools/list took too long; Mcp-Param headers not checked"
-                    );
-                    break;
-                }
-            };
-            let page = match outcome {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::debug!(error = %e, "could not read tools/list for Mcp-Param checks");
-                    break;
-                }
-            };
-            for t in page
-                .get("tools")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(name) = t.get("name").and_then(Value::as_str) {
-                    tools.insert(name.to_string(), Known::of(t));
-                }
-            }
-            cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
-            if cursor.is_none() {
-                break;
-            }
+        let body = body.filter(|v| !v.is_null());
+        if h.get_all(&name).iter().count() > 1 {
+            return Err(mismatch(format!("{name} header is repeated; send it once")));
         }
-        let mut g = self.inner.learned.write().expect("lock");
-        let (asked, known) = g.get_or_insert_with(|| (None, HashMap::new()));
-        *asked = Some(Instant::now());
-        known.extend(tools);
-    }
-
-    /// Check a `tools/call`'s `Mcp-Param-*` headers against the tool's annotations.
-    pub async fn check(
-        &self,
-        up: &dyn Upstream,
-        h: &HeaderMap,
-        req: &Request,
-        ctx: &CallContext,
-    ) -> Result<(), Rejection> {
-        let tool = req.str_param("name").unwrap_or_default();
-        let (mut known, may_ask) = self.lookup(tool);
-        let has_params = h.keys().any(|k| k.as_str().starts_with("mcp-param-"));
-        if known.is_none() && has_params && may_ask {
-            let meta = req.meta().cloned().unwrap_or_default();
-            self.learn(up, &meta, ctx).await;
-            known = self.lookup(tool).0;
-        }
-        // A tool the upstream does not list: nothing is recognized, headers pass.
-        let Some(Known {
-            headers: annotated, ..
-        }) = known
-        else {
-            return Ok(());
+        let header = match h.get(&name) {
+            None => None,
+            Some(v) => Some(
+                v.to_str()
+                    .map_err(|_| mismatch(format!("{name} header contains invalid characters")))?,
+            ),
         };
-        let args = req.params.get("arguments");
-        for a in &annotated {
-            let name = format!("mcp-param-{}", a.header);
-            let mut body = args;
-            for k in &a.path {
-                body = body.and_then(|b| b.get(k));
+        match (header, body) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(mismatch(format!(
+                    "the {name} header is required: the body has a value for parameter '{}'",
+                    a.path.join(".")
+                )))
             }
-            let body = body.filter(|v| !v.is_null());
-            if h.get_all(&name).iter().count() > 1 {
-                return Err(mismatch(format!("{name} header is repeated; send it once")));
+            (Some(_), None) => {
+                return Err(mismatch(format!(
+                    "{name} header is present but the body has no value for parameter '{}'",
+                    a.path.join(".")
+                )))
             }
-            let header =
-                match h.get(&name) {
-                    None => None,
-                    Some(v) => Some(v.to_str().map_err(|_| {
-                        mismatch(format!("{name} header contains invalid characters"))
-                    })?),
+            (Some(raw), Some(b)) => {
+                let raw = raw.trim_matches([' ', '\t']);
+                let Some(decoded) = mcp::decode_header_value(raw) else {
+                    return Err(mismatch(format!(
+                        "{name} header value '{raw}' is not valid base64 UTF-8"
+                    )));
                 };
-            match (header, body) {
-                (None, None) => {}
-                (None, Some(_)) => {
+                if !same(&decoded, b) {
                     return Err(mismatch(format!(
-                        "the {name} header is required: the body has a value for parameter '{}'",
-                        a.path.join(".")
-                    )))
-                }
-                (Some(_), None) => {
-                    return Err(mismatch(format!(
-                        "{name} header is present but the body has no value for parameter '{}'",
-                        a.path.join(".")
-                    )))
-                }
-                (Some(raw), Some(b)) => {
-                    let raw = raw.trim_matches([' ', '\t']);
-                    let Some(decoded) = mcp::decode_header_value(raw) else {
-                        return Err(mismatch(format!(
-                            "{name} header value '{raw}' is not valid base64 UTF-8"
-                        )));
-                    };
-                    if !same(&decoded, b) {
-                        return Err(mismatch(format!(
-                            "{name} header value '{decoded}' does not match body value {b}"
-                        )));
-                    }
+                        "{name} header value '{decoded}' does not match body value {b}"
+                    )));
                 }
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn annotations_are_found_through_properties_only() {
-        let schema = json!({"type": "object", "properties": {
-            "region": {"type": "string", "x-mcp-header": "Region"},
-            "opts": {"type": "object", "properties": {"tier": {"type": "integer", "x-mcp-header": "Tier"}}},
-            "list": {"type": "array", "items": {"properties": {"x": {"x-mcp-header": "X"}}}},
-            "bad": {"type": "string", "x-mcp-header": "has space"},
-        }});
-        let a = annotations(&schema);
-        assert_eq!(
-            a,
-            vec![
-                Annotated {
-                    path: vec!["opts".into(), "tier".into()],
-                    header: "tier".into()
-                },
-                Annotated {
-                    path: vec!["region".into()],
-                    header: "region".into()
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn task_support_is_learned_from_each_listing() {
-        let page = |support: Option<&str>| {
-            let mut t = json!({"name": "job", "inputSchema": {"type": "object"}});
-            if let Some(s) = support {
-                t["execution"] = json!({"taskSupport": s});
-            }
-            json!({"result": {"tools": [t]}})
-        };
-        let th = ToolHeaders::default();
-        assert_eq!(th.listed_task_support("job"), None);
-        th.clone().observe(&page(Some("required")));
-        assert_eq!(th.listed_task_support("job"), Some(TaskSupport::Required));
-        th.observe(&page(None));
-        assert_eq!(th.listed_task_support("job"), Some(TaskSupport::Forbidden));
-        assert_eq!(
-            TaskSupport::of(&json!({"execution": {"taskSupport": "optional"}})),
-            TaskSupport::Optional
-        );
-    }
+    use serde_json::json;
 
     #[test]
     fn values_compare_by_type() {

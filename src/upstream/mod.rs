@@ -7,6 +7,7 @@
 pub mod http;
 pub mod stdio;
 pub mod task_bridge;
+pub mod tools;
 
 use std::future::Future;
 use std::pin::Pin;
