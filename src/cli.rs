@@ -57,20 +57,7 @@ pub enum Command {
     Call(crate::tools::call::CallArgs),
     /// Run the bundled slow MCP server (legacy 2025-11-25 Streamable HTTP, or stdio) for trying tasklift.
     #[cfg(feature = "demo")]
-    DemoServer {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:9000")]
-        listen: String,
-        /// Speak over stdin/stdout instead of HTTP.
-        #[arg(long)]
-        stdio: bool,
-        /// stdio: speak 2026-07-28 instead of 2025-11-25.
-        #[arg(long, requires = "stdio")]
-        modern: bool,
-        /// stdio: serve one call at a time.
-        #[arg(long, requires = "stdio")]
-        serial: bool,
-    },
+    DemoServer(tasklift_fixture::ServeArgs),
 }
 
 /// `tasklift serve`.

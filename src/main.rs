@@ -89,12 +89,12 @@ fn main() -> ExitCode {
             report(runtime().block_on(tasklift::tools::demo::run(keep_data)))
         }
         #[cfg(feature = "demo")]
-        Command::DemoServer {
+        Command::DemoServer(tasklift_fixture::ServeArgs {
             listen,
             stdio,
             modern,
             serial,
-        } => {
+        }) => {
             if stdio {
                 // stdout carries the protocol: logs go to stderr only.
                 init_tracing(cli.log_format, "warn");
