@@ -196,9 +196,39 @@ pub trait TaskStore: Send + Sync + 'static {
     }
     /// Flush everything to disk (at shutdown).
     fn flush(&self) -> StoreFuture<'_, ()>;
-    /// The shared store, when replicas share this one (leases, answers left for
-    /// another replica, changes heard from others).
-    fn shared(&self) -> Option<&PgStore> {
+    /// What only a store shared by replicas does, when this is one.
+    fn shared(&self) -> Option<&dyn SharedStore> {
         None
     }
+}
+
+/// What only a store shared by several replicas does: leases on running tasks,
+/// reaping the tasks of a lost replica, answers left for the replica running a
+/// call, and expiry across replicas. (Changes heard from other replicas arrive
+/// on the channel the store hands to `tasks::replicas::run`.)
+pub trait SharedStore: Send + Sync {
+    /// How long a lease lasts.
+    fn lease(&self) -> std::time::Duration;
+    /// Leave `tasks/update` answers for the replica running the task, and wake it.
+    fn send_answers<'a>(
+        &'a self,
+        task_id: &'a str,
+        answers: &'a Map<String, Value>,
+    ) -> StoreFuture<'a, ()>;
+    /// Take the answers left for these tasks (run here).
+    fn take_answers<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> StoreFuture<'a, Vec<(String, Map<String, Value>)>>;
+    /// Renew the leases of this replica's running tasks; the ids it no longer holds.
+    fn renew_leases(&self) -> StoreFuture<'_, Vec<String>>;
+    /// Fail up to `limit` tasks whose lease lapsed with `error`; their ids.
+    fn reap_lost<'a>(
+        &'a self,
+        now_ms: u64,
+        error: &'a Value,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<String>>;
+    /// Delete up to `limit` finished tasks past their expiry, of every replica.
+    fn purge_expired(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, usize>;
 }

@@ -34,7 +34,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::redact_url_credentials as redact_url;
 
-use super::{StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord, TaskStatus, TaskStore};
+use super::{
+    SharedStore, StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord, TaskStatus,
+    TaskStore,
+};
 
 /// The notification channel.
 const CHANNEL: &str = "tasklift_tasks";
@@ -292,11 +295,6 @@ impl PgStore {
     /// This replica's id (in `application_name` and in `tasklift_tasks.replica`).
     pub fn replica(&self) -> &str {
         &self.replica
-    }
-
-    /// How long a lease lasts.
-    pub fn lease(&self) -> Duration {
-        self.lease
     }
 
     /// The principal hash key every replica shares, created by the first one.
@@ -784,7 +782,45 @@ impl TaskStore for PgStore {
         Box::pin(async { Ok(()) })
     }
 
-    fn shared(&self) -> Option<&PgStore> {
+    fn shared(&self) -> Option<&dyn SharedStore> {
         Some(self)
+    }
+}
+
+impl SharedStore for PgStore {
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn send_answers<'a>(
+        &'a self,
+        task_id: &'a str,
+        answers: &'a Map<String, Value>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(PgStore::send_answers(self, task_id, answers))
+    }
+
+    fn take_answers<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> StoreFuture<'a, Vec<(String, Map<String, Value>)>> {
+        Box::pin(PgStore::take_answers(self, ids))
+    }
+
+    fn renew_leases(&self) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(PgStore::renew_leases(self))
+    }
+
+    fn reap_lost<'a>(
+        &'a self,
+        now_ms: u64,
+        error: &'a Value,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(PgStore::reap_lost(self, now_ms, error, limit))
+    }
+
+    fn purge_expired(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, usize> {
+        Box::pin(PgStore::purge_expired(self, now_ms, limit))
     }
 }

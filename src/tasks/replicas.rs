@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::call::{Control, StopReason};
 use super::engine::Engine;
-use crate::store::{Change, PgStore};
+use crate::store::{Change, SharedStore};
 use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
 
 /// The error a task gets when the replica running it is gone.
@@ -50,7 +50,7 @@ pub async fn run(
 }
 
 impl Engine {
-    fn shared_store(&self) -> &PgStore {
+    fn shared_store(&self) -> &dyn SharedStore {
         self.store().shared().expect("only run with a shared store")
     }
 
