@@ -24,7 +24,7 @@ use crate::config::{Config, Transport};
 use crate::dispatch::Mount;
 use crate::server::{self, State};
 use crate::store::{PgStore, SledStore, StoreError, TaskStore};
-use crate::tasks::{sweeper, Clock, Engine, EngineSettings};
+use crate::tasks::{sweeper, Engine, EngineSettings};
 use crate::upstream::http::HttpUpstream;
 use crate::upstream::stdio::StdioUpstream;
 use crate::upstream::{Upstream, UpstreamError};
@@ -111,11 +111,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let engine = Engine::new(
         store,
         EngineSettings {
-            clock: Clock::new(),
-            expired_grace: cfg.tasks.expired_grace,
-            keepalive: cfg.server.keepalive_interval,
             limits: cfg.limits.clone(),
             shared_state_key: cfg.store.url.is_some().then(|| key.clone()),
+            ..EngineSettings::new(cfg.tasks.expired_grace, cfg.server.keepalive_interval)
         },
     );
     engine.recover().await?;
