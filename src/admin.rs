@@ -189,18 +189,17 @@ impl Status {
                 era: m.upstream.known_era(),
                 transport: transport(&m.cfg.transport),
                 ready: m.upstream.health(),
-                in_flight: state.engine.metrics().in_flight(&m.cfg.name),
+                in_flight: state.metrics.in_flight(&m.cfg.name),
                 restarts: m.upstream.restarts(),
                 sessions: m.sessions.len(),
             })
             .collect();
         upstreams.sort_by(|a, b| a.name.cmp(&b.name));
-        let store = state.engine.store();
-        let (tasks, recent) = match store.all().await {
+        let (tasks, recent) = match state.engine.list(None).await {
             Ok(all) => {
                 let mut counts = BTreeMap::new();
                 for r in &all {
-                    *counts.entry(r.status.as_str()).or_default() += 1;
+                    *counts.entry(r.status().as_str()).or_default() += 1;
                 }
                 let recent = all.into_iter().take(RECENT_TASKS).collect();
                 (Ok(counts), recent)
@@ -214,9 +213,9 @@ impl Status {
             upstreams,
             tasks,
             running: state.engine.running_count(),
-            disk_bytes: store.stats().await.ok().map(|s| s.disk_bytes),
+            disk_bytes: state.engine.health().await.ok().map(|s| s.disk_bytes),
             recent,
-            now_ms: state.engine.clock().now_ms(),
+            now_ms: state.engine.now_ms(),
         }
     }
 
@@ -318,8 +317,8 @@ impl Status {
                 escape(&shorten(&t.id, 8)),
                 escape(&t.upstream),
                 escape(&shorten(&t.tool, 64)),
-                t.status.as_str(),
-                t.status.as_str(),
+                t.status().as_str(),
+                t.status().as_str(),
                 age_text(age),
                 escape(&shorten(t.status_message.as_deref().unwrap_or(""), 80)),
             );
@@ -464,21 +463,17 @@ mod tests {
     }
 
     fn record(id: &str, tool: &str, message: &str) -> TaskRecord {
-        TaskRecord {
+        let mut rec = TaskRecord::new(crate::store::NewTask {
             id: id.into(),
             owner: "bearer:0123456789abcdef-owner-hash".into(),
             upstream: "reports".into(),
             tool: tool.into(),
-            status: TaskStatus::Working,
-            status_message: Some(message.into()),
             created_at_ms: 1_000,
-            updated_at_ms: 1_000,
             ttl_ms: 60_000,
             poll_interval_ms: 1_000,
-            expires_at_ms: 61_000,
-            input_requests: Default::default(),
-            outcome: None,
-        }
+        });
+        rec.status_message = Some(message.into());
+        rec
     }
 
     #[test]

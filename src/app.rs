@@ -64,6 +64,8 @@ pub struct Running {
     pub admin_addr: Option<SocketAddr>,
     /// The engine (tests and operator tools read it).
     pub engine: Arc<Engine>,
+    /// The task store the engine runs on (tests write records straight into it).
+    pub store: Arc<dyn TaskStore>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
     admin: Option<JoinHandle<()>>,
@@ -108,10 +110,12 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             (Arc::new(store), key, None)
         }
     };
+    let metrics = Arc::new(crate::metrics::Metrics::default());
     let engine = Engine::new(
-        store,
+        store.clone(),
         EngineSettings {
             limits: cfg.limits.clone(),
+            metrics: metrics.clone(),
             shared_state_key: cfg.store.url.is_some().then(|| key.clone()),
             ..EngineSettings::new(cfg.tasks.expired_grace, cfg.server.keepalive_interval)
         },
@@ -160,6 +164,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let state = Arc::new(State {
         mounts,
         engine: engine.clone(),
+        metrics,
         auth: Authenticator::new(cfg.auth.mode.clone(), key),
         cfg: cfg.server.clone(),
         legacy: cfg.legacy.clone(),
@@ -235,6 +240,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         addr,
         admin_addr,
         engine,
+        store,
         shutdown,
         server,
         admin,
@@ -268,7 +274,7 @@ impl Running {
         for u in &self.upstreams {
             u.shutdown().await;
         }
-        if let Err(e) = self.engine.store().flush().await {
+        if let Err(e) = self.engine.flush().await {
             tracing::error!(error = %e, "final store flush failed");
         }
         tracing::info!("tasklift stopped");

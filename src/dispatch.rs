@@ -14,10 +14,11 @@ use crate::config::UpstreamConfig;
 use crate::reply::{Reply, StreamItem};
 use crate::session::Sessions;
 use crate::tasks::engine::{Engine, TaskRoute};
+use crate::tasks::{into_detailed_task, Caller};
 use crate::upstream::task_bridge::{self, Follow};
 use crate::upstream::tools::{TaskSupport, ToolCatalog};
 use crate::upstream::{CallContext, Era, Upstream};
-use tasklift_protocol::jsonrpc::{self, Request, RpcError, METHOD_NOT_FOUND};
+use tasklift_protocol::jsonrpc::{self, Outcome, Request, RpcError, METHOD_NOT_FOUND};
 use tasklift_protocol::mcp::{self, method};
 
 /// One upstream mounted at a path.
@@ -118,10 +119,11 @@ pub async fn dispatch(
             match engine.route(task_id, &ctx.principal, &mount.cfg.name) {
                 TaskRoute::Upstream => engine.relay(up, req, ctx, None).await,
                 TaskRoute::Local => {
-                    let outcome = engine
-                        .task_method(&req, &ctx.principal, &mount.cfg.name)
-                        .await;
-                    json(polled(engine, &req, &ctx.principal, outcome))
+                    let who = Caller {
+                        principal: &ctx.principal,
+                        upstream: &mount.cfg.name,
+                    };
+                    json(task_method(engine, &req, who).await)
                 }
             }
         }
@@ -245,27 +247,30 @@ fn map_final(reply: Reply, f: impl FnOnce(Value) -> Value + Send + 'static) -> R
     }
 }
 
-/// A `tasks/get` answer, unless the caller polls faster than the task asks
-/// (`limits.poll_rate_limit`).
-pub fn polled(
-    engine: &Engine,
-    req: &Request,
-    owner: &str,
-    outcome: tasklift_protocol::jsonrpc::Outcome,
-) -> tasklift_protocol::jsonrpc::Outcome {
-    let Ok(t) = &outcome else { return outcome };
-    if req.method != method::TASKS_GET {
-        return outcome;
-    }
-    let interval = t.get("pollIntervalMs").and_then(Value::as_u64).unwrap_or(0);
-    let id = t.get("taskId").and_then(Value::as_str).unwrap_or_default();
-    match engine.gate().poll(owner, id, interval) {
-        Ok(()) => outcome,
-        Err(e) => {
-            engine.metrics().limit_hit("poll_rate_limit");
-            Err(e)
+/// `tasks/get`, `tasks/update` and `tasks/cancel` of the extension, for a task of
+/// tasklift's, over the engine's typed API.
+async fn task_method(engine: &Engine, req: &Request, who: Caller<'_>) -> Outcome {
+    let Some(task_id) = req.str_param("taskId") else {
+        return Err(RpcError::new(
+            jsonrpc::INVALID_PARAMS,
+            "taskId is required and must be a string",
+        ));
+    };
+    let done = |()| json!({"resultType": "complete"});
+    let answered = match req.method.as_str() {
+        method::TASKS_GET => engine.poll(task_id, who).await.map(into_detailed_task),
+        method::TASKS_CANCEL => engine.cancel(task_id, who).await.map(done),
+        _ => {
+            let answers = req
+                .params
+                .get("inputResponses")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            engine.update(task_id, who, answers).await.map(done)
         }
-    }
+    };
+    answered.map_err(RpcError::from)
 }
 
 /// Add the Tasks extension (and the cache fields 2026-07-28 requires) to a discover result.

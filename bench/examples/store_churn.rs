@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tasklift::store::{SledStore, TaskOutcome, TaskRecord, TaskStatus, TaskStore};
+use tasklift::store::{NewTask, Settle, SledStore, TaskOutcome, TaskRecord, TaskStore};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -171,21 +171,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// A `working` record that expires at `expires_at_ms` (a small number: the past).
 fn record(expires_at_ms: u64, text: &str) -> TaskRecord {
-    TaskRecord {
-        id: uuid::Uuid::new_v4().to_string(),
-        owner: "churn".into(),
-        upstream: "default".into(),
-        tool: "big_report".into(),
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        ttl_ms: 1,
-        poll_interval_ms: 1000,
-        expires_at_ms,
-        input_requests: Default::default(),
-        // Carried along until `complete` moves it into the outcome.
-        outcome: Some(TaskOutcome::Result(json!(text))),
+    {
+        let mut rec = TaskRecord::new(NewTask {
+            id: uuid::Uuid::new_v4().to_string(),
+            owner: "churn".into(),
+            upstream: "default".into(),
+            tool: "big_report".into(),
+            created_at_ms: 0,
+            ttl_ms: 1,
+            poll_interval_ms: 1000,
+        });
+        rec.expires_at_ms = expires_at_ms;
+        rec.outcome = Some(TaskOutcome::Result(json!(text)));
+        rec
     }
 }
 
@@ -193,7 +191,8 @@ fn complete(mut rec: TaskRecord) -> TaskRecord {
     let Some(TaskOutcome::Result(serde_json::Value::String(text))) = rec.outcome.take() else {
         unreachable!("built by record()")
     };
-    rec.status = TaskStatus::Completed;
+    rec.settle(Settle::Completed(serde_json::Value::Null))
+        .unwrap();
     rec.outcome = Some(TaskOutcome::Result(json!({
         "content": [{"type": "text", "text": text}],
         "isError": false,

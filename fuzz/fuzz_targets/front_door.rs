@@ -19,6 +19,6 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Err(r) = validate::check_request(&h, &req) {
-        assert!(r.status.is_client_error(), "a rejection is a 4xx: {r:?}");
+        assert!(r.status().is_client_error(), "a rejection is a 4xx: {r:?}");
     }
 });

@@ -2,10 +2,11 @@
 //!
 //! Per request, in order: route by path (each upstream at its own path, plus
 //! `/healthz` and `/readyz`), POST only, Origin, Content-Type, body limit, JSON,
-//! JSON-RPC shape, headers against the body, principal; then dispatch. The mapping
-//! from JSON-RPC errors to HTTP statuses lives in `status_for`.
+//! JSON-RPC shape, headers against the body, principal; then dispatch. Every
+//! error's HTTP status and JSON-RPC error come from one map, [`errors`].
 
 pub mod body;
+pub mod errors;
 pub mod legacy;
 pub mod params;
 pub mod validate;
@@ -28,15 +29,14 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use self::body::RespBody;
+use self::errors::Rejected;
 use crate::auth::Authenticator;
 use crate::config::{LegacyConfig, ServerConfig};
 use crate::dispatch::{dispatch, Mount};
 use crate::reply::Reply;
 use crate::tasks::Engine;
 use crate::upstream::CallContext;
-use tasklift_protocol::jsonrpc::{
-    self, Request, RpcError, INVALID_REQUEST, PARSE_ERROR, REQUEST_TOO_LARGE,
-};
+use tasklift_protocol::jsonrpc::Request;
 
 /// Everything a request handler needs.
 pub struct State {
@@ -44,6 +44,8 @@ pub struct State {
     pub mounts: HashMap<String, Mount>,
     /// The task engine.
     pub engine: Arc<Engine>,
+    /// Counters for `/metrics` (shared with the engine).
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Principal extraction.
     pub auth: Authenticator,
     /// Front-door settings.
@@ -85,7 +87,7 @@ impl Lenient {
 /// connections finish their in-flight requests.
 pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) {
     let times = (state.cfg.shutdown_grace, state.cfg.header_read_timeout);
-    let metrics = Some(state.engine.metrics().clone());
+    let metrics = Some(state.metrics.clone());
     accept_loop(
         listener,
         shutdown,
@@ -174,26 +176,6 @@ fn json_response(status: StatusCode, v: &Value) -> Response<RespBody> {
         .expect("valid response")
 }
 
-fn error_response(status: StatusCode, id: Option<&Value>, e: RpcError) -> Response<RespBody> {
-    json_response(status, &jsonrpc::response(id, &Err(e)))
-}
-
-/// The HTTP status for a JSON-RPC answer: protocol-level rejections are 4xx, as the
-/// 2026-07-28 transport requires; everything else (tool errors, unknown tasks) is 200.
-fn status_for(msg: &Value) -> StatusCode {
-    match msg
-        .get("error")
-        .and_then(|e| e.get("code"))
-        .and_then(Value::as_i64)
-    {
-        Some(jsonrpc::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
-        Some(jsonrpc::HEADER_MISMATCH)
-        | Some(jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY)
-        | Some(jsonrpc::UNSUPPORTED_PROTOCOL_VERSION) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::OK,
-    }
-}
-
 async fn handle(
     state: Arc<State>,
     req: http::Request<Incoming>,
@@ -207,11 +189,7 @@ async fn handle(
         _ => {}
     }
     let Some(mount) = state.mounts.get(&path) else {
-        return error_response(
-            StatusCode::NOT_FOUND,
-            None,
-            RpcError::new(INVALID_REQUEST, format!("no MCP endpoint at {path}")),
-        );
+        return Rejected::NoEndpoint(path).response(None);
     };
     let session_id = req
         .headers()
@@ -226,17 +204,7 @@ async fn handle(
         return session_stream(&state, mount, req, sid, peer).await;
     }
     if req.method() != Method::POST {
-        let mut r = error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            None,
-            RpcError::new(
-                INVALID_REQUEST,
-                format!("{} is not supported: this endpoint speaks MCP 2026-07-28 Streamable HTTP, which uses POST only", req.method()),
-            ),
-        );
-        r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return r;
+        return Rejected::MethodNotAllowed(req.method().clone()).response(None);
     }
     if let Some(r) = forbidden_origin(&state, req.headers(), peer) {
         return r;
@@ -247,11 +215,7 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"));
     if !ct_ok {
-        return error_response(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            None,
-            RpcError::new(INVALID_REQUEST, "Content-Type must be application/json"),
-        );
+        return Rejected::NotJson.response(None);
     }
     let (parts, body) = req.into_parts();
     let limit = state.cfg.max_body_bytes;
@@ -261,36 +225,14 @@ async fn handle(
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
         {
-            state.engine.metrics().limit_hit("max_body_bytes");
-            return error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                None,
-                RpcError::new(
-                    REQUEST_TOO_LARGE,
-                    format!("Request body too large: the limit is {limit} bytes (server.max_body_bytes)"),
-                ),
-            );
+            state.metrics.limit_hit("max_body_bytes");
+            return Rejected::TooLarge { limit }.response(None);
         }
-        Err(e) => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                None,
-                RpcError::new(
-                    INVALID_REQUEST,
-                    format!("could not read the request body: {e}"),
-                ),
-            )
-        }
+        Err(e) => return Rejected::Unreadable(e.to_string()).response(None),
     };
     let value: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
-        Err(e) => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                None,
-                RpcError::new(PARSE_ERROR, format!("Parse error: {e}")),
-            )
-        }
+        Err(e) => return Rejected::Parse(e.to_string()).response(None),
     };
     if state.legacy.enabled && (session_id.is_some() || legacy::is_legacy_initialize(&value)) {
         let ctx = match context(&state, mount, &parts.headers, value.get("id")) {
@@ -312,15 +254,11 @@ async fn handle(
                     Ok(req) if req.id.is_some() => {
                         legacy::initialize(&state, mount, req, ctx).await
                     }
-                    Ok(_) => error_response(
-                        StatusCode::BAD_REQUEST,
-                        None,
-                        RpcError::new(
-                            INVALID_REQUEST,
-                            "Invalid request: initialize must be a request with an id",
-                        ),
-                    ),
-                    Err(e) => error_response(StatusCode::BAD_REQUEST, None, e),
+                    Ok(_) => Rejected::BadSessionRequest(
+                        "Invalid request: initialize must be a request with an id".into(),
+                    )
+                    .response(None),
+                    Err(e) => Rejected::Malformed(e).response(None),
                 },
             }
         }
@@ -340,14 +278,14 @@ async fn handle(
                 }
                 _ => "ok",
             };
-            state.engine.metrics().request(m, outcome);
+            state.metrics.request(m, outcome);
         }
         return r;
     }
     let raw_id = value.get("id").cloned();
     let mut msg = match Request::from_value(value) {
         Ok(m) => m,
-        Err(e) => return error_response(StatusCode::BAD_REQUEST, raw_id.as_ref(), e),
+        Err(e) => return Rejected::Malformed(e).response(raw_id.as_ref()),
     };
     let span = tracing::info_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
     async {
@@ -358,9 +296,9 @@ async fn handle(
                 state.cfg.lenient_task_name_header,
             ) {
                 Err(r) => {
-                    state.engine.metrics().request(&msg.method, "rejected");
-                    tracing::debug!(error = %r.error, "rejected at the front door");
-                    return error_response(r.status, msg.id.as_ref(), r.error);
+                    state.metrics.request(&msg.method, "rejected");
+                    tracing::debug!(error = ?r, "rejected at the front door");
+                    return r.response(msg.id.as_ref());
                 }
                 Ok(true) => state.lenient.note(&parts.headers, peer, &msg.method),
                 Ok(false) => {}
@@ -383,16 +321,16 @@ async fn handle(
             )
             .await;
             if let Err(r) = checked {
-                state.engine.metrics().request(&msg.method, "rejected");
-                tracing::debug!(error = %r.error, "rejected at the front door");
-                return error_response(r.status, msg.id.as_ref(), r.error);
+                state.metrics.request(&msg.method, "rejected");
+                tracing::debug!(error = ?r, "rejected at the front door");
+                return r.response(msg.id.as_ref());
             }
         }
         let method = msg.method.clone();
         let reply = dispatch(&state.engine, mount, msg, ctx).await;
-        state.engine.metrics().request(&method, outcome_of(&reply));
+        state.metrics.request(&method, outcome_of(&reply));
         match reply {
-            Reply::Json(v) => json_response(status_for(&v), &v),
+            Reply::Json(v) => json_response(errors::status_of(&v), &v),
             Reply::Accepted => Response::builder()
                 .status(StatusCode::ACCEPTED)
                 .body(body::full(Bytes::new()))
@@ -420,14 +358,7 @@ fn forbidden_origin(
         return None;
     }
     tracing::warn!(client.addr = %peer, origin = ?headers.get(header::ORIGIN), "rejected a request from a disallowed Origin");
-    Some(error_response(
-        StatusCode::FORBIDDEN,
-        None,
-        RpcError::new(
-            INVALID_REQUEST,
-            "Forbidden: this Origin is not allowed (see server.allowed_origins)",
-        ),
-    ))
+    Some(Rejected::ForbiddenOrigin.response(None))
 }
 
 /// Who is calling (or the 401), and what goes upstream with their calls.
@@ -439,16 +370,7 @@ fn context(
 ) -> Result<CallContext, Box<Response<RespBody>>> {
     let principal = match state.auth.principal(headers) {
         Ok(p) => p,
-        Err(e) => {
-            let mut r = error_response(
-                StatusCode::UNAUTHORIZED,
-                id,
-                RpcError::new(INVALID_REQUEST, format!("Unauthorized: {e}")),
-            );
-            r.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return Err(Box::new(r));
-        }
+        Err(e) => return Err(Box::new(Rejected::Unauthorized(e.to_string()).response(id))),
     };
     Ok(CallContext {
         principal,
@@ -502,14 +424,18 @@ fn forwarded_headers(h: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
 /// What `/metrics` reads from the rest of tasklift at scrape time.
 pub async fn snapshot(state: &State) -> crate::metrics::Snapshot {
     check_upstreams(state).await;
-    let store = state.engine.store();
     let mut snap = crate::metrics::Snapshot::default();
-    if let Ok(counts) = store.counts().await {
+    if let Ok(counts) = state.engine.counts().await {
         for (status, n) in counts {
             *snap.tasks_by_status.entry(status.as_str()).or_default() += n;
         }
     }
-    snap.store_disk_bytes = store.stats().await.map(|s| s.disk_bytes).unwrap_or(0);
+    snap.store_disk_bytes = state
+        .engine
+        .health()
+        .await
+        .map(|s| s.disk_bytes)
+        .unwrap_or(0);
     snap.legacy_sessions = state.mounts.values().map(|m| m.sessions.len() as u64).sum();
     let mut ups: Vec<_> = state
         .mounts
@@ -529,7 +455,7 @@ pub async fn snapshot(state: &State) -> crate::metrics::Snapshot {
 
 /// `/metrics`: Prometheus text format.
 pub async fn metrics(state: &State) -> Response<RespBody> {
-    let text = state.engine.metrics().render(&snapshot(state).await);
+    let text = state.metrics.render(&snapshot(state).await);
     Response::builder()
         .status(StatusCode::OK)
         .header(
@@ -582,7 +508,7 @@ pub async fn readyz(state: &State) -> Response<RespBody> {
                 .map(|e| (m.cfg.name.clone(), json!(e)))
         })
         .collect();
-    match state.engine.store().stats().await {
+    match state.engine.health().await {
         Ok(s) if upstreams.is_empty() => json_response(
             StatusCode::OK,
             &json!({

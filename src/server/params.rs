@@ -8,21 +8,14 @@
 //! different header is a 400 with `-32020`, like the standard headers.
 //! The annotations come from the mount's [`ToolCatalog`].
 
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use serde_json::Value;
 
-use super::validate::Rejection;
+use super::errors::Rejected as Rejection;
 use crate::upstream::tools::{Known, ToolCatalog};
 use crate::upstream::{CallContext, Upstream};
-use tasklift_protocol::jsonrpc::{Request, RpcError, HEADER_MISMATCH};
+use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp;
-
-fn mismatch(msg: String) -> Rejection {
-    Rejection {
-        status: StatusCode::BAD_REQUEST,
-        error: RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {msg}")),
-    }
-}
 
 /// Whether a header value equals the body value (integers compare numerically).
 fn same(header: &str, body: &Value) -> bool {
@@ -70,25 +63,26 @@ pub async fn check(
         }
         let body = body.filter(|v| !v.is_null());
         if h.get_all(&name).iter().count() > 1 {
-            return Err(mismatch(format!("{name} header is repeated; send it once")));
+            return Err(Rejection::HeaderMismatch(format!(
+                "{name} header is repeated; send it once"
+            )));
         }
         let header = match h.get(&name) {
             None => None,
-            Some(v) => Some(
-                v.to_str()
-                    .map_err(|_| mismatch(format!("{name} header contains invalid characters")))?,
-            ),
+            Some(v) => Some(v.to_str().map_err(|_| {
+                Rejection::HeaderMismatch(format!("{name} header contains invalid characters"))
+            })?),
         };
         match (header, body) {
             (None, None) => {}
             (None, Some(_)) => {
-                return Err(mismatch(format!(
+                return Err(Rejection::HeaderMismatch(format!(
                     "the {name} header is required: the body has a value for parameter '{}'",
                     a.path.join(".")
                 )))
             }
             (Some(_), None) => {
-                return Err(mismatch(format!(
+                return Err(Rejection::HeaderMismatch(format!(
                     "{name} header is present but the body has no value for parameter '{}'",
                     a.path.join(".")
                 )))
@@ -96,12 +90,12 @@ pub async fn check(
             (Some(raw), Some(b)) => {
                 let raw = raw.trim_matches([' ', '\t']);
                 let Some(decoded) = mcp::decode_header_value(raw) else {
-                    return Err(mismatch(format!(
+                    return Err(Rejection::HeaderMismatch(format!(
                         "{name} header value '{raw}' is not valid base64 UTF-8"
                     )));
                 };
                 if !same(&decoded, b) {
-                    return Err(mismatch(format!(
+                    return Err(Rejection::HeaderMismatch(format!(
                         "{name} header value '{decoded}' does not match body value {b}"
                     )));
                 }

@@ -1,29 +1,12 @@
 //! Front-door validation of a 2026-07-28 POST: the mirrored headers against the
 //! body, the required `_meta` fields, the protocol version, and Origin.
 
-use http::{HeaderMap, StatusCode};
-use serde_json::{json, Value};
+use http::HeaderMap;
+use serde_json::Value;
 
-use tasklift_protocol::jsonrpc::{
-    Request, RpcError, HEADER_MISMATCH, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION,
-};
+pub use super::errors::Rejected as Rejection;
+use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp::{self, SUPPORTED_VERSIONS};
-
-/// A rejected request: the HTTP status and the JSON-RPC error to send.
-#[derive(Debug)]
-pub struct Rejection {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// The error.
-    pub error: RpcError,
-}
-
-fn mismatch(msg: String) -> Rejection {
-    Rejection {
-        status: StatusCode::BAD_REQUEST,
-        error: RpcError::new(HEADER_MISMATCH, format!("Header mismatch: {msg}")),
-    }
-}
 
 /// A header as text, or a mismatch error for a value with invalid characters.
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejection> {
@@ -33,7 +16,9 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejection
         Some(v) => v
             .to_str()
             .map(|s| Some(s.trim_matches([' ', '\t'])))
-            .map_err(|_| mismatch(format!("{name} header contains invalid characters"))),
+            .map_err(|_| {
+                Rejection::HeaderMismatch(format!("{name} header contains invalid characters"))
+            }),
     }
 }
 
@@ -55,65 +40,49 @@ pub fn check_request_with(
     let version_b = meta.and_then(|m| m.get(mcp::META_PROTOCOL_VERSION));
     // Required `_meta` fields (-32602).
     let Some(version_b) = version_b else {
-        return Err(Rejection {
-            status: StatusCode::BAD_REQUEST,
-            error: RpcError::new(
-                INVALID_PARAMS,
-                format!(
-                    "Invalid params: _meta[\"{}\"] is required",
-                    mcp::META_PROTOCOL_VERSION
-                ),
-            ),
-        });
+        return Err(Rejection::InvalidParams(format!(
+            "Invalid params: _meta[\"{}\"] is required",
+            mcp::META_PROTOCOL_VERSION
+        )));
     };
     let Some(version_b) = version_b.as_str() else {
-        return Err(Rejection {
-            status: StatusCode::BAD_REQUEST,
-            error: RpcError::new(
-                INVALID_PARAMS,
-                format!(
-                    "Invalid params: _meta[\"{}\"] must be a string",
-                    mcp::META_PROTOCOL_VERSION
-                ),
-            ),
-        });
+        return Err(Rejection::InvalidParams(format!(
+            "Invalid params: _meta[\"{}\"] must be a string",
+            mcp::META_PROTOCOL_VERSION
+        )));
     };
     let Some(version_h) = version_h else {
-        return Err(mismatch(
+        return Err(Rejection::HeaderMismatch(
             "the MCP-Protocol-Version header is required".into(),
         ));
     };
     if version_h != version_b {
-        return Err(mismatch(format!(
+        return Err(Rejection::HeaderMismatch(format!(
             "MCP-Protocol-Version header value '{version_h}' does not match body value '{version_b}'"
         )));
     }
     if !SUPPORTED_VERSIONS.contains(&version_b) {
-        return Err(Rejection {
-            status: StatusCode::BAD_REQUEST,
-            error: RpcError::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
-                .with_data(json!({"supported": SUPPORTED_VERSIONS, "requested": version_b})),
+        return Err(Rejection::UnsupportedVersion {
+            requested: version_b.to_string(),
         });
     }
     match meta.and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES)) {
         Some(Value::Object(_)) => {}
         _ => {
-            return Err(Rejection {
-                status: StatusCode::BAD_REQUEST,
-                error: RpcError::new(
-                    INVALID_PARAMS,
-                    format!(
-                        "Invalid params: _meta[\"{}\"] is required and must be an object",
-                        mcp::META_CLIENT_CAPABILITIES
-                    ),
-                ),
-            })
+            return Err(Rejection::InvalidParams(format!(
+                "Invalid params: _meta[\"{}\"] is required and must be an object",
+                mcp::META_CLIENT_CAPABILITIES
+            )))
         }
     }
     match header(h, "mcp-method")? {
-        None => return Err(mismatch("the Mcp-Method header is required".into())),
+        None => {
+            return Err(Rejection::HeaderMismatch(
+                "the Mcp-Method header is required".into(),
+            ))
+        }
         Some(m) if m != req.method => {
-            return Err(mismatch(format!(
+            return Err(Rejection::HeaderMismatch(format!(
                 "Mcp-Method header value '{m}' does not match body value '{}'",
                 req.method
             )))
@@ -127,18 +96,18 @@ pub fn check_request_with(
                 return Ok(true)
             }
             (None, _) => {
-                return Err(mismatch(
+                return Err(Rejection::HeaderMismatch(
                     "the Mcp-Name header is required for this method".into(),
                 ))
             }
             (Some(raw), body) => {
                 let Some(decoded) = mcp::decode_header_value(raw) else {
-                    return Err(mismatch(format!(
+                    return Err(Rejection::HeaderMismatch(format!(
                         "Mcp-Name header value '{raw}' is not valid base64 UTF-8"
                     )));
                 };
                 if Some(decoded.as_str()) != body {
-                    return Err(mismatch(format!(
+                    return Err(Rejection::HeaderMismatch(format!(
                         "Mcp-Name header value '{decoded}' does not match body value '{}'",
                         body.unwrap_or("")
                     )));
@@ -182,6 +151,8 @@ pub fn origin_allowed(h: &HeaderMap, allowed: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+    use tasklift_protocol::jsonrpc::{HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
 
     fn req(v: Value) -> Request {
         Request::from_value(v).unwrap()
@@ -221,7 +192,7 @@ mod tests {
             ("mcp-name", "other"),
         ]);
         assert_eq!(
-            check_request(&h, &r).unwrap_err().error.code,
+            check_request(&h, &r).unwrap_err().rpc().code,
             HEADER_MISMATCH
         );
     }
@@ -236,7 +207,7 @@ mod tests {
             ("mcp-protocol-version", "1900-01-01"),
             ("mcp-method", "tools/list"),
         ]);
-        let e = check_request(&h, &r).unwrap_err().error;
+        let e = check_request(&h, &r).unwrap_err().rpc();
         assert_eq!(e.code, UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(e.data.unwrap()["supported"], json!(["2026-07-28"]));
     }

@@ -3,15 +3,16 @@
 //! PostgreSQL store several replicas share (`pg_store.rs`) implements the same trait.
 
 mod pg_store;
+mod record;
 mod sled_store;
 
 use std::future::Future;
 use std::pin::Pin;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use pg_store::{Change, PgStore};
+pub use record::{NewTask, Settle, Settled, TaskOutcome, TaskRecord, TaskStatus};
 pub use sled_store::{dir_size, result_file, SledStore};
 
 /// A boxed future returned by store methods (keeps the trait object-safe).
@@ -54,93 +55,6 @@ pub enum StoreError {
         /// Decoder message.
         message: String,
     },
-}
-
-/// A task's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskStatus {
-    /// The upstream call is running.
-    Working,
-    /// The upstream call waits for client input.
-    InputRequired,
-    /// The call returned a result (possibly `isError: true`).
-    Completed,
-    /// The call ended in a JSON-RPC error.
-    Failed,
-    /// The call was cancelled.
-    Cancelled,
-}
-
-impl TaskStatus {
-    /// Every status, in lifecycle order.
-    pub const ALL: [TaskStatus; 5] = [
-        TaskStatus::Working,
-        TaskStatus::InputRequired,
-        TaskStatus::Completed,
-        TaskStatus::Failed,
-        TaskStatus::Cancelled,
-    ];
-
-    /// Whether the status is final.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
-    }
-
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Working => "working",
-            Self::InputRequired => "input_required",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// How a task ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskOutcome {
-    /// The tool result (status `completed`).
-    Result(Value),
-    /// The JSON-RPC error object (status `failed`).
-    Error(Value),
-}
-
-/// One task, as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskRecord {
-    /// Unguessable id (UUID v4, 122 random bits).
-    pub id: String,
-    /// Keyed hash of the owning principal; never a raw credential.
-    pub owner: String,
-    /// Upstream the call went to.
-    pub upstream: String,
-    /// Tool name.
-    pub tool: String,
-    /// Current status.
-    pub status: TaskStatus,
-    /// Human-readable state (progress, failure reason).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status_message: Option<String>,
-    /// Creation time, unix milliseconds.
-    pub created_at_ms: u64,
-    /// Last change, unix milliseconds.
-    pub updated_at_ms: u64,
-    /// TTL from creation.
-    pub ttl_ms: u64,
-    /// Suggested polling interval.
-    pub poll_interval_ms: u64,
-    /// When the sweeper deletes it (creation + TTL, later if failed at its TTL).
-    pub expires_at_ms: u64,
-    /// Outstanding input requests, keyed uniquely for the task's lifetime.
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
-    pub input_requests: Map<String, Value>,
-    /// The final result or error, once terminal.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<TaskOutcome>,
 }
 
 /// Figures for operators and tests.
@@ -188,7 +102,7 @@ pub trait TaskStore: Send + Sync + 'static {
             for r in self.all().await? {
                 n[TaskStatus::ALL
                     .iter()
-                    .position(|s| *s == r.status)
+                    .position(|s| *s == r.status())
                     .unwrap_or(0)] += 1;
             }
             Ok(TaskStatus::ALL.iter().copied().zip(n).collect())

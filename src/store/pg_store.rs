@@ -35,7 +35,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::config::redact_url_credentials as redact_url;
 
 use super::{
-    SharedStore, StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord, TaskStatus,
+    NewTask, SharedStore, StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord, TaskStatus,
     TaskStore,
 };
 
@@ -178,21 +178,22 @@ fn record(row: &Row, with_outcome: bool) -> Result<TaskRecord, StoreError> {
     } else {
         None
     };
-    Ok(TaskRecord {
+    let mut rec = TaskRecord::new(NewTask {
+        id,
         owner: row.get(1),
         upstream: row.get(2),
         tool: row.get(3),
-        status: status_of(row.get(4)),
-        status_message: row.get(5),
         created_at_ms: u(row.get(6)),
-        updated_at_ms: u(row.get(7)),
         ttl_ms: u(row.get(8)),
         poll_interval_ms: u(row.get(9)),
-        expires_at_ms: u(row.get(10)),
-        input_requests,
-        outcome,
-        id,
     })
+    .restored(status_of(row.get(4)));
+    rec.status_message = row.get(5);
+    rec.updated_at_ms = u(row.get(7));
+    rec.expires_at_ms = u(row.get(10));
+    rec.input_requests = input_requests;
+    rec.outcome = outcome;
+    Ok(rec)
 }
 
 fn outcome_bytes(rec: &TaskRecord) -> Result<Option<Vec<u8>>, StoreError> {
@@ -489,7 +490,7 @@ impl PgStore {
     async fn put_record(&self, rec: &TaskRecord) -> Result<(), StoreError> {
         let outcome = outcome_bytes(rec)?;
         let inputs = Value::Object(rec.input_requests.clone());
-        let terminal = rec.status.is_terminal();
+        let terminal = rec.status().is_terminal();
         let c = self.client().await?;
         let held = self.owned.get(&rec.id).map(|e| *e);
         // The owner writes only while the row is unfinished and the epoch is still
@@ -518,7 +519,7 @@ impl PgStore {
                 &[
                     &rec.id,
                     &held,
-                    &rec.status.as_str(),
+                    &rec.status().as_str(),
                     &rec.status_message,
                     &i(rec.updated_at_ms),
                     &i(rec.expires_at_ms),
@@ -617,7 +618,7 @@ impl TaskStore for PgStore {
         Box::pin(async move {
             let outcome = outcome_bytes(rec)?;
             let inputs = Value::Object(rec.input_requests.clone());
-            let running = !rec.status.is_terminal();
+            let running = !rec.status().is_terminal();
             let c = self.client().await?;
             let st = c
                 .prepare_cached(
@@ -644,7 +645,7 @@ impl TaskStore for PgStore {
                         &rec.owner,
                         &rec.upstream,
                         &rec.tool,
-                        &rec.status.as_str(),
+                        &rec.status().as_str(),
                         &rec.status_message,
                         &i(rec.created_at_ms),
                         &i(rec.updated_at_ms),

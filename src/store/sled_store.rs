@@ -249,7 +249,7 @@ impl SledStore {
         }
         drop(hidden);
         let inline = stored.outcome.is_some() || rec.outcome.is_none();
-        if durable && rec.status.is_terminal() && inline {
+        if durable && rec.status().is_terminal() && inline {
             self.settle(rec);
         }
         if stale_file {
@@ -346,7 +346,7 @@ impl TaskStore for SledStore {
             };
             let mut rec = self.decode(id, &bytes)?;
             if rec.outcome.is_none()
-                && matches!(rec.status, TaskStatus::Completed | TaskStatus::Failed)
+                && matches!(rec.status(), TaskStatus::Completed | TaskStatus::Failed)
             {
                 let path = self.result_path(id);
                 let bytes = tokio::fs::read(&path).await.map_err(io_err(&path))?;
@@ -356,7 +356,7 @@ impl TaskStore for SledStore {
                         message: format!("result file: {e}"),
                     })?;
                 rec.outcome = Some(outcome);
-            } else if rec.status.is_terminal() {
+            } else if rec.status().is_terminal() {
                 self.settle(&rec);
             }
             Ok(Some(rec))
@@ -364,7 +364,7 @@ impl TaskStore for SledStore {
     }
 
     fn put<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        Box::pin(self.write_record(rec, rec.status.is_terminal()))
+        Box::pin(self.write_record(rec, rec.status().is_terminal()))
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
@@ -409,7 +409,7 @@ impl TaskStore for SledStore {
     }
 
     fn unfinished(&self) -> StoreFuture<'_, Vec<TaskRecord>> {
-        Box::pin(async move { self.scan(|r| !r.status.is_terminal()) })
+        Box::pin(async move { self.scan(|r| !r.status().is_terminal()) })
     }
 
     fn list<'a>(
@@ -459,21 +459,19 @@ mod tests {
     use super::*;
 
     fn finished(i: usize) -> TaskRecord {
-        TaskRecord {
+        let mut rec = TaskRecord::new(crate::store::NewTask {
             id: format!("task-{i}"),
             owner: "o".into(),
             upstream: "u".into(),
             tool: "t".into(),
-            status: TaskStatus::Completed,
-            status_message: None,
             created_at_ms: 1,
-            updated_at_ms: 2,
             ttl_ms: 60_000,
             poll_interval_ms: 100,
-            expires_at_ms: 60_001,
-            input_requests: Default::default(),
-            outcome: Some(TaskOutcome::Result(serde_json::json!({"n": i}))),
-        }
+        });
+        rec.settle(crate::store::Settle::Completed(serde_json::json!({"n": i})))
+            .unwrap();
+        rec.updated_at_ms = 2;
+        rec
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

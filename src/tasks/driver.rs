@@ -13,8 +13,8 @@ use super::call::{
     admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, Driver, StopReason,
 };
 use super::engine::Engine;
-use super::progress_message;
-use crate::store::{StoreError, TaskOutcome, TaskRecord, TaskStatus};
+use super::{failed, progress_message};
+use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallEvent, ServerRequest};
 use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
 
@@ -35,12 +35,6 @@ struct Round {
     state: Option<String>,
 }
 
-fn fail(rec: &mut TaskRecord, e: RpcError) {
-    rec.status = TaskStatus::Failed;
-    rec.status_message = Some(e.message.clone());
-    rec.outcome = Some(TaskOutcome::Error(e.to_value()));
-}
-
 impl Engine {
     /// Own a task until it settles, recording each change.
     pub(super) async fn own(
@@ -58,6 +52,8 @@ impl Engine {
         let mut progress_due: Option<tokio::time::Instant> = None;
         // Set when the task stopped being this process's to settle (shared store).
         let mut lost = false;
+        // How the task ends, once known (the loop then stops).
+        let mut end: Option<Settle> = None;
         loop {
             tokio::select! {
                 _ = sleep_until_opt(progress_due) => {
@@ -90,7 +86,7 @@ impl Engine {
                             legacy.insert(key, r);
                         }
                         if !legacy.is_empty() {
-                            rec.status = TaskStatus::InputRequired;
+                            let _ = rec.ask();
                             if !self.record(&mut rec).await { lost = true; break; }
                         }
                     }
@@ -112,34 +108,31 @@ impl Engine {
                                 }
                                 if round.waiting.is_empty() {
                                     if let Err(e) = self.retry(&mut o, &mut round).await {
-                                        fail(&mut rec, e);
+                                        end = Some(failed(e));
                                         break;
                                     }
                                 } else {
-                                    rec.status = TaskStatus::InputRequired;
+                                    let _ = rec.ask();
                                     if !self.record(&mut rec).await { lost = true; break; }
                                 }
                             }
                             outcome => {
-                                match finalize_result(outcome) {
+                                end = Some(match finalize_result(outcome) {
                                     Ok(r) => match self.gate().check_result(&r) {
-                                        Ok(()) => {
-                                            rec.status = TaskStatus::Completed;
-                                            rec.outcome = Some(TaskOutcome::Result(r));
-                                        }
+                                        Ok(()) => Settle::Completed(r),
                                         Err(e) => {
-                                            self.metrics().limit_hit("max_result_bytes");
-                                            fail(&mut rec, e);
+                                            self.metrics().limit_hit(e.setting());
+                                            failed(e.into())
                                         }
                                     },
-                                    Err(e) => fail(&mut rec, e),
-                                }
+                                    Err(e) => failed(e),
+                                });
                                 break;
                             }
                         }
                     }
                     None => {
-                        fail(&mut rec, broken(&upstream));
+                        end = Some(failed(broken(&upstream)));
                         break;
                     }
                 },
@@ -162,12 +155,12 @@ impl Engine {
                         }
                         if round.n > 0 && round.waiting.is_empty() && o.call.is_none() {
                             if let Err(e) = self.retry(&mut o, &mut round).await {
-                                fail(&mut rec, e);
+                                end = Some(failed(e));
                                 break;
                             }
                         }
                         if rec.input_requests.is_empty() {
-                            rec.status = TaskStatus::Working;
+                            let _ = rec.resume();
                         }
                         if !self.record(&mut rec).await { lost = true; break; }
                     }
@@ -178,12 +171,11 @@ impl Engine {
                         legacy.clear(); // unanswered requests get an error upstream
                         match reason {
                             StopReason::Cancelled => {
-                                rec.status = TaskStatus::Cancelled;
-                                rec.status_message = Some("cancelled by the client".into());
+                                end = Some(Settle::Cancelled("cancelled by the client".into()));
                             }
                             StopReason::Shutdown => {
                                 let msg = "tasklift shut down while this task was running; the call was cancelled upstream";
-                                fail(&mut rec, RpcError::new(INTERNAL_ERROR, msg));
+                                end = Some(failed(RpcError::new(INTERNAL_ERROR, msg)));
                             }
                             StopReason::Superseded => {
                                 lost = true;
@@ -191,7 +183,7 @@ impl Engine {
                             }
                             StopReason::Expired => {
                                 let msg = format!("the task ran past its TTL of {} ms and was cancelled upstream", rec.ttl_ms);
-                                fail(&mut rec, RpcError::new(INTERNAL_ERROR, msg));
+                                end = Some(failed(RpcError::new(INTERNAL_ERROR, msg)));
                                 rec.expires_at_ms = self.clock().now_ms() + self.expired_grace.as_millis() as u64;
                             }
                         }
@@ -219,9 +211,19 @@ impl Engine {
         }
         rec.input_requests.clear();
         rec.updated_at_ms = self.clock().now_ms();
+        // Kept unsettled, in case the store cannot take the outcome (see below).
+        let unsettled = rec.clone();
+        let end = end.expect("the driver stops only once the task's end is known");
+        if let Err(e) = rec.settle(end) {
+            // Nothing else settles a task this driver runs; should it happen, the
+            // stored state stands.
+            tracing::error!(error = %e, "a task already settled was settled again");
+            self.running.remove(&rec.id);
+            return;
+        }
         // Counted before the write that makes the state visible, so a client that
         // sees the task settled also sees it counted.
-        let how = match rec.status {
+        let how = match rec.status() {
             TaskStatus::Completed => crate::metrics::Finished::Completed,
             TaskStatus::Cancelled => crate::metrics::Finished::Cancelled,
             _ => crate::metrics::Finished::Failed,
@@ -237,18 +239,17 @@ impl Engine {
                 return;
             }
             tracing::error!(error = %e, "could not record the task's final state");
-            // Keep the outcome visible in a smaller form if the full one did not fit.
-            fail(
-                &mut rec,
-                RpcError::new(
-                    INTERNAL_ERROR,
-                    format!("tasklift could not store this task's outcome: {e}"),
-                ),
-            );
+            // Keep the outcome visible in a smaller form if the full one did not fit:
+            // the settled state above was never stored.
+            rec = unsettled;
+            let _ = rec.settle(failed(RpcError::new(
+                INTERNAL_ERROR,
+                format!("tasklift could not store this task's outcome: {e}"),
+            )));
             let _ = self.store().put(&rec).await;
         }
         self.publish(&rec);
-        tracing::info!(status = rec.status.as_str(), "task settled");
+        tracing::info!(status = rec.status().as_str(), "task settled");
         self.running.remove(&rec.id);
     }
 

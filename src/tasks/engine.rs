@@ -21,13 +21,13 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::call::{Control, Parked, StopReason, SyncCall, TaskSpec};
 use super::input::{StateSealer, STATE_PREFIX};
-use super::{into_detailed_task, Clock};
+use super::Clock;
 use crate::config::{ToolMode, ToolPolicy};
 use crate::reply::Reply;
-use crate::store::{TaskOutcome, TaskRecord, TaskStatus, TaskStore};
+use crate::store::{TaskRecord, TaskStore};
 use crate::upstream::{CallContext, Upstream};
-use tasklift_protocol::jsonrpc::{self, Outcome, Request, RpcError, INTERNAL_ERROR};
-use tasklift_protocol::mcp::{self, method};
+use tasklift_protocol::jsonrpc::{self, Request, RpcError, INTERNAL_ERROR};
+use tasklift_protocol::mcp;
 
 /// The engine. One per process; shared by every mount.
 pub struct Engine {
@@ -89,6 +89,8 @@ pub struct EngineSettings {
     pub keepalive: Duration,
     /// Limits on calls, tasks and results.
     pub limits: crate::config::Limits,
+    /// Counters for `/metrics` (the front door counts into the same ones).
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Replicas sharing a store: `requestState` is sealed with a key derived from
     /// this shared one, so another replica recognises a state it cannot resume and
     /// says so. `None`: a key of this process's own.
@@ -103,6 +105,7 @@ impl EngineSettings {
             expired_grace,
             keepalive,
             limits: Default::default(),
+            metrics: Arc::default(),
             shared_state_key: None,
         }
     }
@@ -126,7 +129,7 @@ impl Engine {
             clock: settings.clock,
             expired_grace: settings.expired_grace,
             keepalive: settings.keepalive,
-            metrics: Arc::default(),
+            metrics: settings.metrics,
             gate: super::limits::Gate::new(settings.limits),
         })
     }
@@ -137,22 +140,22 @@ impl Engine {
     }
 
     /// The limits and their counts.
-    pub fn gate(&self) -> &super::limits::Gate {
+    pub(super) fn gate(&self) -> &super::limits::Gate {
         &self.gate
     }
 
     /// The counters behind `/metrics`.
-    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+    pub(super) fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
         &self.metrics
     }
 
-    /// The store (for health and figures).
-    pub fn store(&self) -> &Arc<dyn TaskStore> {
+    /// The store.
+    pub(super) fn store(&self) -> &Arc<dyn TaskStore> {
         &self.store
     }
 
     /// The clock.
-    pub fn clock(&self) -> Clock {
+    pub(super) fn clock(&self) -> Clock {
         self.clock
     }
 
@@ -175,10 +178,10 @@ impl Engine {
                 INTERNAL_ERROR,
                 "tasklift restarted while this task was running; the upstream outcome is unknown",
             );
-            rec.status = TaskStatus::Failed;
-            rec.status_message = Some(err.message.clone());
+            if rec.settle(super::failed(err)).is_err() {
+                continue;
+            }
             rec.input_requests.clear();
-            rec.outcome = Some(TaskOutcome::Error(err.to_value()));
             rec.updated_at_ms = now;
             self.store.put(&rec).await?;
             self.metrics.task_finished(crate::metrics::Finished::Failed);
@@ -209,8 +212,8 @@ impl Engine {
         if declares && policy.mode != ToolMode::Never {
             // Refused before any work starts: a call that may become a task needs room.
             if let Err(e) = self.gate.may_start_task(&ctx.principal) {
-                self.metrics.limit_hit("max_active_tasks_per_principal");
-                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+                self.metrics.limit_hit(e.setting());
+                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into())));
             }
         }
         let task = (declares && policy.mode != ToolMode::Never).then(|| TaskSpec {
@@ -290,8 +293,8 @@ impl Engine {
         let slot = match self.gate.call_slot(upstream.name()).await {
             Ok(s) => s,
             Err(e) => {
-                self.metrics.limit_hit("max_concurrent_calls");
-                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+                self.metrics.limit_hit(e.setting());
+                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into())));
             }
         };
         let call = match upstream.call(&req, &ctx).await {
@@ -361,115 +364,6 @@ impl Engine {
                 TaskRoute::Upstream
             }
             _ => TaskRoute::Local,
-        }
-    }
-
-    /// Load a task the caller may see, or the not-found error.
-    pub(super) async fn visible(
-        &self,
-        task_id: &str,
-        owner: &str,
-        upstream: &str,
-    ) -> Result<TaskRecord, RpcError> {
-        let rec = self.store.get(task_id).await.map_err(|e| {
-            tracing::error!(error = %e, "task store read failed");
-            RpcError::new(
-                INTERNAL_ERROR,
-                format!("tasklift could not read its task store: {e}"),
-            )
-        })?;
-        match rec {
-            Some(r) if r.owner == owner && r.upstream == upstream => {
-                if r.expires_at_ms <= self.clock.now_ms() && r.status.is_terminal() {
-                    Err(RpcError::new(
-                        jsonrpc::INVALID_PARAMS,
-                        "Failed to retrieve task: Task has expired",
-                    ))
-                } else {
-                    Ok(r)
-                }
-            }
-            _ => Err(mcp::task_not_found()),
-        }
-    }
-
-    /// Handle `tasks/get`, `tasks/update` and `tasks/cancel` for a local task.
-    pub async fn task_method(&self, req: &Request, owner: &str, upstream: &str) -> Outcome {
-        let Some(task_id) = req.str_param("taskId") else {
-            return Err(RpcError::new(
-                jsonrpc::INVALID_PARAMS,
-                "taskId is required and must be a string",
-            ));
-        };
-        let rec = self.visible(task_id, owner, upstream).await?;
-        match req.method.as_str() {
-            method::TASKS_GET => Ok(into_detailed_task(rec)),
-            method::TASKS_CANCEL => {
-                if !rec.status.is_terminal() {
-                    let sender = self.running.get(task_id).map(|s| s.value().clone());
-                    match sender {
-                        Some(s) => {
-                            let _ = s.send(Control::Stop(StopReason::Cancelled)).await;
-                        }
-                        None => {
-                            // Read again: the driver may have settled it meanwhile, and a
-                            // terminal task never changes status.
-                            let mut rec = match self.store.get(task_id).await {
-                                Ok(Some(r)) if !r.status.is_terminal() => r,
-                                _ => return Ok(json!({"resultType": "complete"})),
-                            };
-                            rec.status = TaskStatus::Cancelled;
-                            rec.status_message = Some("cancelled by the client".into());
-                            rec.updated_at_ms = self.clock.now_ms();
-                            match self.store.put(&rec).await {
-                                Ok(()) => {
-                                    self.metrics
-                                        .task_finished(crate::metrics::Finished::Cancelled);
-                                    self.publish(&rec);
-                                }
-                                // Settled meanwhile by the replica running it.
-                                Err(crate::store::StoreError::Conflict { .. }) => {}
-                                Err(e) => return Err(RpcError::new(INTERNAL_ERROR, e.to_string())),
-                            }
-                        }
-                    }
-                }
-                Ok(json!({"resultType": "complete"}))
-            }
-            method::TASKS_UPDATE => {
-                // The owner ignores keys that are not outstanding, as the extension says.
-                let answers = req
-                    .params
-                    .get("inputResponses")
-                    .and_then(Value::as_object)
-                    .cloned()
-                    .unwrap_or_default();
-                let sender = self.running.get(task_id).map(|s| s.value().clone());
-                if rec.status.is_terminal() || answers.is_empty() {
-                    return Ok(json!({"resultType": "complete"}));
-                }
-                match (sender, self.store.shared()) {
-                    (Some(s), _) => {
-                        let _ = s.send(Control::Answer(answers)).await;
-                    }
-                    // Another replica runs the call: the answers wait for it in the
-                    // database, and it is woken at once.
-                    (None, Some(shared)) => {
-                        shared.send_answers(task_id, &answers).await.map_err(|e| {
-                            RpcError::new(
-                                INTERNAL_ERROR,
-                                format!("tasklift could not pass the answers on: {e}"),
-                            )
-                        })?;
-                    }
-                    (None, None) => {}
-                }
-                Ok(json!({"resultType": "complete"}))
-            }
-            _ => Err(RpcError::new(
-                jsonrpc::METHOD_NOT_FOUND,
-                format!("Method not found: {}", req.method),
-            )),
         }
     }
 

@@ -1,8 +1,8 @@
 //! Limits that keep one caller or one slow upstream from taking everything: the size
 //! of a stored result, concurrent calls per upstream (excess calls queue, for a
-//! while), and running tasks per principal. Each refusal is a JSON-RPC error that
-//! names the limit and its setting, and is counted in
-//! `tasklift_limit_hits_total{limit}`.
+//! while), and running tasks per principal. Each refusal is a [`LimitError`] that
+//! names the limit and its setting (the front door's error map turns it into a
+//! JSON-RPC error), and is counted in `tasklift_limit_hits_total{limit}`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,13 +11,60 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use tasklift_protocol::jsonrpc::RpcError;
-
 /// JSON-RPC code of a refusal because a limit is reached (implementation-defined
 /// server error range).
 pub const LIMIT_REACHED: i64 = -32003;
 
 pub use crate::config::Limits;
+
+/// A refusal because a limit is reached. Each message names the setting.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LimitError {
+    /// Every call slot of an upstream stayed taken for the whole queue timeout.
+    #[error("upstream {upstream} is busy: {max} calls are running (limits.max_concurrent_calls) and this one waited {waited:?} (limits.queue_timeout); try again later")]
+    Busy {
+        /// The upstream.
+        upstream: String,
+        /// `limits.max_concurrent_calls`.
+        max: usize,
+        /// `limits.queue_timeout`.
+        waited: Duration,
+    },
+    /// The caller already runs as many tasks as it may.
+    #[error("this caller already has {running} tasks running (limits.max_active_tasks_per_principal = {max}); wait for one to finish or cancel one")]
+    TooManyTasks {
+        /// Tasks the caller runs.
+        running: usize,
+        /// `limits.max_active_tasks_per_principal`.
+        max: usize,
+    },
+    /// A task polled again sooner than its `pollIntervalMs` allows.
+    #[error("polling too fast: poll this task every {interval_ms} ms (its pollIntervalMs; limits.poll_rate_limit)")]
+    PollTooFast {
+        /// The task's `pollIntervalMs`.
+        interval_ms: u64,
+    },
+    /// A result too large to store.
+    #[error("the tool's result is {size} bytes, over the limit of {max} bytes a task may store (limits.max_result_bytes)")]
+    ResultTooLarge {
+        /// The result's size.
+        size: usize,
+        /// `limits.max_result_bytes`.
+        max: usize,
+    },
+}
+
+impl LimitError {
+    /// The `limit` label of `tasklift_limit_hits_total`.
+    pub fn setting(&self) -> &'static str {
+        match self {
+            Self::Busy { .. } => "max_concurrent_calls",
+            Self::TooManyTasks { .. } => "max_active_tasks_per_principal",
+            Self::PollTooFast { .. } => "poll_rate_limit",
+            Self::ResultTooLarge { .. } => "max_result_bytes",
+        }
+    }
+}
 
 /// The limits and what they count.
 #[derive(Default)]
@@ -55,7 +102,7 @@ impl Gate {
     pub async fn call_slot(
         &self,
         upstream: &str,
-    ) -> Result<Option<OwnedSemaphorePermit>, RpcError> {
+    ) -> Result<Option<OwnedSemaphorePermit>, LimitError> {
         let l = self.limits();
         if l.max_concurrent_calls == 0 {
             return Ok(None);
@@ -67,28 +114,23 @@ impl Gate {
             .clone();
         match tokio::time::timeout(l.queue_timeout, sem.acquire_owned()).await {
             Ok(Ok(p)) => Ok(Some(p)),
-            _ => Err(RpcError::new(
-                LIMIT_REACHED,
-                format!(
-                    "upstream {upstream} is busy: {} calls are running (limits.max_concurrent_calls) and this one waited {:?} (limits.queue_timeout); try again later",
-                    l.max_concurrent_calls, l.queue_timeout
-                ),
-            )),
+            _ => Err(LimitError::Busy {
+                upstream: upstream.to_string(),
+                max: l.max_concurrent_calls,
+                waited: l.queue_timeout,
+            }),
         }
     }
 
     /// Whether `owner` may start one more task.
-    pub fn may_start_task(&self, owner: &str) -> Result<(), RpcError> {
+    pub fn may_start_task(&self, owner: &str) -> Result<(), LimitError> {
         let max = self.limits().max_active_tasks_per_principal;
         let n = self
             .active
             .get(owner)
             .map_or(0, |c| c.load(Ordering::Relaxed));
         if max > 0 && n >= max {
-            return Err(RpcError::new(
-                LIMIT_REACHED,
-                format!("this caller already has {n} tasks running (limits.max_active_tasks_per_principal = {max}); wait for one to finish or cancel one"),
-            ));
+            return Err(LimitError::TooManyTasks { running: n, max });
         }
         Ok(())
     }
@@ -102,7 +144,7 @@ impl Gate {
 
     /// With `poll_rate_limit`: refuse a poll of `task` by `owner` sooner than half the
     /// task's `pollIntervalMs` after the last one (clients jitter; this catches loops).
-    pub fn poll(&self, owner: &str, task: &str, interval_ms: u64) -> Result<(), RpcError> {
+    pub fn poll(&self, owner: &str, task: &str, interval_ms: u64) -> Result<(), LimitError> {
         if !self.limits().poll_rate_limit {
             return Ok(());
         }
@@ -111,10 +153,7 @@ impl Gate {
         let now = std::time::Instant::now();
         if let Some(prev) = self.last_poll.get(&key).map(|p| *p) {
             if now.duration_since(prev) < min {
-                return Err(RpcError::new(
-                    LIMIT_REACHED,
-                    format!("polling too fast: poll this task every {interval_ms} ms (its pollIntervalMs; limits.poll_rate_limit)"),
-                ));
+                return Err(LimitError::PollTooFast { interval_ms });
             }
         }
         if self.last_poll.len() > 100_000 {
@@ -126,17 +165,14 @@ impl Gate {
     }
 
     /// The error for a result over the limit, if it is.
-    pub fn check_result(&self, r: &serde_json::Value) -> Result<(), RpcError> {
+    pub fn check_result(&self, r: &serde_json::Value) -> Result<(), LimitError> {
         let max = self.limits().max_result_bytes;
         if max == 0 {
             return Ok(());
         }
         let size = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0);
         if size > max {
-            return Err(RpcError::new(
-                LIMIT_REACHED,
-                format!("the tool's result is {size} bytes, over the limit of {max} bytes a task may store (limits.max_result_bytes)"),
-            ));
+            return Err(LimitError::ResultTooLarge { size, max });
         }
         Ok(())
     }
@@ -157,7 +193,7 @@ mod tests {
         });
         let first = g.call_slot("up").await.unwrap();
         let e = g.call_slot("up").await.unwrap_err();
-        assert!(e.message.contains("max_concurrent_calls"), "{}", e.message);
+        assert!(e.to_string().contains("max_concurrent_calls"), "{e}");
         drop(first);
         assert!(g.call_slot("up").await.unwrap().is_some());
         let t = g.task_started("alice");

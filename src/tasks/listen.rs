@@ -62,7 +62,11 @@ impl Engine {
         let mut changes = self.subscribe();
         let mut owned = Vec::new();
         for id in wanted {
-            if let Ok(rec) = self.visible(&id, owner, upstream).await {
+            let who = super::Caller {
+                principal: owner,
+                upstream,
+            };
+            if let Ok(rec) = self.get(&id, who).await {
                 owned.push(rec);
             }
         }

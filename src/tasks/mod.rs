@@ -2,6 +2,7 @@
 //! the clock, and the engine that turns slow calls into tasks (`engine.rs`) and the
 //! sweeper that expires them (`sweeper.rs`).
 
+mod api;
 mod call;
 mod driver;
 pub mod engine;
@@ -16,9 +17,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use crate::store::{TaskOutcome, TaskRecord};
+use crate::store::{Settle, TaskOutcome, TaskRecord};
+use tasklift_protocol::jsonrpc::RpcError;
 
+pub use api::{Caller, TaskError};
 pub use engine::{Engine, EngineSettings};
+
+/// A task's end in a JSON-RPC error: the error's message becomes its status message.
+fn failed(e: RpcError) -> Settle {
+    Settle::Failed {
+        message: e.message.clone(),
+        error: e.to_value(),
+    }
+}
 
 /// Wall-clock milliseconds that advance with tokio's clock, so tests can pause and
 /// advance time and see TTLs expire, while production gets monotonic progress.
@@ -64,7 +75,7 @@ pub fn rfc3339(ms: u64) -> String {
 fn task_fields(rec: &TaskRecord) -> Map<String, Value> {
     let mut o = Map::new();
     o.insert("taskId".into(), json!(rec.id));
-    o.insert("status".into(), json!(rec.status.as_str()));
+    o.insert("status".into(), json!(rec.status().as_str()));
     if let Some(m) = &rec.status_message {
         o.insert("statusMessage".into(), json!(m));
     }

@@ -20,7 +20,7 @@ use super::input::{request_binding, StateClaims};
 use super::{create_task_result, progress_message};
 use crate::reply::{Reply, StreamItem};
 use crate::session::ClientSession;
-use crate::store::{TaskRecord, TaskStatus};
+use crate::store::{NewTask, TaskRecord};
 use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, UpstreamCall};
 use tasklift_protocol::jsonrpc::{self, RpcError};
 
@@ -356,21 +356,16 @@ impl Engine {
         sc.threshold_at = None;
         let now = self.clock().now_ms();
         let ttl_ms = policy.ttl.as_millis() as u64;
-        let rec = TaskRecord {
+        let mut rec = TaskRecord::new(NewTask {
             id: uuid::Uuid::new_v4().to_string(),
             owner: sc.owner.clone(),
             upstream: sc.upstream.clone(),
             tool: tool.to_string(),
-            status: TaskStatus::Working,
-            status_message: sc.last_progress.clone(),
             created_at_ms: now,
-            updated_at_ms: now,
             ttl_ms,
             poll_interval_ms: policy.poll_interval.as_millis() as u64,
-            expires_at_ms: now + ttl_ms,
-            input_requests: Default::default(),
-            outcome: None,
-        };
+        });
+        rec.status_message = sc.last_progress.clone();
         if let Err(e) = self.store().create(&rec).await {
             tracing::error!(error = %e, "cannot store a new task; the call stays synchronous");
             return None;

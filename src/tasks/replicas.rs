@@ -139,7 +139,7 @@ impl Engine {
         let Ok(Some(rec)) = self.store().get(id).await else {
             return;
         };
-        if runs_here && rec.status.is_terminal() {
+        if runs_here && rec.status().is_terminal() {
             self.stop_here(id).await;
         }
         self.publish(&rec);

@@ -397,7 +397,7 @@ fn now_ms() -> u64 {
 async fn stats(store: &SledStore, dir: &Path, json: bool) -> Result<u8, Fail> {
     let all = store.all().await?; // newest first
     let now = now_ms();
-    let count = |s: TaskStatus| all.iter().filter(|r| r.status == s).count();
+    let count = |s: TaskStatus| all.iter().filter(|r| r.status() == s).count();
     let expired = all.iter().filter(|r| r.expires_at_ms <= now).count();
     let database = crate::store::dir_size(&dir.join("db"));
     let (mut result_bytes, mut result_files) = (0u64, 0usize);
@@ -467,7 +467,7 @@ async fn list(store: &SledStore, args: &ListArgs) -> Result<u8, Fail> {
         .all()
         .await?
         .into_iter()
-        .filter(|r| status.is_none_or(|s| r.status == s))
+        .filter(|r| status.is_none_or(|s| r.status() == s))
         .filter(|r| args.upstream.as_ref().is_none_or(|u| &r.upstream == u))
         .collect();
     let total = matching.len();
@@ -487,7 +487,7 @@ async fn list(store: &SledStore, args: &ListArgs) -> Result<u8, Fail> {
             r.id.clone(),
             printable(&r.upstream, 24),
             printable(&r.tool, 32),
-            r.status.as_str().to_string(),
+            r.status().as_str().to_string(),
             short_duration(now.saturating_sub(r.created_at_ms)),
             short_duration(r.ttl_ms),
             expires(r.expires_at_ms, now),
@@ -526,7 +526,7 @@ fn summary(r: &TaskRecord, now: u64) -> Value {
         "id": r.id,
         "upstream": r.upstream,
         "tool": r.tool,
-        "status": r.status.as_str(),
+        "status": r.status().as_str(),
         "status_message": r.status_message,
         "owner": short_owner(&r.owner),
         "created_at": rfc3339(r.created_at_ms),
@@ -548,7 +548,7 @@ async fn purge(store: &SledStore, dir: &Path, args: &PurgeArgs) -> Result<u8, Fa
     let selected: Vec<&TaskRecord> = all
         .iter()
         .filter(|r| !sel.expired || r.expires_at_ms <= now)
-        .filter(|r| status.is_none_or(|s| r.status == s))
+        .filter(|r| status.is_none_or(|s| r.status() == s))
         .filter(|r| older.is_none_or(|o| now.saturating_sub(r.created_at_ms) >= o))
         .filter(|r| sel.ids.is_empty() || sel.ids.contains(&r.id))
         .collect();
@@ -559,7 +559,7 @@ async fn purge(store: &SledStore, dir: &Path, args: &PurgeArgs) -> Result<u8, Fa
         .collect();
     let (go, kept): (Vec<&TaskRecord>, Vec<&TaskRecord>) = selected
         .into_iter()
-        .partition(|r| args.force || r.status.is_terminal());
+        .partition(|r| args.force || r.status().is_terminal());
     let verb = if args.dry_run {
         "would delete"
     } else {
@@ -578,7 +578,7 @@ async fn purge(store: &SledStore, dir: &Path, args: &PurgeArgs) -> Result<u8, Fa
             r.id,
             printable(&r.upstream, 24),
             printable(&r.tool, 32),
-            r.status.as_str(),
+            r.status().as_str(),
             short_duration(now.saturating_sub(r.created_at_ms))
         );
     }
@@ -601,7 +601,7 @@ async fn purge(store: &SledStore, dir: &Path, args: &PurgeArgs) -> Result<u8, Fa
         eprintln!(
             "tasklift: kept {} ({}): unfinished tasks go only with --force",
             r.id,
-            r.status.as_str()
+            r.status().as_str()
         );
     }
     if !kept.is_empty() {

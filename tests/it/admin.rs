@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tasklift::store::{TaskRecord, TaskStatus};
+use tasklift::store::{NewTask, Settle, TaskRecord};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
@@ -206,23 +206,35 @@ async fn status_page_in_a_headless_browser() {
     // A finished task whose status message came from a hostile upstream, three
     // minutes old, with an owner the page must not show.
     let engine = &h.proxy.as_ref().unwrap().engine;
-    let now = engine.clock().now_ms();
-    let failed = TaskRecord {
-        id: "f00dcafe-0000-4000-8000-000000000001".into(),
-        owner: "bearer:owner-hash-never-shown".into(),
-        upstream: "default".into(),
-        tool: "export_all".into(),
-        status: TaskStatus::Failed,
-        status_message: Some(format!("{EVIL} {}", "x".repeat(100))),
-        created_at_ms: now - 185_000,
-        updated_at_ms: now - 180_000,
-        ttl_ms: 3_600_000,
-        poll_interval_ms: 1_000,
-        expires_at_ms: now + 3_400_000,
-        input_requests: Default::default(),
-        outcome: None,
+    let now = engine.now_ms();
+    let failed = {
+        let mut rec = TaskRecord::new(NewTask {
+            id: "f00dcafe-0000-4000-8000-000000000001".into(),
+            owner: "bearer:owner-hash-never-shown".into(),
+            upstream: "default".into(),
+            tool: "export_all".into(),
+            created_at_ms: now - 185_000,
+            ttl_ms: 3_600_000,
+            poll_interval_ms: 1_000,
+        });
+        rec.settle(Settle::Failed {
+            message: String::new(),
+            error: serde_json::Value::Null,
+        })
+        .unwrap();
+        rec.status_message = Some(format!("{EVIL} {}", "x".repeat(100)));
+        rec.updated_at_ms = now - 180_000;
+        rec.expires_at_ms = now + 3_400_000;
+        rec.outcome = None;
+        rec
     };
-    engine.store().create(&failed).await.unwrap();
+    h.proxy
+        .as_ref()
+        .unwrap()
+        .store
+        .create(&failed)
+        .await
+        .unwrap();
 
     let url = admin_url(&h, "/");
     let dom = tokio::task::spawn_blocking(move || browser_dom(&chromium, &url))

@@ -16,15 +16,7 @@ async fn fast_call_is_answered_directly_and_nothing_is_stored() {
     let a = h.client().call_tool("quick", json!({})).await.unwrap();
     assert_eq!(a.result["resultType"], "complete");
     assert_eq!(a.result["content"][0]["text"], "quick done");
-    let stats = h
-        .proxy
-        .as_ref()
-        .unwrap()
-        .engine
-        .store()
-        .stats()
-        .await
-        .unwrap();
+    let stats = h.proxy.as_ref().unwrap().engine.health().await.unwrap();
     assert_eq!(stats.tasks, 0, "a fast call must not create a task record");
     h.stop().await;
 }

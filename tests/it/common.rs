@@ -173,7 +173,7 @@ impl Harness {
 /// Number of records in the proxy's store.
 pub async fn stored_tasks(h: &Harness) -> u64 {
     let p = h.proxy.as_ref().expect("running");
-    p.engine.store().stats().await.expect("store stats").tasks
+    p.engine.health().await.expect("store stats").tasks
 }
 
 /// An address on 127.0.0.1 where nothing listens.

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use serde_json::json;
-use tasklift::store::{SledStore, TaskOutcome, TaskRecord, TaskStatus, TaskStore};
+use tasklift::store::{NewTask, Settle, SledStore, TaskOutcome, TaskRecord, TaskStore};
 
 const KIB: usize = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -77,7 +77,8 @@ async fn churn(name: &str, rounds: usize, sizes: &[usize], large_result_bytes: u
         for &n in sizes {
             let mut rec = record(round + 1);
             store.create(&rec).await.unwrap();
-            rec.status = TaskStatus::Completed;
+            rec.settle(Settle::Completed(serde_json::Value::Null))
+                .unwrap();
             rec.outcome = Some(result(&noise[..n]));
             store.put(&rec).await.unwrap();
             // The outcome's JSON (the text needs no escaping).
@@ -223,7 +224,8 @@ async fn a_result_file_goes_when_the_outcome_shrinks_into_the_record() {
     let store = SledStore::open(dir.path(), 64 * KIB).unwrap();
     let mut rec = record(u64::MAX);
     store.create(&rec).await.unwrap();
-    rec.status = TaskStatus::Completed;
+    rec.settle(Settle::Completed(serde_json::Value::Null))
+        .unwrap();
     rec.outcome = Some(TaskOutcome::Result(json!({"text": noise(200 * KIB)})));
     store.put(&rec).await.unwrap();
     assert_eq!(files_in(&dir.path().join("results")), 1);
@@ -246,7 +248,8 @@ async fn files_a_crash_left_behind_are_removed_at_open() {
     {
         let store = SledStore::open(dir.path(), 64 * KIB).unwrap();
         store.create(&rec).await.unwrap();
-        rec.status = TaskStatus::Completed;
+        rec.settle(Settle::Completed(serde_json::Value::Null))
+            .unwrap();
         rec.outcome = Some(TaskOutcome::Result(json!({"text": noise(100 * KIB)})));
         store.put(&rec).await.unwrap();
         store.flush().await.unwrap();
@@ -271,20 +274,18 @@ fn result(text: &str) -> TaskOutcome {
 }
 
 fn record(expires_at_ms: u64) -> TaskRecord {
-    TaskRecord {
-        id: uuid::Uuid::new_v4().to_string(),
-        owner: "0123456789abcdef0123456789abcdef".into(),
-        upstream: "default".into(),
-        tool: "big_report".into(),
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: 1,
-        updated_at_ms: 1,
-        ttl_ms: 1,
-        poll_interval_ms: 1000,
-        expires_at_ms,
-        input_requests: Default::default(),
-        outcome: None,
+    {
+        let mut rec = TaskRecord::new(NewTask {
+            id: uuid::Uuid::new_v4().to_string(),
+            owner: "0123456789abcdef0123456789abcdef".into(),
+            upstream: "default".into(),
+            tool: "big_report".into(),
+            created_at_ms: 1,
+            ttl_ms: 1,
+            poll_interval_ms: 1000,
+        });
+        rec.expires_at_ms = expires_at_ms;
+        rec
     }
 }
 

@@ -9,11 +9,11 @@ use serde_json::{json, Value};
 use tasklift::config::{ToolMode, ToolPolicy};
 use tasklift::reply::{Reply, StreamItem};
 use tasklift::store::{SledStore, TaskStore};
-use tasklift::tasks::{Engine, EngineSettings};
+use tasklift::tasks::{into_detailed_task, Caller, Engine, EngineSettings};
 use tasklift::upstream::{
     CallContext, CallEvent, Canceller, Era, Upstream, UpstreamCall, UpstreamFuture,
 };
-use tasklift_protocol::jsonrpc::Request;
+use tasklift_protocol::jsonrpc::{Request, RpcError};
 use tokio::sync::mpsc;
 
 /// An upstream whose tool answers after a fixed (virtual) time.
@@ -91,11 +91,17 @@ fn call(tasks: bool) -> Request {
     .unwrap()
 }
 
-fn get(id: &str) -> Request {
-    Request::from_value(
-        json!({"jsonrpc": "2.0", "id": 8, "method": "tasks/get", "params": {"taskId": id}}),
-    )
-    .unwrap()
+/// `tasks/get` as the principal `p` on the upstream `timed`, in its wire shape.
+async fn get(engine: &Engine, id: &str) -> Result<Value, RpcError> {
+    let who = Caller {
+        principal: "p",
+        upstream: "timed",
+    };
+    engine
+        .get(id, who)
+        .await
+        .map(into_detailed_task)
+        .map_err(RpcError::from)
 }
 
 fn setup(
@@ -200,7 +206,7 @@ async fn a_task_running_past_its_ttl_is_cancelled_upstream_and_failed() {
             break;
         }
     }
-    let t = engine.task_method(&get(&id), "p", "timed").await.unwrap();
+    let t = get(&engine, &id).await.unwrap();
     assert_eq!(t["status"], "failed", "{t}");
     assert!(
         t["error"]["message"].as_str().unwrap().contains("TTL"),
@@ -214,7 +220,7 @@ async fn a_task_running_past_its_ttl_is_cancelled_upstream_and_failed() {
     // After the grace period the sweeper deletes it.
     tokio::time::sleep(Duration::from_secs(61)).await;
     assert_eq!(engine.sweep().await.unwrap(), 1);
-    assert!(engine.task_method(&get(&id), "p", "timed").await.is_err());
+    assert!(get(&engine, &id).await.is_err());
 }
 
 #[tokio::test(start_paused = true)]
@@ -227,21 +233,12 @@ async fn a_finished_task_is_kept_for_its_ttl_then_deleted() {
     );
     let id = r["result"]["taskId"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(
-        engine.task_method(&get(&id), "p", "timed").await.unwrap()["status"],
-        "completed"
-    );
+    assert_eq!(get(&engine, &id).await.unwrap()["status"], "completed");
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(engine.sweep().await.unwrap(), 0, "still within its TTL");
-    assert_eq!(
-        engine.task_method(&get(&id), "p", "timed").await.unwrap()["status"],
-        "completed"
-    );
+    assert_eq!(get(&engine, &id).await.unwrap()["status"], "completed");
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(engine.sweep().await.unwrap(), 1);
-    let e = engine
-        .task_method(&get(&id), "p", "timed")
-        .await
-        .unwrap_err();
+    let e = get(&engine, &id).await.unwrap_err();
     assert_eq!(e.code, -32602);
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use tasklift::store::{SledStore, TaskRecord, TaskStatus, TaskStore};
+use tasklift::store::{NewTask, SledStore, TaskRecord, TaskStore};
 use tasklift::tools::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::io::AsyncWriteExt;
@@ -215,20 +215,19 @@ async fn tasks_left_working_by_a_previous_process_fail_on_start() {
     {
         let store = SledStore::open(dir.path(), 64 * 1024).unwrap();
         let now = tasklift::tasks::Clock::new().now_ms();
-        let rec = TaskRecord {
-            id: id.clone(),
-            owner: "anonymous".into(),
-            upstream: "default".into(),
-            tool: "job".into(),
-            status: TaskStatus::Working,
-            status_message: Some("2/5 – halfway".into()),
-            created_at_ms: now,
-            updated_at_ms: now,
-            ttl_ms: 3_600_000,
-            poll_interval_ms: 1000,
-            expires_at_ms: now + 3_600_000,
-            input_requests: Default::default(),
-            outcome: None,
+        let rec = {
+            let mut rec = TaskRecord::new(NewTask {
+                id: id.clone(),
+                owner: "anonymous".into(),
+                upstream: "default".into(),
+                tool: "job".into(),
+                created_at_ms: now,
+                ttl_ms: 3_600_000,
+                poll_interval_ms: 1000,
+            });
+            rec.status_message = Some("2/5 – halfway".into());
+            rec.expires_at_ms = now + 3_600_000;
+            rec
         };
         store.create(&rec).await.unwrap();
         store.flush().await.unwrap();

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tasklift::store::{PgStore, StoreError, TaskRecord, TaskStatus, TaskStore};
+use tasklift::store::{NewTask, PgStore, Settle, StoreError, TaskRecord, TaskStatus, TaskStore};
 use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 use tokio_postgres::NoTls;
@@ -378,20 +378,18 @@ async fn expired_tasks_are_deleted_from_the_database() {
 }
 
 fn record(id: &str) -> TaskRecord {
-    TaskRecord {
-        id: id.into(),
-        owner: "o".into(),
-        upstream: "u".into(),
-        tool: "t".into(),
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: 1,
-        updated_at_ms: 1,
-        ttl_ms: 60_000,
-        poll_interval_ms: 100,
-        expires_at_ms: u64::MAX / 4,
-        input_requests: Default::default(),
-        outcome: None,
+    {
+        let mut rec = TaskRecord::new(NewTask {
+            id: id.into(),
+            owner: "o".into(),
+            upstream: "u".into(),
+            tool: "t".into(),
+            created_at_ms: 1,
+            ttl_ms: 60_000,
+            poll_interval_ms: 100,
+        });
+        rec.expires_at_ms = u64::MAX / 4;
+        rec
     }
 }
 
@@ -426,7 +424,7 @@ async fn writes_are_compare_and_set_on_status_and_epoch() {
 
     // B cancels it (a tasks/cancel that landed there); A's late progress is refused.
     let mut cancel = b.get("task-1").await.unwrap().unwrap();
-    cancel.status = TaskStatus::Cancelled;
+    cancel.settle(Settle::Cancelled(String::new())).unwrap();
     b.put(&cancel).await.unwrap();
     rec.status_message = Some("late".into());
     assert!(matches!(
@@ -434,13 +432,14 @@ async fn writes_are_compare_and_set_on_status_and_epoch() {
         Err(StoreError::Conflict { .. })
     ));
     let mut done = rec.clone();
-    done.status = TaskStatus::Completed;
+    done.settle(Settle::Completed(serde_json::Value::Null))
+        .unwrap();
     assert!(matches!(
         a.put(&done).await,
         Err(StoreError::Conflict { .. })
     ));
     assert_eq!(
-        a.get("task-1").await.unwrap().unwrap().status,
+        a.get("task-1").await.unwrap().unwrap().status(),
         TaskStatus::Cancelled
     );
     // A finished task never changes again, whoever writes.

@@ -153,8 +153,8 @@ async fn fast_call_completes_inline(modern: bool) {
         }
         other => panic!("expected a complete result, got {other:?}"),
     }
-    let store = h.proxy.as_ref().unwrap().engine.store();
-    assert_eq!(store.stats().await.unwrap().tasks, 0, "nothing stored");
+    let engine = &h.proxy.as_ref().unwrap().engine;
+    assert_eq!(engine.health().await.unwrap().tasks, 0, "nothing stored");
     c.cancel().await.unwrap();
     h.stop().await;
 }
@@ -288,8 +288,12 @@ async fn without_tasks_capability_a_slow_call_stays_synchronous(modern: bool) {
         ServerResult::CallToolResult(r) => assert_eq!(text(&r), "slow done"),
         other => panic!("expected a plain CallToolResult, got {other:?}"),
     }
-    let store = h.proxy.as_ref().unwrap().engine.store();
-    assert_eq!(store.stats().await.unwrap().tasks, 0, "never a task handle");
+    let engine = &h.proxy.as_ref().unwrap().engine;
+    assert_eq!(
+        engine.health().await.unwrap().tasks,
+        0,
+        "never a task handle"
+    );
     c.cancel().await.unwrap();
     h.stop().await;
 }

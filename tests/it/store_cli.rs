@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tasklift::config::RawUpstream;
-use tasklift::store::{SledStore, StoreError, TaskOutcome, TaskRecord, TaskStatus, TaskStore};
+use tasklift::store::{
+    NewTask, SledStore, StoreError, TaskOutcome, TaskRecord, TaskStatus, TaskStore,
+};
 use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
@@ -100,21 +102,17 @@ fn record(id: &str, status: TaskStatus, created_ago_ms: u64, expires_in_ms: i64)
     let now = tasklift::tasks::Clock::new().now_ms();
     let created = now - created_ago_ms;
     let expires = now.checked_add_signed(expires_in_ms).unwrap();
-    TaskRecord {
+    // Written straight into the store, in whatever status the test needs.
+    TaskRecord::new(NewTask {
         id: id.into(),
         owner: format!("bearer:{}", "5e".repeat(32)),
         upstream: "default".into(),
         tool: "slow_compute".into(),
-        status,
-        status_message: None,
         created_at_ms: created,
-        updated_at_ms: created,
         ttl_ms: expires - created,
         poll_interval_ms: 1000,
-        expires_at_ms: expires,
-        input_requests: Default::default(),
-        outcome: None,
-    }
+    })
+    .restored(status)
 }
 
 /// Open the store a stopped in-process proxy used: its last references may outlive

@@ -26,7 +26,8 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::body::{self, RespBody};
-use super::{error_response, json_response, State};
+use super::errors::{legacy_status_of, Rejected};
+use super::{json_response, State};
 use shape::sse_response;
 pub use shape::{legacy_shape, modernize, sse, SESSION_HEADER};
 
@@ -42,8 +43,6 @@ use tasklift_protocol::jsonrpc::{
 };
 use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
-/// JSON-RPC code for an unknown or expired session (as the reference SDKs use).
-const SESSION_NOT_FOUND: i64 = -32001;
 /// How long a call may take before its answer becomes a resumable stream.
 const STREAM_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// JSON-RPC code for a request the client cancelled.
@@ -69,14 +68,9 @@ pub fn find_session(
             s.touch();
             Ok(s)
         }
-        None => Err(Box::new(error_response(
-            StatusCode::NOT_FOUND,
-            None,
-            RpcError::new(
-                SESSION_NOT_FOUND,
-                "Session not found: it expired, was closed, or belongs to another caller; send initialize to open a new one",
-            ),
-        ))),
+        None => Err(Box::new(
+            Rejected::SessionNotFound { hint: true }.response(None),
+        )),
     }
 }
 
@@ -88,11 +82,10 @@ fn accepted() -> Response<RespBody> {
 }
 
 fn ok(id: Option<&Value>, outcome: Outcome) -> Response<RespBody> {
-    let status = match &outcome {
-        Err(e) if e.code == INVALID_REQUEST => StatusCode::BAD_REQUEST,
-        _ => StatusCode::OK,
-    };
-    json_response(status, &jsonrpc::response_from(id, outcome))
+    json_response(
+        legacy_status_of(&outcome),
+        &jsonrpc::response_from(id, outcome),
+    )
 }
 
 /// `initialize` without a session: open one, with the upstream's capabilities.
@@ -104,14 +97,8 @@ pub async fn initialize(
 ) -> Response<RespBody> {
     let id = req.id.clone();
     let Some(requested) = req.str_param("protocolVersion").map(str::to_string) else {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            id.as_ref(),
-            RpcError::new(
-                INVALID_PARAMS,
-                "Invalid params: protocolVersion is required",
-            ),
-        );
+        return Rejected::InvalidParams("Invalid params: protocolVersion is required".into())
+            .response(id.as_ref());
     };
     // A version tasklift does not speak gets the latest it does, as initialize says.
     let version = if LEGACY_VERSIONS.contains(&requested.as_str()) {
@@ -141,14 +128,7 @@ pub async fn initialize(
         .insert(s.clone(), state.legacy.max_sessions_per_principal)
     {
         Ok(evicted) => evicted,
-        Err(e) => return error_response(
-            StatusCode::TOO_MANY_REQUESTS,
-            id.as_ref(),
-            RpcError::new(
-                INVALID_REQUEST,
-                format!("Too many sessions: {e} (legacy.max_sessions_per_principal); close one with DELETE"),
-            ),
-        ),
+        Err(e) => return Rejected::TooManySessions(e.to_string()).response(id.as_ref()),
     };
     // The session the cap closed ends upstream too, as after DELETE.
     if let Some(old) = evicted {
@@ -227,28 +207,18 @@ pub async fn post(
         .and_then(|v| v.to_str().ok())
     {
         if !LEGACY_VERSIONS.contains(&v.trim()) {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                value.get("id"),
-                RpcError::new(
-                    INVALID_REQUEST,
-                    format!(
-                        "Unsupported MCP-Protocol-Version {v:?} in a legacy session (negotiated {})",
-                        s.protocol_version
-                    ),
-                ),
-            );
+            return Rejected::BadSessionRequest(format!(
+                "Unsupported MCP-Protocol-Version {v:?} in a legacy session (negotiated {})",
+                s.protocol_version
+            ))
+            .response(value.get("id"));
         }
     }
     if value.is_array() {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            None,
-            RpcError::new(
-                INVALID_REQUEST,
-                "Invalid request: JSON-RPC batches are not supported; send one message per POST",
-            ),
-        );
+        return Rejected::BadSessionRequest(
+            "Invalid request: JSON-RPC batches are not supported; send one message per POST".into(),
+        )
+        .response(None);
     }
     // The client answering one of tasklift's requests.
     if value.get("method").is_none()
@@ -266,7 +236,7 @@ pub async fn post(
     }
     let mut req = match Request::from_value(value.clone()) {
         Ok(r) => r,
-        Err(e) => return error_response(StatusCode::BAD_REQUEST, value.get("id"), e),
+        Err(e) => return Rejected::Malformed(e).response(value.get("id")),
     };
     ctx.session = Some(s.clone());
     if let Some(t) = crate::trace::propagate(headers, &mut req, &mut ctx) {
@@ -690,14 +660,7 @@ pub fn get(
         .and_then(|v| v.to_str().ok())
         .is_none_or(|a| a.contains("text/event-stream") || a.contains("*/*"));
     if !accepts_sse {
-        return error_response(
-            StatusCode::NOT_ACCEPTABLE,
-            None,
-            RpcError::new(
-                INVALID_REQUEST,
-                "Not Acceptable: the GET stream is text/event-stream",
-            ),
-        );
+        return Rejected::NotAcceptable.response(None);
     }
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let mut ctx = ctx;
@@ -740,11 +703,7 @@ pub async fn delete(mount: &Mount, id: &str, ctx: CallContext) -> Response<RespB
                 .body(body::full(Bytes::new()))
                 .expect("valid response")
         }
-        None => error_response(
-            StatusCode::NOT_FOUND,
-            None,
-            RpcError::new(SESSION_NOT_FOUND, "Session not found"),
-        ),
+        None => Rejected::SessionNotFound { hint: false }.response(None),
     }
 }
 

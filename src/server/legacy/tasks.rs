@@ -27,7 +27,7 @@ use crate::config::{ToolMode, UpstreamConfig};
 use crate::dispatch::Mount;
 use crate::reply::{Reply, StreamItem};
 use crate::session::ClientSession;
-use crate::tasks::{detailed_task, Engine};
+use crate::tasks::{detailed_task, into_detailed_task, Caller, Engine};
 use crate::upstream::CallContext;
 use tasklift_protocol::jsonrpc::{
     self, Outcome, Request, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND,
@@ -168,15 +168,10 @@ pub async fn create(
     }
 }
 
-/// A modern `tasks/*` request for the engine.
-fn modern(method: &str, task_id: &str, extra: Map<String, Value>) -> Request {
-    let mut params = extra;
-    params.insert("taskId".into(), json!(task_id));
-    Request {
-        id: Some(json!("tasklift")),
-        method: method.into(),
-        params,
-    }
+/// A task the caller may see, as a 2026-07-28 `DetailedTask` (the shape the
+/// helpers here read).
+async fn detailed(engine: &Engine, task_id: &str, who: Caller<'_>) -> Result<Value, RpcError> {
+    Ok(into_detailed_task(engine.get(task_id, who).await?))
 }
 
 /// `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`.
@@ -190,8 +185,12 @@ pub async fn task_method(
     let id = req.id.clone();
     let engine = &state.engine;
     let (owner, upstream) = (ctx.principal.as_str(), mount.cfg.name.as_str());
+    let who = Caller {
+        principal: owner,
+        upstream,
+    };
     if req.method == "tasks/list" {
-        return respond(id.as_ref(), list(engine, owner, upstream, &req).await);
+        return respond(id.as_ref(), list(engine, who, &req).await);
     }
     let Some(task_id) = req.str_param("taskId").map(str::to_string) else {
         return respond(
@@ -202,16 +201,20 @@ pub async fn task_method(
             )),
         );
     };
-    let get = modern(mcp::method::TASKS_GET, &task_id, Map::new());
-    let current = match engine.task_method(&get, owner, upstream).await {
+    if req.method == "tasks/get" {
+        let polled = engine.poll(&task_id, who).await;
+        return respond(
+            id.as_ref(),
+            polled
+                .map(|r| legacy_task(&into_detailed_task(r)))
+                .map_err(RpcError::from),
+        );
+    }
+    let current = match detailed(engine, &task_id, who).await {
         Ok(t) => t,
         Err(e) => return respond(id.as_ref(), Err(e)),
     };
     match req.method.as_str() {
-        "tasks/get" => respond(
-            id.as_ref(),
-            crate::dispatch::polled(engine, &get, owner, Ok(current)).map(|t| legacy_task(&t)),
-        ),
         "tasks/cancel" => {
             if is_terminal(&current) {
                 return respond(
@@ -226,16 +229,15 @@ pub async fn task_method(
                 );
             }
             let mut changes = engine.subscribe();
-            let cancel = modern(mcp::method::TASKS_CANCEL, &task_id, Map::new());
-            if let Err(e) = engine.task_method(&cancel, owner, upstream).await {
-                return respond(id.as_ref(), Err(e));
+            if let Err(e) = engine.cancel(&task_id, who).await {
+                return respond(id.as_ref(), Err(e.into()));
             }
             // The task is `cancelled` before the answer leaves, as 2025-11-25 requires:
             // wait for its owner to record it (a few milliseconds; at most CANCEL_WAIT).
             let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
             let mut t = current;
             loop {
-                match engine.task_method(&get, owner, upstream).await {
+                match detailed(engine, &task_id, who).await {
                     Ok(now) if is_terminal(&now) => {
                         t = now;
                         break;
@@ -314,11 +316,14 @@ fn wait_result(
     // Subscribed before the first read, so no change falls in between.
     let mut changes = engine.subscribe();
     tokio::spawn(async move {
-        let get = modern(mcp::method::TASKS_GET, &task_id, Map::new());
+        let who = Caller {
+            principal: &owner,
+            upstream: &upstream,
+        };
         let mut asked = HashSet::new();
         let mut last_send = tokio::time::Instant::now();
         loop {
-            let t = match engine.task_method(&get, &owner, &upstream).await {
+            let t = match detailed(&engine, &task_id, who).await {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = tx
@@ -426,10 +431,11 @@ fn answer_to_task(
         tokio::spawn(async move {
             let mut answers = Map::new();
             answers.insert(key, value);
-            let mut extra = Map::new();
-            extra.insert("inputResponses".into(), Value::Object(answers));
-            let update = modern(mcp::method::TASKS_UPDATE, &task_id, extra);
-            if let Err(e) = engine.task_method(&update, &owner, &upstream).await {
+            let who = Caller {
+                principal: &owner,
+                upstream: &upstream,
+            };
+            if let Err(e) = engine.update(&task_id, who, answers).await {
                 tracing::warn!(error = %e, "could not give a task the client's answer");
             }
         });
@@ -437,7 +443,7 @@ fn answer_to_task(
 }
 
 /// `tasks/list`: the caller's tasks on this upstream, oldest first, in pages.
-async fn list(engine: &Engine, owner: &str, upstream: &str, req: &Request) -> Outcome {
+async fn list(engine: &Engine, who: Caller<'_>, req: &Request) -> Outcome {
     // The cursor is the (creation time, id) of the last task sent: tasks that expire
     // between pages do not make the rest of the list disappear.
     let unknown = || RpcError::new(INVALID_PARAMS, "Invalid params: unknown cursor");
@@ -453,16 +459,7 @@ async fn list(engine: &Engine, owner: &str, upstream: &str, req: &Request) -> Ou
             Some((ms.parse().map_err(|_| unknown())?, id.to_string()))
         }
     };
-    let recs = engine
-        .store()
-        .list(owner, upstream, engine.clock().now_ms())
-        .await
-        .map_err(|e| {
-            RpcError::new(
-                jsonrpc::INTERNAL_ERROR,
-                format!("tasklift could not read its task store: {e}"),
-            )
-        })?;
+    let recs = engine.list(Some(who)).await?;
     let start = match &after {
         Some((ms, id)) => recs
             .iter()

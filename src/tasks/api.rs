@@ -1,0 +1,184 @@
+//! The engine's typed API for stored tasks: what a front end asks of them, whatever
+//! the wire it speaks (the 2026-07-28 extension's `tasks/*` through dispatch, the
+//! 2025-11-25 tasks of legacy sessions, the status page, `/readyz` and `/metrics`).
+//! Nothing here takes a JSON-RPC request or answers JSON: errors are [`TaskError`],
+//! which the front door's error map turns into what a client sees.
+//!
+//! A task is visible only to the caller that created it, on the upstream it was
+//! created on ([`Caller`]); any other caller is told it does not exist.
+
+use serde_json::{Map, Value};
+
+use super::call::{Control, StopReason};
+use super::limits::LimitError;
+use super::Engine;
+use crate::store::{Settle, StoreError, StoreStats, TaskRecord, TaskStatus};
+
+/// Who asks about a task: a principal, on one upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    /// The caller's principal (keyed hash).
+    pub principal: &'a str,
+    /// The upstream the request came in for.
+    pub upstream: &'a str,
+}
+
+/// Why a task method could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// Unknown, or another caller's: the two are indistinguishable on purpose.
+    #[error("Failed to retrieve task: Task not found")]
+    NotFound,
+    /// Finished, and past its TTL (the sweeper has not deleted it yet).
+    #[error("Failed to retrieve task: Task has expired")]
+    Expired,
+    /// The store could not be read.
+    #[error("tasklift could not read its task store: {0}")]
+    Read(StoreError),
+    /// The store refused a write.
+    #[error("{0}")]
+    Write(StoreError),
+    /// Answers for a task another replica runs could not be handed on.
+    #[error("tasklift could not pass the answers on: {0}")]
+    Answers(StoreError),
+    /// A limit refused it (polling faster than the task asks).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+}
+
+impl Engine {
+    /// A task the caller may see.
+    pub async fn get(&self, task_id: &str, who: Caller<'_>) -> Result<TaskRecord, TaskError> {
+        let rec = self.store().get(task_id).await.map_err(|e| {
+            tracing::error!(error = %e, "task store read failed");
+            TaskError::Read(e)
+        })?;
+        match rec {
+            Some(r) if r.owner == who.principal && r.upstream == who.upstream => {
+                if r.expires_at_ms <= self.clock().now_ms() && r.status().is_terminal() {
+                    Err(TaskError::Expired)
+                } else {
+                    Ok(r)
+                }
+            }
+            _ => Err(TaskError::NotFound),
+        }
+    }
+
+    /// [`Engine::get`] for a client polling the task: refused, with `poll_rate_limit`
+    /// on, when it comes sooner than the task's `pollIntervalMs` allows.
+    pub async fn poll(&self, task_id: &str, who: Caller<'_>) -> Result<TaskRecord, TaskError> {
+        let rec = self.get(task_id, who).await?;
+        if let Err(e) = self
+            .gate()
+            .poll(who.principal, &rec.id, rec.poll_interval_ms)
+        {
+            self.metrics().limit_hit(e.setting());
+            return Err(e.into());
+        }
+        Ok(rec)
+    }
+
+    /// Cancel a task the caller may see. A finished task is left as it is (cancelling
+    /// it is not an error); a running one is stopped upstream by its driver, or, when
+    /// no driver runs it here and no other replica does, recorded `cancelled` here.
+    pub async fn cancel(&self, task_id: &str, who: Caller<'_>) -> Result<(), TaskError> {
+        let rec = self.get(task_id, who).await?;
+        if rec.status().is_terminal() {
+            return Ok(());
+        }
+        let sender = self.running.get(task_id).map(|s| s.value().clone());
+        if let Some(s) = sender {
+            let _ = s.send(Control::Stop(StopReason::Cancelled)).await;
+            return Ok(());
+        }
+        // Read again: the driver may have settled it meanwhile, and a terminal task
+        // never changes status.
+        let mut rec = match self.store().get(task_id).await {
+            Ok(Some(r)) if !r.status().is_terminal() => r,
+            _ => return Ok(()),
+        };
+        if rec
+            .settle(Settle::Cancelled("cancelled by the client".into()))
+            .is_err()
+        {
+            return Ok(());
+        }
+        rec.updated_at_ms = self.clock().now_ms();
+        match self.store().put(&rec).await {
+            Ok(()) => {
+                self.metrics()
+                    .task_finished(crate::metrics::Finished::Cancelled);
+                self.publish(&rec);
+                Ok(())
+            }
+            // Settled meanwhile by the replica running it.
+            Err(StoreError::Conflict { .. }) => Ok(()),
+            Err(e) => Err(TaskError::Write(e)),
+        }
+    }
+
+    /// Give a task the client's answers to its input requests, by key. Keys that are
+    /// not outstanding are ignored by the driver, as the extension says; answers to a
+    /// finished task are dropped.
+    pub async fn update(
+        &self,
+        task_id: &str,
+        who: Caller<'_>,
+        answers: Map<String, Value>,
+    ) -> Result<(), TaskError> {
+        let rec = self.get(task_id, who).await?;
+        let sender = self.running.get(task_id).map(|s| s.value().clone());
+        if rec.status().is_terminal() || answers.is_empty() {
+            return Ok(());
+        }
+        match (sender, self.store().shared()) {
+            (Some(s), _) => {
+                let _ = s.send(Control::Answer(answers)).await;
+            }
+            // Another replica runs the call: the answers wait for it in the
+            // database, and it is woken at once.
+            (None, Some(shared)) => {
+                shared
+                    .send_answers(task_id, &answers)
+                    .await
+                    .map_err(TaskError::Answers)?;
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// The caller's unexpired tasks on its upstream, oldest first; with no caller,
+    /// every stored task, newest first (the read-only status page).
+    pub async fn list(&self, who: Option<Caller<'_>>) -> Result<Vec<TaskRecord>, TaskError> {
+        match who {
+            Some(w) => self
+                .store()
+                .list(w.principal, w.upstream, self.clock().now_ms())
+                .await
+                .map_err(TaskError::Read),
+            None => self.store().all().await.map_err(TaskError::Read),
+        }
+    }
+
+    /// How many stored tasks are in each status.
+    pub async fn counts(&self) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
+        self.store().counts().await
+    }
+
+    /// The store's figures, or why it cannot be read (`/readyz`).
+    pub async fn health(&self) -> Result<StoreStats, StoreError> {
+        self.store().stats().await
+    }
+
+    /// Write everything buffered to disk (at shutdown).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.store().flush().await
+    }
+
+    /// Now, in unix milliseconds, on the engine's clock.
+    pub fn now_ms(&self) -> u64 {
+        self.clock().now_ms()
+    }
+}
