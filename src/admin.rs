@@ -191,7 +191,7 @@ impl Status {
                 ready: m.upstream.health(),
                 in_flight: state.metrics.in_flight(&m.cfg.name),
                 restarts: m.upstream.restarts(),
-                sessions: m.sessions.len(),
+                sessions: state.legacy.sessions_at(&m.cfg.path),
             })
             .collect();
         upstreams.sort_by(|a, b| a.name.cmp(&b.name));

@@ -136,7 +136,6 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             Mount {
                 cfg: u.clone(),
                 upstream: up,
-                sessions: Default::default(),
                 tools: Default::default(),
             },
         );
@@ -161,13 +160,14 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         None => None,
     };
     let (shutdown, rx) = watch::channel(false);
+    let legacy = server::legacy::Legacy::new(cfg.legacy.clone(), mounts.keys());
     let state = Arc::new(State {
         mounts,
         engine: engine.clone(),
         metrics,
         auth: Authenticator::new(cfg.auth.mode.clone(), key),
         cfg: cfg.server.clone(),
-        legacy: cfg.legacy.clone(),
+        legacy,
         lenient: Default::default(),
     });
     let server = tokio::spawn(server::serve(listener, state.clone(), rx.clone()));
@@ -215,23 +215,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     }));
     // Legacy client sessions: close idle ones; at shutdown, close them all (with
     // their upstream sessions) before the upstreams stop.
-    let every = (cfg.legacy.session_idle / 4).clamp(
-        std::time::Duration::from_millis(100),
-        std::time::Duration::from_secs(30),
-    );
-    let mut rx3 = rx.clone();
-    background.push(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => server::legacy::reap(&state, false).await,
-                _ = rx3.changed() => {
-                    server::legacy::reap(&state, true).await;
-                    return;
-                }
-            }
-        }
-    }));
+    background.push(tokio::spawn(server::legacy::run_reaper(state, rx.clone())));
     if let Some(a) = admin_addr {
         tracing::info!(listen = %a, "admin listener (status page, /metrics) is serving");
     }

@@ -12,7 +12,6 @@ use tokio::sync::mpsc;
 
 use crate::config::UpstreamConfig;
 use crate::reply::{Reply, StreamItem};
-use crate::session::Sessions;
 use crate::tasks::engine::{Engine, TaskRoute};
 use crate::tasks::{into_detailed_task, Caller};
 use crate::upstream::task_bridge::{self, Follow};
@@ -27,8 +26,6 @@ pub struct Mount {
     pub cfg: UpstreamConfig,
     /// The connection to it.
     pub upstream: Arc<dyn Upstream>,
-    /// Legacy client sessions opened at this path.
-    pub sessions: Sessions,
     /// What tasklift learned of the upstream's tools: `x-mcp-header` annotations, for
     /// checking `Mcp-Param-*` headers, and which ones run only as its own tasks.
     pub tools: ToolCatalog,

@@ -6,7 +6,9 @@
 //! `tasks/update` and `tasks/cancel` itself.
 //!
 //! Module map (a request flows top to bottom):
-//! - [`server`]: the hyper front door: routing, validation, SSE.
+//! - [`server`]: the hyper front door: routing, validation, SSE, one error map;
+//!   `server::legacy` holds all of the 2025-era client support (sessions, replay,
+//!   2025-11-25 tasks).
 //! - [`dispatch`]: which method goes where.
 //! - [`tasks`]: the engine (threshold race, MRTR parking, background driver, input
 //!   bridging, task notifications) and the sweeper.
@@ -29,7 +31,6 @@ pub mod dispatch;
 pub mod metrics;
 pub mod reply;
 pub mod server;
-pub mod session;
 pub mod store;
 pub mod tasks;
 pub mod tls;

@@ -31,7 +31,7 @@ use tracing::Instrument;
 use self::body::RespBody;
 use self::errors::Rejected;
 use crate::auth::Authenticator;
-use crate::config::{LegacyConfig, ServerConfig};
+use crate::config::ServerConfig;
 use crate::dispatch::{dispatch, Mount};
 use crate::reply::Reply;
 use crate::tasks::Engine;
@@ -50,8 +50,8 @@ pub struct State {
     pub auth: Authenticator,
     /// Front-door settings.
     pub cfg: ServerConfig,
-    /// Legacy clients and their sessions.
-    pub legacy: LegacyConfig,
+    /// Legacy clients: their settings and sessions.
+    pub legacy: legacy::Legacy,
     /// Clients already logged for relying on `server.lenient_task_name_header`.
     pub lenient: Lenient,
 }
@@ -191,17 +191,12 @@ async fn handle(
     let Some(mount) = state.mounts.get(&path) else {
         return Rejected::NoEndpoint(path).response(None);
     };
-    let session_id = req
-        .headers()
-        .get(legacy::SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .filter(|_| state.legacy.enabled);
+    let session_id = legacy::session_id(&state, req.headers());
     if let (Some(sid), true) = (
         &session_id,
         req.method() == Method::GET || req.method() == Method::DELETE,
     ) {
-        return session_stream(&state, mount, req, sid, peer).await;
+        return legacy::session_stream(&state, mount, req, sid, peer).await;
     }
     if req.method() != Method::POST {
         return Rejected::MethodNotAllowed(req.method().clone()).response(None);
@@ -234,53 +229,8 @@ async fn handle(
         Ok(v) => v,
         Err(e) => return Rejected::Parse(e.to_string()).response(None),
     };
-    if state.legacy.enabled && (session_id.is_some() || legacy::is_legacy_initialize(&value)) {
-        let ctx = match context(&state, mount, &parts.headers, value.get("id")) {
-            Ok(c) => c,
-            Err(r) => return *r,
-        };
-        let method = value
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let span = tracing::info_span!("legacy", method = ?method, client.addr = %peer, upstream = %mount.cfg.name);
-        let r = async {
-            match &session_id {
-                Some(sid) => match legacy::find_session(mount, sid, &ctx.principal) {
-                    Ok(s) => legacy::post(&state, mount, s, &parts.headers, value, ctx).await,
-                    Err(r) => *r,
-                },
-                None => match Request::from_value(value) {
-                    Ok(req) if req.id.is_some() => {
-                        legacy::initialize(&state, mount, req, ctx).await
-                    }
-                    Ok(_) => Rejected::BadSessionRequest(
-                        "Invalid request: initialize must be a request with an id".into(),
-                    )
-                    .response(None),
-                    Err(e) => Rejected::Malformed(e).response(None),
-                },
-            }
-        }
-        .instrument(span)
-        .await;
-        // Legacy answers carry JSON-RPC errors with 200, so only the shape is counted.
-        if let Some(m) = &method {
-            let outcome = match r.status() {
-                StatusCode::ACCEPTED => "accepted",
-                s if !s.is_success() => "rejected",
-                _ if r
-                    .headers()
-                    .get(header::CONTENT_TYPE)
-                    .is_some_and(|c| c == "text/event-stream") =>
-                {
-                    "stream"
-                }
-                _ => "ok",
-            };
-            state.metrics.request(m, outcome);
-        }
-        return r;
+    if legacy::takes(&state, session_id.as_deref(), &value) {
+        return legacy::post_entry(&state, mount, &parts.headers, value, session_id, peer).await;
     }
     let raw_id = value.get("id").cloned();
     let mut msg = match Request::from_value(value) {
@@ -384,32 +334,6 @@ fn context(
     })
 }
 
-/// GET (the session's stream, or a resumed one) and DELETE in a legacy session.
-async fn session_stream(
-    state: &State,
-    mount: &Mount,
-    req: http::Request<Incoming>,
-    sid: &str,
-    peer: SocketAddr,
-) -> Response<RespBody> {
-    if let Some(r) = forbidden_origin(state, req.headers(), peer) {
-        return r;
-    }
-    let ctx = match context(state, mount, req.headers(), None) {
-        Ok(c) => c,
-        Err(r) => return *r,
-    };
-    let s = match legacy::find_session(mount, sid, &ctx.principal) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
-    if req.method() == Method::DELETE {
-        legacy::delete(mount, &s.id, ctx).await
-    } else {
-        legacy::get(mount, s, req.headers(), ctx)
-    }
-}
-
 /// Client headers passed upstream as they are: `Mcp-Param-*` and trace context.
 fn forwarded_headers(h: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
     h.iter()
@@ -436,7 +360,7 @@ pub async fn snapshot(state: &State) -> crate::metrics::Snapshot {
         .await
         .map(|s| s.disk_bytes)
         .unwrap_or(0);
-    snap.legacy_sessions = state.mounts.values().map(|m| m.sessions.len() as u64).sum();
+    snap.legacy_sessions = state.legacy.session_count() as u64;
     let mut ups: Vec<_> = state
         .mounts
         .values()
@@ -515,7 +439,7 @@ pub async fn readyz(state: &State) -> Response<RespBody> {
                 "status": "ready",
                 "tasks": s.tasks,
                 "running": state.engine.running_count(),
-                "legacy_sessions": state.mounts.values().map(|m| m.sessions.len()).sum::<usize>(),
+                "legacy_sessions": state.legacy.session_count(),
             }),
         ),
         Ok(_) => json_response(

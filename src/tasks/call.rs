@@ -12,7 +12,6 @@ use tokio::sync::mpsc;
 
 use super::input::{check_allowed, InputKeys};
 use crate::config::ToolPolicy;
-use crate::session::ClientSession;
 use crate::upstream::{CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
 use tasklift_protocol::jsonrpc::{Outcome, Request};
 use tasklift_protocol::mcp::{self, method};
@@ -81,7 +80,7 @@ pub(super) struct SyncCall {
     pub backlog: VecDeque<CallEvent>,
     /// A legacy client's session: the upstream's requests go to the client as
     /// requests on the response stream (instead of an MRTR `InputRequiredResult`).
-    pub session: Option<Arc<ClientSession>>,
+    pub session: Option<Arc<crate::upstream::ClientPeer>>,
     /// The request and where it went, so a task can retry it with MRTR answers.
     pub origin: Option<(
         Arc<dyn Upstream>,

@@ -19,9 +19,8 @@ use super::engine::Engine;
 use super::input::{request_binding, StateClaims};
 use super::{create_task_result, progress_message};
 use crate::reply::{Reply, StreamItem};
-use crate::session::ClientSession;
 use crate::store::{NewTask, TaskRecord};
-use crate::upstream::{broken, CallContext, CallEvent, ServerRequest, UpstreamCall};
+use crate::upstream::{broken, CallContext, CallEvent, ClientPeer, ServerRequest, UpstreamCall};
 use tasklift_protocol::jsonrpc::{self, RpcError};
 
 /// How long a call parked for input waits for the client's retry.
@@ -396,11 +395,11 @@ impl Engine {
 
 /// Send the upstream's requests to a legacy client on its response stream; its
 /// answers come back as POSTed responses and go upstream.
-fn forward_input(s: &Arc<ClientSession>, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
+fn forward_input(s: &ClientPeer, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
     reqs.into_iter()
         .map(|r| {
             let (method, params) = (r.method.clone(), r.params.clone());
-            StreamItem::Message(s.request(&method, params, Box::new(move |o| r.answer(o)), None))
+            StreamItem::Message(s.ask(&method, params, Box::new(move |o| r.answer(o))))
         })
         .collect()
 }

@@ -31,13 +31,18 @@ use super::{json_response, State};
 use shape::sse_response;
 pub use shape::{legacy_shape, modernize, sse, SESSION_HEADER};
 
+mod door;
+pub mod session;
 mod shape;
 mod tasks;
 
+pub(crate) use door::run_reaper;
+pub use door::{post_entry, session_id, session_stream, takes, Legacy};
+
 use crate::dispatch::{dispatch, Mount};
 use crate::reply::{Reply, StreamItem};
-use crate::session::ClientSession;
 use crate::upstream::{CallContext, Era};
+use session::ClientSession;
 use tasklift_protocol::jsonrpc::{
     self, Outcome, Request, RpcError, INVALID_PARAMS, INVALID_REQUEST,
 };
@@ -47,32 +52,6 @@ use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 const STREAM_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// JSON-RPC code for a request the client cancelled.
 const REQUEST_CANCELLED: i64 = -32800;
-
-/// Whether a message opens a legacy session: `initialize` without modern `_meta`.
-pub fn is_legacy_initialize(v: &Value) -> bool {
-    v.get("method").and_then(Value::as_str) == Some(mcp::method::INITIALIZE)
-        && v.get("params")
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(mcp::META_PROTOCOL_VERSION))
-            .is_none()
-}
-
-/// The session a request names, or the 404 a client must answer by initializing again.
-pub fn find_session(
-    mount: &Mount,
-    id: &str,
-    principal: &str,
-) -> Result<Arc<ClientSession>, Box<Response<RespBody>>> {
-    match mount.sessions.get(id, principal) {
-        Some(s) => {
-            s.touch();
-            Ok(s)
-        }
-        None => Err(Box::new(
-            Rejected::SessionNotFound { hint: true }.response(None),
-        )),
-    }
-}
 
 fn accepted() -> Response<RespBody> {
     Response::builder()
@@ -117,15 +96,16 @@ pub async fn initialize(
         .get("clientInfo")
         .cloned()
         .unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
-    let polling = crate::session::Polling {
-        retry_ms: state.legacy.sse_retry.as_millis() as u64,
-        close_after: Some(state.legacy.stream_max).filter(|d| !d.is_zero()),
+    let polling = session::Polling {
+        retry_ms: state.legacy.cfg.sse_retry.as_millis() as u64,
+        close_after: Some(state.legacy.cfg.stream_max).filter(|d| !d.is_zero()),
     };
     let s =
         ClientSession::with_polling(ctx.principal.clone(), version.clone(), caps, info, polling);
-    let evicted = match mount
-        .sessions
-        .insert(s.clone(), state.legacy.max_sessions_per_principal)
+    let evicted = match state
+        .legacy
+        .sessions(mount)
+        .insert(s.clone(), state.legacy.cfg.max_sessions_per_principal)
     {
         Ok(evicted) => evicted,
         Err(e) => return Rejected::TooManySessions(e.to_string()).response(id.as_ref()),
@@ -133,10 +113,10 @@ pub async fn initialize(
     // The session the cap closed ends upstream too, as after DELETE.
     if let Some(old) = evicted {
         let mut octx = ctx.clone();
-        octx.session = Some(old);
+        octx.session = Some(old.peer());
         mount.upstream.end_session(&octx).await;
     }
-    ctx.session = Some(s.clone());
+    ctx.session = Some(s.peer());
     let discover = modernize(
         &s,
         Request {
@@ -153,7 +133,7 @@ pub async fn initialize(
     let d = match found {
         Ok(d) => d,
         Err(e) => {
-            mount.sessions.remove(&s.id);
+            state.legacy.sessions(mount).remove(&s.id);
             mount.upstream.end_session(&ctx).await;
             tracing::warn!(upstream = %mount.cfg.name, error = %e, "a legacy client could not be initialized");
             return ok(id.as_ref(), Err(e));
@@ -238,7 +218,7 @@ pub async fn post(
         Ok(r) => r,
         Err(e) => return Rejected::Malformed(e).response(value.get("id")),
     };
-    ctx.session = Some(s.clone());
+    ctx.session = Some(s.peer());
     if let Some(t) = crate::trace::propagate(headers, &mut req, &mut ctx) {
         tracing::debug!(trace_id = %t, method = %req.method, "continuing the caller's trace");
     }
@@ -382,7 +362,7 @@ async fn call(
                 let mut closed = s2.closed();
                 tokio::select! {
                     _ = async { while rx.recv().await.is_some() {} } => {}
-                    _ = crate::session::ended(&mut closed) => {}
+                    _ = session::ended(&mut closed) => {}
                 }
             }
             s2.end_request(&id2);
@@ -590,7 +570,7 @@ fn continue_call(
             _ = cancelled.notified() => {
                 let _ = tx.send(StreamItem::Message(jsonrpc::response(Some(&id), &Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled"))))).await;
             }
-            _ = crate::session::ended(&mut closed) => {}
+            _ = session::ended(&mut closed) => {}
         }
         s.end_request(&id);
     });
@@ -664,7 +644,7 @@ pub fn get(
     }
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let mut ctx = ctx;
-    ctx.session = Some(s.clone());
+    ctx.session = Some(s.peer());
     listen(mount, &s, &ctx, false);
     let rx = s.open_stream(last);
     // Keep-alives while the stream is open, so proxies in between keep it.
@@ -680,7 +660,7 @@ pub fn get(
             let item = tokio::select! {
                 i = rx.recv() => match i { Some(i) => i, None => return },
                 _ = tick.tick() => StreamItem::KeepAlive,
-                _ = crate::session::ended(&mut closed) => return,
+                _ = session::ended(&mut closed) => return,
             };
             if tx.send(item).await.is_err() {
                 return;
@@ -688,47 +668,4 @@ pub fn get(
         }
     });
     sse_response(out, None)
-}
-
-/// DELETE: end the session, and the upstream's session for it.
-pub async fn delete(mount: &Mount, id: &str, ctx: CallContext) -> Response<RespBody> {
-    match mount.sessions.remove(id) {
-        Some(s) => {
-            let mut ctx = ctx;
-            ctx.session = Some(s.clone());
-            mount.upstream.end_session(&ctx).await;
-            tracing::info!(session = %s.id, "legacy client session closed by the client");
-            Response::builder()
-                .status(StatusCode::OK)
-                .body(body::full(Bytes::new()))
-                .expect("valid response")
-        }
-        None => Rejected::SessionNotFound { hint: false }.response(None),
-    }
-}
-
-/// Close sessions idle longer than the configured time (and their upstream sessions).
-pub async fn reap(state: &State, all: bool) {
-    let idle_ms = if all {
-        0
-    } else {
-        state.legacy.session_idle.as_millis() as u64
-    };
-    for mount in state.mounts.values() {
-        let stale = if all {
-            mount.sessions.all()
-        } else {
-            mount.sessions.idle(idle_ms)
-        };
-        for s in stale {
-            mount.sessions.remove(&s.id);
-            let ctx = CallContext {
-                principal: s.principal.clone(),
-                session: Some(s.clone()),
-                ..CallContext::default()
-            };
-            mount.upstream.end_session(&ctx).await;
-            tracing::info!(session = %s.id, "legacy client session closed after being idle");
-        }
-    }
 }

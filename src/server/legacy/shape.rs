@@ -7,8 +7,8 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::super::body::{self, RespBody};
+use super::session::ClientSession;
 use crate::reply::StreamItem;
-use crate::session::ClientSession;
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp::{self, MODERN_VERSION};
 

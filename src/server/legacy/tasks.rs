@@ -22,11 +22,11 @@ use tokio::sync::mpsc;
 
 use super::super::body::RespBody;
 use super::super::{json_response, State};
+use super::session::ClientSession;
 use super::shape::{legacy_shape, modernize, sse};
 use crate::config::{ToolMode, UpstreamConfig};
 use crate::dispatch::Mount;
 use crate::reply::{Reply, StreamItem};
-use crate::session::ClientSession;
 use crate::tasks::{detailed_task, into_detailed_task, Caller, Engine};
 use crate::upstream::CallContext;
 use tasklift_protocol::jsonrpc::{
@@ -406,7 +406,7 @@ fn answer_to_task(
     upstream: &str,
     key: &str,
     method: &str,
-) -> crate::session::Responder {
+) -> super::session::Responder {
     let (engine, task_id, owner, upstream, key) = (
         engine.clone(),
         task_id.to_string(),

@@ -2,8 +2,9 @@
 //! client declared at `initialize`, the server-to-client requests waiting for its
 //! answer, and the event logs that let it resume a stream with `Last-Event-ID`.
 //!
-//! No HTTP here: `server::legacy` speaks the transport, the engine and upstreams
-//! read what they need through [`ClientSession`].
+//! No HTTP here: the rest of `server::legacy` speaks the transport. The engine
+//! and upstreams see a session only as the [`ClientPeer`] it hands them
+//! ([`ClientSession::peer`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -15,6 +16,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::reply::StreamItem;
+use crate::upstream::ClientPeer;
 use tasklift_protocol::jsonrpc::Outcome;
 
 /// How long a request to the client waits for its answer before it fails with an
@@ -309,6 +311,19 @@ impl ClientSession {
             }
         });
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    }
+
+    /// The session as the engine and upstreams see it: who the client is, and a way
+    /// to ask it things that holds the session while a call may still ask.
+    pub fn peer(self: &Arc<Self>) -> Arc<ClientPeer> {
+        let me = self.clone();
+        Arc::new(ClientPeer::new(
+            self.id.clone(),
+            self.protocol_version.clone(),
+            self.capabilities.clone(),
+            self.client_info.clone(),
+            move |method, params, answer| me.request(method, params, answer, None),
+        ))
     }
 
     /// The client answered one of tasklift's requests; false if none was waiting.

@@ -1,0 +1,254 @@
+//! Where a legacy client comes in: the session a request names, the POST entry
+//! (an `initialize` without modern `_meta`, or anything in a session), the
+//! session's GET stream and DELETE, and the table of open sessions with its
+//! reaper. The front door calls [`session_id`], [`takes`], [`post_entry`] and
+//! [`session_stream`]; everything else of the 2025-era client support is in this
+//! folder.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::Value;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::super::body::{self, RespBody};
+use super::super::errors::Rejected;
+use super::super::{context, forbidden_origin, State};
+use super::session::{ClientSession, Sessions};
+use super::{get, initialize, post, SESSION_HEADER};
+use crate::config::LegacyConfig;
+use crate::dispatch::Mount;
+use crate::upstream::CallContext;
+use http::Method;
+use tasklift_protocol::jsonrpc::Request;
+use tasklift_protocol::mcp;
+
+/// Legacy clients: their settings, and the sessions open at each mount path.
+pub struct Legacy {
+    /// The `[legacy]` settings.
+    pub cfg: LegacyConfig,
+    sessions: HashMap<String, Sessions>,
+}
+
+impl Legacy {
+    /// No sessions yet, at the given mount paths.
+    pub fn new<'a>(cfg: LegacyConfig, paths: impl IntoIterator<Item = &'a String>) -> Self {
+        let sessions = paths
+            .into_iter()
+            .map(|p| (p.clone(), Sessions::default()))
+            .collect();
+        Self { cfg, sessions }
+    }
+
+    /// The sessions open at a mount.
+    pub fn sessions(&self, mount: &Mount) -> &Sessions {
+        self.sessions
+            .get(&mount.cfg.path)
+            .expect("a session table for every mount")
+    }
+
+    /// Sessions open at the mount at `path`.
+    pub fn sessions_at(&self, path: &str) -> usize {
+        self.sessions.get(path).map_or(0, Sessions::len)
+    }
+
+    /// Sessions open in all.
+    pub fn session_count(&self) -> usize {
+        self.sessions.values().map(Sessions::len).sum()
+    }
+}
+
+/// The session id a request carries, when legacy clients are served.
+pub fn session_id(state: &State, headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .filter(|_| state.legacy.cfg.enabled)
+}
+
+/// Whether a POST is a legacy client's: in a session, or opening one.
+pub fn takes(state: &State, session_id: Option<&str>, value: &Value) -> bool {
+    state.legacy.cfg.enabled && (session_id.is_some() || is_legacy_initialize(value))
+}
+
+/// Whether a message opens a legacy session: `initialize` without modern `_meta`.
+pub fn is_legacy_initialize(v: &Value) -> bool {
+    v.get("method").and_then(Value::as_str) == Some(mcp::method::INITIALIZE)
+        && v.get("params")
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(mcp::META_PROTOCOL_VERSION))
+            .is_none()
+}
+
+/// A legacy client's POST, counted in `tasklift_requests_total` by its shape.
+pub async fn post_entry(
+    state: &Arc<State>,
+    mount: &Mount,
+    headers: &HeaderMap,
+    value: Value,
+    session_id: Option<String>,
+    peer: SocketAddr,
+) -> Response<RespBody> {
+    let ctx = match context(state, mount, headers, value.get("id")) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let method = value
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let span = tracing::info_span!("legacy", method = ?method, client.addr = %peer, upstream = %mount.cfg.name);
+    let r = async {
+        match &session_id {
+            Some(sid) => match find_session(state, mount, sid, &ctx.principal) {
+                Ok(s) => post(state, mount, s, headers, value, ctx).await,
+                Err(r) => *r,
+            },
+            None => match Request::from_value(value) {
+                Ok(req) if req.id.is_some() => initialize(state, mount, req, ctx).await,
+                Ok(_) => Rejected::BadSessionRequest(
+                    "Invalid request: initialize must be a request with an id".into(),
+                )
+                .response(None),
+                Err(e) => Rejected::Malformed(e).response(None),
+            },
+        }
+    }
+    .instrument(span)
+    .await;
+    // Legacy answers carry JSON-RPC errors with 200, so only the shape is counted.
+    if let Some(m) = &method {
+        let outcome = match r.status() {
+            StatusCode::ACCEPTED => "accepted",
+            s if !s.is_success() => "rejected",
+            _ if r
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .is_some_and(|c| c == "text/event-stream") =>
+            {
+                "stream"
+            }
+            _ => "ok",
+        };
+        state.metrics.request(m, outcome);
+    }
+    r
+}
+
+/// GET (the session's stream, or a resumed one) and DELETE in a legacy session.
+pub async fn session_stream(
+    state: &State,
+    mount: &Mount,
+    req: http::Request<Incoming>,
+    sid: &str,
+    peer: SocketAddr,
+) -> Response<RespBody> {
+    if let Some(r) = forbidden_origin(state, req.headers(), peer) {
+        return r;
+    }
+    let ctx = match context(state, mount, req.headers(), None) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let s = match find_session(state, mount, sid, &ctx.principal) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    if req.method() == Method::DELETE {
+        delete(state, mount, &s.id, ctx).await
+    } else {
+        get(mount, s, req.headers(), ctx)
+    }
+}
+
+/// The session a request names, or the 404 a client must answer by initializing again.
+pub fn find_session(
+    state: &State,
+    mount: &Mount,
+    id: &str,
+    principal: &str,
+) -> Result<Arc<ClientSession>, Box<Response<RespBody>>> {
+    match state.legacy.sessions(mount).get(id, principal) {
+        Some(s) => {
+            s.touch();
+            Ok(s)
+        }
+        None => Err(Box::new(
+            Rejected::SessionNotFound { hint: true }.response(None),
+        )),
+    }
+}
+
+/// DELETE: end the session, and the upstream's session for it.
+pub async fn delete(
+    state: &State,
+    mount: &Mount,
+    id: &str,
+    ctx: CallContext,
+) -> Response<RespBody> {
+    match state.legacy.sessions(mount).remove(id) {
+        Some(s) => {
+            let mut ctx = ctx;
+            ctx.session = Some(s.peer());
+            mount.upstream.end_session(&ctx).await;
+            tracing::info!(session = %s.id, "legacy client session closed by the client");
+            Response::builder()
+                .status(StatusCode::OK)
+                .body(body::full(Bytes::new()))
+                .expect("valid response")
+        }
+        None => Rejected::SessionNotFound { hint: false }.response(None),
+    }
+}
+
+/// Close sessions idle longer than the configured time (and their upstream sessions).
+async fn reap(state: &State, all: bool) {
+    let idle_ms = if all {
+        0
+    } else {
+        state.legacy.cfg.session_idle.as_millis() as u64
+    };
+    for mount in state.mounts.values() {
+        let sessions = state.legacy.sessions(mount);
+        let stale = if all {
+            sessions.all()
+        } else {
+            sessions.idle(idle_ms)
+        };
+        for s in stale {
+            sessions.remove(&s.id);
+            let ctx = CallContext {
+                principal: s.principal.clone(),
+                session: Some(s.peer()),
+                ..CallContext::default()
+            };
+            mount.upstream.end_session(&ctx).await;
+            tracing::info!(session = %s.id, "legacy client session closed after being idle");
+        }
+    }
+}
+
+/// Close idle sessions until `shutdown`; then close them all (with their upstream
+/// sessions), before the upstreams stop.
+pub async fn run_reaper(state: Arc<State>, mut shutdown: watch::Receiver<bool>) {
+    let every = (state.legacy.cfg.session_idle / 4).clamp(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(30),
+    );
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => reap(&state, false).await,
+            _ = shutdown.changed() => {
+                reap(&state, true).await;
+                return;
+            }
+        }
+    }
+}
