@@ -35,6 +35,8 @@ pub struct Engine {
     store: Arc<dyn TaskStore>,
     /// Tasks whose upstream call is still running here, with the way to reach their owner.
     pub(super) running: DashMap<String, mpsc::Sender<Control>>,
+    /// Every background driver this engine spawned, so shutdown waits for them.
+    pub(super) drivers: tokio_util::task::TaskTracker,
     /// Calls parked until the client retries with answers (MRTR), by park id.
     pub(super) parked: DashMap<String, std::sync::Mutex<Parked>>,
     /// Seals the `requestState` of parked calls.
@@ -121,6 +123,7 @@ impl Engine {
         Arc::new(Self {
             store,
             running: DashMap::new(),
+            drivers: tokio_util::task::TaskTracker::new(),
             parked: DashMap::new(),
             sealer,
             changes: broadcast::channel(1024).0,
@@ -382,23 +385,22 @@ impl Engine {
         for s in &senders {
             let _ = s.send(Control::Stop(StopReason::Shutdown)).await;
         }
-        let deadline = tokio::time::Instant::now() + wait;
-        while !self.running.is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.drivers.close();
+        let _ = tokio::time::timeout(wait, self.drivers.wait()).await;
         senders.len()
     }
 
-    /// Wait until no task runs here, or `limit` passes; true if none runs.
+    /// Wait until no task's driver runs here, or `limit` passes; true if none runs.
+    /// (At shutdown: a driver started after this is still waited for by
+    /// [`Engine::stop_all`].)
     pub async fn settled_within(&self, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        while !self.running.is_empty() {
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        true
+        self.drivers.close();
+        let settled = tokio::time::timeout(limit, self.drivers.wait())
+            .await
+            .is_ok();
+        // Drivers may still start (a call crossing its threshold meanwhile).
+        self.drivers.reopen();
+        settled
     }
 
     /// Tell `subscriptions/listen` streams about a change.

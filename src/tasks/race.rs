@@ -388,7 +388,8 @@ impl Engine {
         };
         let engine = self.clone();
         let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
-        tokio::spawn(engine.own(rec, owner, control_rx).instrument(span));
+        self.drivers
+            .spawn(engine.own(rec, owner, control_rx).instrument(span));
         Some(jsonrpc::response(sc.id.as_ref(), &Ok(handle)))
     }
 }
