@@ -1,6 +1,6 @@
 //! Task storage: the `TaskStore` trait and the record it keeps. The sled
 //! implementation lives in `sled_store.rs` and is the only place sled appears; the
-//! PostgreSQL store several replicas share (`pg_store.rs`) implements the same trait.
+//! PostgreSQL store several replicas share (`pg_store/`) implements the same trait.
 
 mod pg_store;
 mod record;

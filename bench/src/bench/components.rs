@@ -1,0 +1,291 @@
+//! Starting the components under test, each a process: tasklift on a fresh store,
+//! the baseline upstream, nginx, and a scratch PostgreSQL database.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use crate::procs::{self, Proc, TempDir};
+use crate::report;
+use crate::wire::{self, Conn, Endpoint};
+use crate::RunArgs;
+
+/// A scratch database on the PostgreSQL server the harness was given.
+pub(super) struct ScratchDb {
+    admin: String,
+    name: String,
+    pub(super) url: String,
+}
+
+impl ScratchDb {
+    pub(super) async fn create(admin: &str) -> anyhow::Result<Self> {
+        let name = format!("tasklift_bench_{}", std::process::id());
+        let (c, conn) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {admin} (--postgres)"))?;
+        tokio::spawn(conn);
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {name}"),
+            format!("CREATE DATABASE {name}"),
+        ] {
+            c.batch_execute(&sql)
+                .await
+                .context("creating the scratch database")?;
+        }
+        let base = admin.split('?').next().unwrap_or(admin);
+        let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
+        Ok(Self {
+            admin: admin.to_string(),
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    pub(super) async fn drop_db(self) {
+        if let Ok((c, conn)) = tokio_postgres::connect(&self.admin, tokio_postgres::NoTls).await {
+            tokio::spawn(conn);
+            let _ = c
+                .batch_execute(&format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    self.name
+                ))
+                .await;
+        }
+    }
+}
+
+/// A running tasklift.
+pub struct Tasklift {
+    proc_: Proc,
+    /// Its MCP endpoint.
+    pub ep: Endpoint,
+    /// Its log (stderr).
+    pub log: PathBuf,
+    _dir: TempDir,
+}
+
+impl Tasklift {
+    /// Start `tasklift serve` on a fresh store with `threshold` and per-tool rules,
+    /// and wait until `/readyz` says it can take calls.
+    pub(super) async fn start(
+        bin: &Path,
+        upstream: &Endpoint,
+        tag: &str,
+        threshold: Duration,
+        tools: &[(&str, Duration)],
+        store_url: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let dir = TempDir::new(tag)?;
+        let listen = procs::free_port()?;
+        let mut toml = format!(
+            r#"[server]
+listen = "{listen}"
+shutdown_grace = "1s"
+
+[store]
+data_dir = "{data}"
+url = "{store_url}"
+
+[tasks]
+threshold = "{threshold}ms"
+poll_interval = "50ms"
+ttl = "1h"
+
+[limits]
+max_concurrent_calls = 0
+max_active_tasks_per_principal = 0
+poll_rate_limit = false
+
+[[upstreams]]
+name = "bench"
+path = "/mcp"
+url = "{url}"
+era = "auto"
+"#,
+            data = dir.path().join("data").display(),
+            threshold = threshold.as_millis(),
+            url = upstream.url(),
+            store_url = store_url.unwrap_or(""),
+        );
+        for (tool, t) in tools {
+            toml.push_str(&format!(
+                "\n[upstreams.tools.{tool}]\nthreshold = \"{}ms\"\n",
+                t.as_millis()
+            ));
+        }
+        let config = dir.path().join("tasklift.toml");
+        std::fs::write(&config, toml)?;
+        let log = dir.path().join("tasklift.log");
+        let args = vec![
+            "serve".to_string(),
+            "--config".into(),
+            config.display().to_string(),
+        ];
+        let mut proc_ = Proc::spawn(&format!("tasklift ({tag})"), bin, &args, &log)?;
+        procs::wait_http_ok(&mut proc_, listen, "/readyz", Duration::from_secs(15))
+            .await
+            .with_context(|| format!("tasklift log:\n{}", tail(&log)))?;
+        let t = Self {
+            proc_,
+            ep: Endpoint::new(listen, "/mcp"),
+            log,
+            _dir: dir,
+        };
+        // The first call makes tasklift detect the upstream's era: it must be modern.
+        let mut c = Conn::connect(&t.ep).await?;
+        c.result(&wire::tool_call("fast", json!({}), true))
+            .await
+            .context("first tools/call through tasklift")?;
+        let text = std::fs::read_to_string(&t.log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("detected upstream era")) {
+            if !line.contains("Modern") {
+                bail!("tasklift took the baseline upstream for a legacy server: {line}");
+            }
+        }
+        Ok(t)
+    }
+
+    pub(super) fn pid(&self) -> anyhow::Result<u32> {
+        self.proc_.pid()
+    }
+
+    /// What the log holds: lines, warnings, errors, and the first few of those.
+    pub(super) fn log_summary(&self, tag: &str) -> report::LogSummary {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let mut l = report::LogSummary {
+            instance: tag.to_string(),
+            bytes: text.len(),
+            ..Default::default()
+        };
+        for line in text.lines() {
+            l.lines += 1;
+            let warn = line.contains(" WARN ") || line.contains("\"WARN\"");
+            let error = line.contains(" ERROR ") || line.contains("\"ERROR\"");
+            l.warnings += usize::from(warn);
+            l.errors += usize::from(error);
+            if (warn || error) && l.samples.len() < 5 {
+                l.samples.push(line.chars().take(300).collect());
+            }
+        }
+        l
+    }
+}
+
+/// The last lines of a log, for error messages.
+fn tail(p: &Path) -> String {
+    let t = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = t.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// Start the baseline upstream (this binary, `upstream` subcommand).
+pub(super) async fn start_upstream(args: &RunArgs, dir: &Path) -> anyhow::Result<(Proc, Endpoint)> {
+    let me = std::env::current_exe()?;
+    let a = vec![
+        "upstream".to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--threads".into(),
+        args.upstream_threads.to_string(),
+    ];
+    let mut p = Proc::spawn("baseline upstream", &me, &a, &dir.join("upstream.log"))?;
+    let addr: SocketAddr = p
+        .stdout_line("listening on ", Duration::from_secs(10))
+        .await?
+        .parse()
+        .context("the upstream's address")?;
+    Ok((p, Endpoint::new(addr, "/mcp")))
+}
+
+/// Find nginx: the option, PATH, then /usr/sbin.
+pub(super) fn find_nginx(args: &RunArgs) -> Option<PathBuf> {
+    if let Some(p) = &args.nginx {
+        return Some(p.clone());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
+        .map(|d| d.join("nginx"))
+        .find(|p| p.is_file())
+}
+
+/// Start nginx as a plain process (no daemon, no systemd) with a generated
+/// configuration under `dir`: two workers, `proxy_pass` with upstream keep-alive.
+pub(super) async fn start_nginx(
+    bin: &Path,
+    upstream: &Endpoint,
+    dir: &Path,
+) -> anyhow::Result<(Proc, Endpoint)> {
+    let prefix = dir.join("nginx");
+    std::fs::create_dir_all(prefix.join("logs"))?;
+    let listen = procs::free_port()?;
+    let root = std::env::var("USER").map(|u| u == "root").unwrap_or(false)
+        || std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("Uid:"))
+                    .map(|l| l.split_whitespace().nth(2) == Some("0"))
+            })
+            .unwrap_or(false);
+    let p = prefix.display();
+    let conf = format!(
+        r#"{user}
+worker_processes 2;
+daemon off;
+master_process on;
+pid {p}/nginx.pid;
+error_log {p}/logs/error.log warn;
+worker_rlimit_nofile 65535;
+events {{ worker_connections 16384; }}
+http {{
+    access_log off;
+    client_body_temp_path {p}/client_body;
+    proxy_temp_path {p}/proxy;
+    fastcgi_temp_path {p}/fastcgi;
+    uwsgi_temp_path {p}/uwsgi;
+    scgi_temp_path {p}/scgi;
+    keepalive_requests 1000000;
+    upstream mcp_upstream {{
+        server {up};
+        keepalive 64;
+        keepalive_requests 1000000;
+    }}
+    server {{
+        listen {listen};
+        location / {{
+            proxy_pass http://mcp_upstream;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+}}
+"#,
+        user = if root { "user root;" } else { "" },
+        up = upstream.addr,
+    );
+    let file = prefix.join("nginx.conf");
+    std::fs::write(&file, conf)?;
+    let args = vec![
+        "-p".to_string(),
+        format!("{p}/"),
+        "-e".into(),
+        format!("{p}/logs/error.log"),
+        "-c".into(),
+        file.display().to_string(),
+    ];
+    let mut proc_ = Proc::spawn("nginx", bin, &args, &prefix.join("logs/stderr.log"))?;
+    procs::wait_http_ok(&mut proc_, listen, "/stats", Duration::from_secs(10))
+        .await
+        .with_context(|| {
+            format!(
+                "nginx error log:\n{}{}",
+                tail(&prefix.join("logs/stderr.log")),
+                tail(&prefix.join("logs/error.log"))
+            )
+        })?;
+    Ok((proc_, Endpoint::new(listen, "/mcp")))
+}

@@ -1,0 +1,308 @@
+//! The scenarios and their order: start the components, run each repetition with
+//! the targets interleaved, then the one-off scenarios (memory, store churn), and
+//! hand everything to the report.
+//!
+//! This module has the run itself; `components` starts what is measured,
+//! `measure` runs a load on a quiet machine, `tasks`, `memory` and `churn` are
+//! the other scenarios.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::loadgen::{self, Workload};
+use crate::plan::{
+    skip, CREATION_THRESHOLD, GET_THRESHOLD, MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET,
+};
+use crate::procs::{self, TempDir};
+use crate::report::Report;
+use crate::wire::{self, Endpoint};
+use crate::RunArgs;
+
+mod churn;
+mod components;
+mod measure;
+mod memory;
+mod tasks;
+
+use churn::churn;
+use components::{find_nginx, start_nginx, start_upstream, ScratchDb, Tasklift};
+use measure::{log_run, measured, quiet_budget_left, wait_quiet, Cpu};
+use memory::memory;
+use tasks::{create_completed_tasks, creation};
+
+/// Run everything and write the report.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let started = std::time::SystemTime::now();
+    let tasklift_bin = match &args.tasklift {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("the harness's directory")?
+            .join("tasklift"),
+    };
+    if !tasklift_bin.is_file() {
+        bail!(
+            "no tasklift binary at {} (build it: cargo build --release --bin tasklift, or pass --tasklift)",
+            tasklift_bin.display()
+        );
+    }
+    let (soft, hard) = procs::nofile_limits();
+    eprintln!("tasklift-bench: open files limit {soft} (hard {hard}); children raise theirs to the hard limit");
+    let work = TempDir::new("run")?;
+    let (mut upstream, up) = start_upstream(&args, work.path()).await?;
+    eprintln!("baseline upstream on {}", up.url());
+
+    let mut nginx = None;
+    if !skip(&args, "nginx") {
+        let bin = find_nginx(&args).context(
+            "nginx not found (install it, e.g. apt-get install -y nginx-light, or pass --skip nginx)",
+        )?;
+        let (p, ep) = start_nginx(&bin, &up, work.path()).await?;
+        eprintln!("nginx ({}) on {}", bin.display(), ep.url());
+        nginx = Some((p, ep));
+    }
+    let main = Tasklift::start(
+        &tasklift_bin,
+        &up,
+        "main",
+        MAIN_THRESHOLD,
+        &[("sleep", GET_THRESHOLD)],
+        None,
+    )
+    .await?;
+    eprintln!("tasklift on {} (threshold 2s; sleep: 20ms)", main.ep.url());
+
+    // The same tasks/get and creation scenarios with the PostgreSQL store, on a
+    // scratch database dropped at the end.
+    let scratch = match &args.postgres {
+        Some(url) => Some(ScratchDb::create(url).await?),
+        None => None,
+    };
+    let mut pg = None;
+    if let Some(db) = &scratch {
+        let get = Tasklift::start(
+            &tasklift_bin,
+            &up,
+            "pg-main",
+            MAIN_THRESHOLD,
+            &[("sleep", GET_THRESHOLD)],
+            Some(&db.url),
+        )
+        .await?;
+        let ids = create_completed_tasks(&get.ep, args.get_tasks).await?;
+        let work = Arc::new(Workload {
+            requests: ids.iter().map(|id| wire::tasks_get(id)).collect(),
+            expect: b"\"status\":\"completed\"",
+        });
+        let creation = Tasklift::start(
+            &tasklift_bin,
+            &up,
+            "pg-creation",
+            CREATION_THRESHOLD,
+            &[],
+            Some(&db.url),
+        )
+        .await?;
+        eprintln!("tasklift with the PostgreSQL store on {}", get.ep.url());
+        pg = Some((get, work, creation));
+    }
+
+    let fast = Arc::new(Workload {
+        requests: vec![wire::tool_call("fast", json!({}), true)],
+        expect: b"\"text\":\"ok\"",
+    });
+
+    // tasks/get: create tasks that complete, then poll them round-robin.
+    let mut get_work = None;
+    if !skip(&args, "tasks-get") {
+        let t0 = Instant::now();
+        let ids = create_completed_tasks(&main.ep, args.get_tasks).await?;
+        eprintln!(
+            "created {} completed tasks for tasks/get in {:.1}s",
+            ids.len(),
+            t0.elapsed().as_secs_f64()
+        );
+        get_work = Some(Arc::new(Workload {
+            requests: ids.iter().map(|id| wire::tasks_get(id)).collect(),
+            expect: b"\"status\":\"completed\"",
+        }));
+    }
+    let creation_tl = if skip(&args, "creation") {
+        None
+    } else {
+        Some(
+            Tasklift::start(
+                &tasklift_bin,
+                &up,
+                "creation",
+                CREATION_THRESHOLD,
+                &[],
+                None,
+            )
+            .await?,
+        )
+    };
+
+    let mut rep = Report::new(&args);
+    rep.started = Some(started);
+    rep.fsync = fsync_latency(work.path(), if args.quick { 10 } else { 50 })?;
+    let (w, d, c) = (args.warmup, args.duration, args.concurrency);
+    for r in 0..args.reps {
+        eprintln!("repetition {}/{}", r + 1, args.reps);
+        let up_cpu = vec![upstream.pid()?];
+        let mut targets: Vec<(&str, &Endpoint, Cpu)> = vec![(
+            "direct",
+            &up,
+            Cpu {
+                proxy: Vec::new(),
+                upstream: up_cpu.clone(),
+            },
+        )];
+        if let Some((p, ep)) = &nginx {
+            let cpu = Cpu {
+                proxy: procs::with_children(p.pid()?),
+                upstream: up_cpu.clone(),
+            };
+            targets.push(("nginx", ep, cpu));
+        }
+        let tl_cpu = Cpu {
+            proxy: vec![main.pid()?],
+            upstream: up_cpu.clone(),
+        };
+        targets.push(("tasklift", &main.ep, tl_cpu.clone()));
+        for (label, ep, cpu) in &targets {
+            let s = measured(&args, cpu, || loadgen::closed(ep, fast.clone(), c, w, d)).await?;
+            log_run(label, &s);
+            rep.push(label, s);
+        }
+        if let Some(gw) = &get_work {
+            let s = measured(&args, &tl_cpu, || {
+                loadgen::closed(&main.ep, gw.clone(), c, w, d)
+            })
+            .await?;
+            log_run("tasks/get", &s);
+            rep.push("tasks/get", s);
+        }
+        if let Some((tl, gw, _)) = &pg {
+            // The store's work is the database server's: its CPU counts with
+            // tasklift's (a local server; a remote one shows as neither).
+            let mut proxy = vec![tl.pid()?];
+            proxy.extend(procs::named("postgres"));
+            let cpu = Cpu {
+                proxy,
+                upstream: up_cpu.clone(),
+            };
+            let s = measured(&args, &cpu, || loadgen::closed(&tl.ep, gw.clone(), c, w, d)).await?;
+            log_run(PG_GET, &s);
+            rep.push(PG_GET, s);
+        }
+        if !skip(&args, "open") {
+            for (label, ep, cpu) in &targets {
+                let label = format!("{label} @{:.0}/s", args.rate);
+                let s = measured(&args, cpu, || {
+                    loadgen::open(ep, fast.clone(), args.rate, args.open_connections, w, d)
+                })
+                .await?;
+                log_run(&label, &s);
+                rep.push(&label, s);
+            }
+        }
+        if let Some(tl) = &creation_tl {
+            if quiet_budget_left(&args) {
+                wait_quiet(args.max_other, args.quiet_wait).await;
+            }
+            let cr = creation(&tl.ep, args.creation_clients, d).await?;
+            eprintln!(
+                "  creation: {} tasks, handle p99 {} µs, completion overhead p99 {} µs, errors {}",
+                cr.handle_us.len(),
+                loadgen::quantile(&sorted(&cr.handle_us), 0.99),
+                loadgen::quantile(&sorted(&cr.complete_over_us), 0.99),
+                cr.errors
+            );
+            rep.creation.push(cr);
+        }
+        if let Some((_, _, tl)) = &pg {
+            let cr = creation(&tl.ep, args.creation_clients, d).await?;
+            eprintln!(
+                "  creation (PostgreSQL): {} tasks, handle p99 {} µs, completion overhead p99 {} µs, errors {}",
+                cr.handle_us.len(),
+                loadgen::quantile(&sorted(&cr.handle_us), 0.99),
+                loadgen::quantile(&sorted(&cr.complete_over_us), 0.99),
+                cr.errors
+            );
+            rep.creation_pg.push(cr);
+        }
+        upstream.check_alive()?;
+    }
+    rep.logs.push(main.log_summary("main"));
+    if let Some(t) = &creation_tl {
+        rep.logs.push(t.log_summary("creation"));
+    }
+    rep.main_mem = procs::mem(main.pid()?).ok();
+    drop(creation_tl);
+    drop(main);
+    if let Some((a, _, b)) = pg.take() {
+        rep.logs.push(a.log_summary("pg-main"));
+        rep.logs.push(b.log_summary("pg-creation"));
+    }
+    if let Some(db) = scratch {
+        db.drop_db().await;
+    }
+
+    if !skip(&args, "memory") {
+        let tl = Tasklift::start(&tasklift_bin, &up, "memory", MEMORY_THRESHOLD, &[], None).await?;
+        if quiet_budget_left(&args) {
+            wait_quiet(args.max_other, args.quiet_wait).await;
+        }
+        let m = memory(&tl, &up, upstream.pid()?, args.tasks, args.memory_clients).await?;
+        rep.logs.push(tl.log_summary("memory"));
+        eprintln!(
+            "memory: {} tasks, idle {} KiB, loaded {} KiB → {:.2} KiB per task; {} completed in {:.2}s, {} errors",
+            m.tasks,
+            m.idle.rss_kib,
+            m.loaded.rss_kib,
+            m.per_task_kib(),
+            m.completed,
+            m.drain.as_secs_f64(),
+            m.errors
+        );
+        rep.memory = Some(m);
+    }
+    if !skip(&args, "churn") {
+        rep.churn = Some(churn(&args).await?);
+    }
+    drop(nginx);
+    drop(upstream);
+
+    rep.finish(&args, &tasklift_bin)?;
+    Ok(())
+}
+
+/// How long a small write plus `fdatasync` takes in `dir` (where the tasklift
+/// stores live): the floor under anything tasklift flushes before it answers.
+fn fsync_latency(dir: &Path, n: usize) -> anyhow::Result<Vec<u32>> {
+    use std::io::Write;
+    let path = dir.join("fsync-probe");
+    let mut f = std::fs::File::create(&path)?;
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = std::time::Instant::now();
+        f.write_all(&[i as u8; 512])?;
+        f.sync_data()?;
+        v.push(t.elapsed().as_micros() as u32);
+    }
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    v.sort_unstable();
+    Ok(v)
+}
+
+fn sorted(v: &[u32]) -> Vec<u32> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v
+}

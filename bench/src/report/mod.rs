@@ -1,0 +1,231 @@
+//! The figures: medians over repetitions, ratios against the targets of the
+//! benchmark issue, a table on stdout, `results.md`, and hand-written SVG charts.
+//!
+//! This module has what a run records; `figures` summarises it and weighs it
+//! against the targets, `table`, `markdown` and `svg` write it out.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+
+use crate::loadgen::Pct;
+use crate::plan;
+use crate::procs::Mem;
+use crate::RunArgs;
+
+mod figures;
+mod markdown;
+mod svg;
+mod table;
+
+/// One load run.
+#[derive(Clone, Default)]
+pub struct Sample {
+    /// Requests per second.
+    pub rps: f64,
+    /// Requests measured.
+    pub n: usize,
+    /// Latency percentiles (µs).
+    pub pct: Pct,
+    /// Failed requests.
+    pub errors: u64,
+    /// The first failure.
+    pub first_error: Option<String>,
+    /// Open loop: sends that waited for a busy connection.
+    pub late: u64,
+    /// Every latency, sorted (µs).
+    pub lat: Vec<u32>,
+    /// Answers of the whole run (warm-up included).
+    pub total: u64,
+    /// Answers sent as SSE.
+    pub sse: u64,
+    /// CPU used during the run, as a share of one core: the load generator.
+    pub cpu_client: f64,
+    /// The proxy (nginx or tasklift; 0 for direct).
+    pub cpu_proxy: f64,
+    /// The upstream.
+    pub cpu_upstream: f64,
+    /// Everything else on the machine (other work disturbing the figures).
+    pub cpu_other: f64,
+    /// Runs it took to get one the rest of the machine did not disturb (the last
+    /// kept is the least disturbed).
+    pub attempts: u32,
+    /// The proxy's CPU time per answer, µs.
+    pub proxy_us_per_req: f64,
+    /// The upstream's CPU time per answer, µs.
+    pub upstream_us_per_req: f64,
+}
+
+/// The task-creation scenario (one repetition).
+#[derive(Default, Clone)]
+pub struct Creation {
+    /// Request to handle, µs.
+    pub handle_us: Vec<u32>,
+    /// Request to `completed` seen by `tasks/get`, minus the upstream's sleep, µs.
+    pub complete_over_us: Vec<u32>,
+    /// Failures.
+    pub errors: u64,
+    /// The first failure.
+    pub first_error: Option<String>,
+}
+
+impl Creation {
+    /// Count a failure.
+    pub fn fail(&mut self, e: String) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e);
+        }
+    }
+}
+
+/// The memory scenario.
+#[derive(Default, Clone)]
+pub struct Memory {
+    /// Tasks started.
+    pub tasks: usize,
+    /// Client connections that started them.
+    pub clients: usize,
+    /// tasklift idle.
+    pub idle: Mem,
+    /// tasklift with every task running.
+    pub loaded: Mem,
+    /// The upstream idle.
+    pub upstream_idle: Mem,
+    /// The upstream holding every call.
+    pub upstream_loaded: Mem,
+    /// tasklift after they all completed.
+    pub after: Option<Mem>,
+    /// File descriptors idle and loaded.
+    pub idle_fds: usize,
+    /// File descriptors with every task running.
+    pub loaded_fds: usize,
+    /// Calls the upstream held.
+    pub held: u64,
+    /// Connections open at the upstream while they were held.
+    pub upstream_connections: u64,
+    /// Time until every handle came back.
+    pub to_handles: Duration,
+    /// Release to every task `completed`.
+    pub drain: Duration,
+    /// Tasks seen `completed`.
+    pub completed: usize,
+    /// Failures.
+    pub errors: usize,
+    /// The first failure.
+    pub first_error: Option<String>,
+}
+
+impl Memory {
+    /// RSS growth per running task, KiB.
+    pub fn per_task_kib(&self) -> f64 {
+        (self.loaded.rss_kib as f64 - self.idle.rss_kib as f64) / self.tasks.max(1) as f64
+    }
+
+    /// PSS growth per running task, KiB (0 when PSS is unknown).
+    pub fn per_task_pss_kib(&self) -> f64 {
+        if self.loaded.pss_kib == 0 {
+            return 0.0;
+        }
+        (self.loaded.pss_kib as f64 - self.idle.pss_kib as f64) / self.tasks.max(1) as f64
+    }
+}
+
+/// What one tasklift instance logged (default level, `info`).
+#[derive(Default, Clone)]
+pub struct LogSummary {
+    /// Which instance.
+    pub instance: String,
+    /// Bytes.
+    pub bytes: usize,
+    /// Lines.
+    pub lines: usize,
+    /// WARN lines.
+    pub warnings: usize,
+    /// ERROR lines.
+    pub errors: usize,
+    /// The first warnings and errors.
+    pub samples: Vec<String>,
+}
+
+/// The store churn example's output.
+pub struct Churn {
+    /// What ran.
+    pub command: String,
+    /// Its stdout.
+    pub output: String,
+    /// How long it took.
+    pub seconds: f64,
+}
+
+/// Everything measured.
+pub struct Report {
+    /// Load runs by label.
+    pub samples: Samples,
+    /// Task creation, per repetition.
+    pub creation: Vec<Creation>,
+    /// Task creation with the PostgreSQL store, per repetition.
+    pub creation_pg: Vec<Creation>,
+    /// The memory scenario.
+    pub memory: Option<Memory>,
+    /// Store churn.
+    pub churn: Option<Churn>,
+    /// What the tasklift instances logged.
+    pub logs: Vec<LogSummary>,
+    /// The main tasklift's memory after the load runs.
+    pub main_mem: Option<Mem>,
+    /// When the run started.
+    pub started: Option<SystemTime>,
+    /// Latency of a small write + fdatasync in the temp directory, sorted (µs).
+    pub fsync: Vec<u32>,
+    order: Vec<String>,
+}
+
+impl Report {
+    /// An empty report for `args`.
+    pub fn new(args: &RunArgs) -> Self {
+        Self {
+            samples: Samples::new(),
+            creation: Vec::new(),
+            creation_pg: Vec::new(),
+            memory: None,
+            churn: None,
+            logs: Vec::new(),
+            main_mem: None,
+            started: None,
+            fsync: Vec::new(),
+            order: plan::order(args),
+        }
+    }
+
+    /// Record a run.
+    pub fn push(&mut self, label: &str, s: Sample) {
+        self.samples.entry(label.to_string()).or_default().push(s);
+    }
+
+    /// Print the table, write results.md and the charts.
+    pub fn finish(&self, args: &RunArgs, tasklift_bin: &Path) -> anyhow::Result<()> {
+        let verdicts = self.verdicts(args);
+        let table = self.table(&verdicts);
+        println!("{table}");
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+        let md = self.markdown(args, tasklift_bin, &table, &verdicts);
+        std::fs::write(args.out.join("results.md"), md)?;
+        std::fs::write(args.out.join("throughput.svg"), self.throughput_svg(args))?;
+        std::fs::write(args.out.join("latency.svg"), self.latency_svg(args))?;
+        eprintln!(
+            "wrote {}/results.md, throughput.svg, latency.svg",
+            args.out.display()
+        );
+        let misses = verdicts.iter().filter(|v| v.pass == Some(false)).count();
+        if misses > 0 {
+            eprintln!("{misses} target(s) missed (see the table)");
+        }
+        Ok(())
+    }
+}
+
+/// Samples by label, one per repetition.
+pub type Samples = std::collections::BTreeMap<String, Vec<Sample>>;

@@ -1,0 +1,186 @@
+//! The shared store: PostgreSQL, for several tasklift replicas behind one load
+//! balancer. Selected with `--store postgres://…` (or `[store] url`).
+//!
+//! Every replica reads and writes the same tables:
+//! - `tasklift_tasks`: one row per task. Besides the record it carries the replica
+//!   running the upstream call (`replica`), that replica's lease
+//!   (`lease_expires_at`, in database time) and a fencing number (`lease_epoch`).
+//! - `tasklift_inputs`: `tasks/update` answers received by a replica that does not
+//!   run the task, waiting for the one that does.
+//! - `tasklift_meta`: the principal hash key shared by every replica.
+//!
+//! Writes are conditional. The replica that created a task writes it only while the
+//! row is unfinished and still carries the epoch it created it with; any other
+//! writer (a `tasks/cancel` landing elsewhere, the reaper failing a lost replica's
+//! tasks) raises the epoch, so a paused or partitioned owner that comes back
+//! cannot overwrite the newer state: its write finds no row and it stops the call.
+//!
+//! Every change is announced with `NOTIFY tasklift_tasks, '<replica> <task id>'`
+//! in the same statement, so the owning replica hears of answers and cancellations
+//! at once and other replicas can wake `subscriptions/listen` streams and blocked
+//! 2025-11-25 `tasks/result` calls. A short poll (at each lease renewal) covers
+//! notifications lost while a listening connection was down.
+//!
+//! This module connects and holds the pool; `schema` has the migrations, `rows`
+//! turns rows into records, `task_store` and `shared` implement the two traits,
+//! `listen` hears the other replicas.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio::sync::mpsc;
+use tokio_postgres::config::SslMode;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::config::redact_url_credentials as redact_url;
+
+use super::StoreError;
+
+mod listen;
+mod rows;
+mod schema;
+mod shared;
+mod task_store;
+
+use listen::listen;
+pub use listen::Change;
+
+/// The notification channel.
+const CHANNEL: &str = "tasklift_tasks";
+
+/// PostgreSQL-backed `TaskStore`, shared by replicas.
+pub struct PgStore {
+    pool: Pool,
+    /// This process's replica id (a fresh UUID per start).
+    replica: String,
+    /// How long a lease lasts without renewal.
+    lease: Duration,
+    /// Tasks this replica runs, with the epoch it holds for each.
+    owned: DashMap<String, i64>,
+    /// Where the listener sends what it hears; taken once by the engine.
+    changes: std::sync::Mutex<Option<mpsc::Receiver<Change>>>,
+    /// The listener task.
+    listener: tokio::task::JoinHandle<()>,
+}
+
+/// An error with its causes ("error performing TLS handshake: invalid peer
+/// certificate: …"): the driver's own message often leaves the cause out.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let m = s.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        next = s.source();
+    }
+    out
+}
+
+fn db(e: impl std::error::Error + 'static) -> StoreError {
+    StoreError::Db(chain(&e))
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Db(format!("no database connection: {}", chain(&e)))
+}
+
+impl PgStore {
+    /// Connect, apply migrations, and start listening for other replicas' changes.
+    ///
+    /// TLS is used when the URL asks for it (`?sslmode=require`, or `prefer`), and
+    /// the server's certificate is checked against the system's roots plus
+    /// `ca_file`; a URL without `sslmode` connects in plain TCP.
+    pub async fn connect(
+        url: &str,
+        pool_size: usize,
+        lease: Duration,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self, StoreError> {
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| StoreError::Db(format!("invalid store URL {}: {e}", redact_url(url))))?;
+        if !url.contains("sslmode=") {
+            config.ssl_mode(SslMode::Disable);
+        }
+        let tls = MakeRustlsConnect::new(
+            crate::tls::client_config(true, ca_file).map_err(StoreError::Db)?,
+        );
+        let replica = uuid::Uuid::new_v4().simple().to_string();
+        config.application_name(format!("tasklift {replica}"));
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        let mgr = Manager::from_config(
+            config.clone(),
+            tls.clone(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(pool_size.max(2))
+            .wait_timeout(Some(Duration::from_secs(10)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(db)?;
+        let (tx, rx) = mpsc::channel(4096);
+        let store = Self {
+            pool,
+            listener: tokio::spawn(listen(config, tls, replica.clone(), tx)),
+            replica,
+            lease,
+            owned: DashMap::new(),
+            changes: std::sync::Mutex::new(Some(rx)),
+        };
+        store.migrate().await.map_err(|e| match e {
+            StoreError::Db(m) => StoreError::Db(format!("{} ({})", m, redact_url(url))),
+            e => e,
+        })?;
+        Ok(store)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_err)
+    }
+
+    /// This replica's id (in `application_name` and in `tasklift_tasks.replica`).
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// The principal hash key every replica shares, created by the first one.
+    pub async fn hash_key(&self) -> Result<Vec<u8>, StoreError> {
+        let fresh = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let c = self.client().await?;
+        c.execute(
+            "INSERT INTO tasklift_meta (key, value) VALUES ('principal_hash_key', $1)
+             ON CONFLICT (key) DO NOTHING",
+            &[&fresh],
+        )
+        .await
+        .map_err(db)?;
+        let row = c
+            .query_one(
+                "SELECT value FROM tasklift_meta WHERE key = 'principal_hash_key'",
+                &[],
+            )
+            .await
+            .map_err(db)?;
+        Ok(row.get::<_, String>(0).into_bytes())
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
