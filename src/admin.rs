@@ -24,8 +24,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::Transport;
-use crate::server::body::{self, RespBody};
-use crate::server::{self, State};
+use crate::front::body::{self, RespBody};
+use crate::front::{self, State};
 use crate::store::{TaskRecord, TaskStatus};
 use crate::upstream::Era;
 
@@ -45,11 +45,11 @@ pub async fn serve(
     shutdown: watch::Receiver<bool>,
 ) {
     let times = (SHUTDOWN_GRACE, Duration::from_secs(30));
-    crate::server::accept_loop(listener, shutdown, times, "admin", None, move |req, peer| {
+    crate::front::accept_loop(listener, shutdown, times, "admin", None, move |req, peer| {
         let (state, hosts) = (state.clone(), allowed_hosts.clone());
         async move {
             if !host_allowed(req.headers(), &hosts)
-                || !crate::server::validate::origin_allowed(req.headers(), &state.cfg.allowed_origins)
+                || !crate::front::validate::origin_allowed(req.headers(), &state.cfg.allowed_origins)
             {
                 tracing::warn!(client.addr = %peer, host = ?req.headers().get(header::HOST), "admin listener refused a request for another host or origin");
                 return text(
@@ -79,13 +79,13 @@ async fn handle(
     }
     match req.uri().path() {
         "/" => page(state, started).await,
-        "/metrics" => server::metrics(state).await,
+        "/metrics" => front::metrics(state).await,
         "/healthz" => Response::builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_TYPE, "application/json")
             .body(body::full(r#"{"status":"ok"}"#))
             .expect("valid response"),
-        "/readyz" => server::readyz(state).await,
+        "/readyz" => front::readyz(state).await,
         _ => text(
             StatusCode::NOT_FOUND,
             "not found: the admin listener serves /, /metrics, /healthz and /readyz\n",
@@ -179,7 +179,7 @@ pub struct Status {
 impl Status {
     /// Read the figures now (checking each upstream's reachability, as `/readyz` does).
     pub async fn collect(state: &State, uptime: Duration) -> Self {
-        server::check_upstreams(state).await;
+        front::check_upstreams(state).await;
         let mut upstreams: Vec<UpstreamStatus> = state
             .mounts
             .values()

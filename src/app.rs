@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use crate::auth::{load_or_create_key, Authenticator};
 use crate::config::{Config, Transport};
 use crate::dispatch::Mount;
-use crate::server::{self, State};
+use crate::front::{self, State};
 use crate::store::{PgStore, SledStore, StoreError, TaskStore};
 use crate::tasks::{sweeper, Engine, EngineSettings};
 use crate::upstream::http::HttpUpstream;
@@ -110,7 +110,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             (Arc::new(store), key, None)
         }
     };
-    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let metrics = Arc::new(crate::observe::metrics::Metrics::default());
     let engine = Engine::new(
         store.clone(),
         EngineSettings {
@@ -160,7 +160,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         None => None,
     };
     let (shutdown, rx) = watch::channel(false);
-    let legacy = server::legacy::Legacy::new(cfg.legacy.clone(), mounts.keys());
+    let legacy = front::legacy::Legacy::new(cfg.legacy.clone(), mounts.keys());
     let state = Arc::new(State {
         mounts,
         engine: engine.clone(),
@@ -170,7 +170,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         legacy,
         lenient: Default::default(),
     });
-    let server = tokio::spawn(server::serve(listener, state.clone(), rx.clone()));
+    let server = tokio::spawn(front::serve(listener, state.clone(), rx.clone()));
     let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);
     let admin = admin_listener.map(|(l, _)| {
         let hosts = Arc::new(cfg.admin.allowed_hosts.clone());
@@ -215,7 +215,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     }));
     // Legacy client sessions: close idle ones; at shutdown, close them all (with
     // their upstream sessions) before the upstreams stop.
-    background.push(tokio::spawn(server::legacy::run_reaper(state, rx.clone())));
+    background.push(tokio::spawn(front::legacy::run_reaper(state, rx.clone())));
     if let Some(a) = admin_addr {
         tracing::info!(listen = %a, "admin listener (status page, /metrics) is serving");
     }

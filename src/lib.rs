@@ -6,8 +6,8 @@
 //! `tasks/update` and `tasks/cancel` itself.
 //!
 //! Module map (a request flows top to bottom):
-//! - [`server`]: the hyper front door: routing, validation, SSE, one error map;
-//!   `server::legacy` holds all of the 2025-era client support (sessions, replay,
+//! - [`front`]: the hyper front door: routing, validation, SSE, one error map;
+//!   `front::legacy` holds all of the 2025-era client support (sessions, replay,
 //!   2025-11-25 tasks).
 //! - [`dispatch`]: which method goes where.
 //! - [`tasks`]: the engine (threshold race, MRTR parking, background driver, input
@@ -17,6 +17,7 @@
 //! - [`store`]: the `TaskStore` trait, its sled and PostgreSQL implementations.
 //! - [`auth`]: principals. [`config`]: configuration (a leaf). [`app`]: wiring and shutdown.
 //! - [`admin`]: the admin listener (read-only status page, metrics, health).
+//! - [`observe`]: the counters behind `/metrics`, and trace context propagation.
 //! - [`reply`]: what a handler answers; protocol types live in `tasklift_protocol`.
 //! - [`tools`]: `tasklift call`, `tasklift store`, `tasklift demo` (the `demo`
 //!   feature, with the bundled slow server of the `tasklift-fixture` crate).
@@ -28,12 +29,11 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod dispatch;
-pub mod metrics;
+pub mod front;
+pub mod observe;
 pub mod reply;
-pub mod server;
 pub mod store;
 pub mod tasks;
 pub mod tls;
 pub mod tools;
-pub mod trace;
 pub mod upstream;

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tasklift_protocol::jsonrpc::Request;
-use tasklift::server::validate;
+use tasklift::front::validate;
 use tasklift_fuzz::headers_and_body;
 
 fuzz_target!(|data: &[u8]| {

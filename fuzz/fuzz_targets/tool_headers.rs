@@ -1,6 +1,6 @@
 //! `x-mcp-header` annotations learned from an upstream's `tools/list` result
 //! (`ToolCatalog::observe`), then a `tools/call` checked against them
-//! (`server::params::check`). Input: a `tools/list` response as one JSON line, then
+//! (`front::params::check`). Input: a `tools/list` response as one JSON line, then
 //! `name: value` header lines, a blank line, and the call's JSON body.
 #![no_main]
 
@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use tasklift_protocol::jsonrpc::{Outcome, Request};
-use tasklift::server::params;
+use tasklift::front::params;
 use tasklift::upstream::tools::ToolCatalog;
 use tasklift::upstream::{CallContext, Era, Upstream, UpstreamCall, UpstreamError, UpstreamFuture};
 use tasklift_fuzz::headers_and_body;

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tasklift_protocol::jsonrpc::Request;
-use tasklift::trace;
+use tasklift::observe::trace;
 use tasklift::upstream::CallContext;
 use tasklift_fuzz::headers_and_body;
 

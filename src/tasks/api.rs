@@ -108,7 +108,7 @@ impl Engine {
         match self.store().put(&rec).await {
             Ok(()) => {
                 self.metrics()
-                    .task_finished(crate::metrics::Finished::Cancelled);
+                    .task_finished(crate::observe::metrics::Finished::Cancelled);
                 self.publish(&rec);
                 Ok(())
             }

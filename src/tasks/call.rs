@@ -51,7 +51,7 @@ pub(super) struct SyncCall {
     /// The upstream's call slot, when calls are limited (held until the call ends).
     pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
     /// Counts the upstream call in flight and times it (for `/metrics`).
-    pub meter: Option<crate::metrics::CallMeter>,
+    pub meter: Option<crate::observe::metrics::CallMeter>,
     /// The upstream call.
     pub call: UpstreamCall,
     /// The client's request id (of the latest attempt).
@@ -114,7 +114,7 @@ pub(super) struct Driver {
     /// Counts the task against its principal's limit until it settles.
     pub active: Option<super::limits::ActiveTask>,
     /// Counts the upstream call in flight until the task settles.
-    pub meter: Option<crate::metrics::CallMeter>,
+    pub meter: Option<crate::observe::metrics::CallMeter>,
     /// Input keys handed out so far.
     pub input_keys: super::input::InputKeys,
     /// The original request, for retrying a modern upstream with answers.

@@ -224,9 +224,9 @@ impl Engine {
         // Counted before the write that makes the state visible, so a client that
         // sees the task settled also sees it counted.
         let how = match rec.status() {
-            TaskStatus::Completed => crate::metrics::Finished::Completed,
-            TaskStatus::Cancelled => crate::metrics::Finished::Cancelled,
-            _ => crate::metrics::Finished::Failed,
+            TaskStatus::Completed => crate::observe::metrics::Finished::Completed,
+            TaskStatus::Cancelled => crate::observe::metrics::Finished::Cancelled,
+            _ => crate::observe::metrics::Finished::Failed,
         };
         self.metrics().task_finished(how);
         drop(o.meter.take());

@@ -55,7 +55,7 @@ pub struct Engine {
     /// Interval between SSE keep-alives.
     pub(super) keepalive: Duration,
     /// Counters for `/metrics`.
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::observe::metrics::Metrics>,
     /// Limits on calls, tasks and results.
     gate: super::limits::Gate,
 }
@@ -92,7 +92,7 @@ pub struct EngineSettings {
     /// Limits on calls, tasks and results.
     pub limits: crate::config::Limits,
     /// Counters for `/metrics` (the front door counts into the same ones).
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<crate::observe::metrics::Metrics>,
     /// Replicas sharing a store: `requestState` is sealed with a key derived from
     /// this shared one, so another replica recognises a state it cannot resume and
     /// says so. `None`: a key of this process's own.
@@ -148,7 +148,7 @@ impl Engine {
     }
 
     /// The counters behind `/metrics`.
-    pub(super) fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+    pub(super) fn metrics(&self) -> &Arc<crate::observe::metrics::Metrics> {
         &self.metrics
     }
 
@@ -187,7 +187,8 @@ impl Engine {
             rec.input_requests.clear();
             rec.updated_at_ms = now;
             self.store.put(&rec).await?;
-            self.metrics.task_finished(crate::metrics::Finished::Failed);
+            self.metrics
+                .task_finished(crate::observe::metrics::Finished::Failed);
         }
         if !orphans.is_empty() {
             tracing::warn!(

@@ -76,7 +76,7 @@ impl Engine {
                 Ok(ids) => {
                     for id in &ids {
                         self.metrics()
-                            .task_finished(crate::metrics::Finished::Failed);
+                            .task_finished(crate::observe::metrics::Finished::Failed);
                         tracing::warn!(task.id = %id, "failed a task whose replica was lost");
                         if self.has_listeners() {
                             if let Ok(Some(rec)) = self.store().get(id).await {

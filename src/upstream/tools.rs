@@ -1,7 +1,7 @@
 //! What an upstream says its tools are, learned from the `tools/list` results
 //! tasklift relays (or, for a tool not seen yet, by reading the upstream's
 //! `tools/list` itself): each tool's `x-mcp-header` parameters (SEP-2243, checked
-//! at the front door by `server::params`) and its 2025-era `execution.taskSupport`
+//! at the front door by `front::params`) and its 2025-era `execution.taskSupport`
 //! ([`TaskSupport`]: a tool a legacy upstream runs only as its own task is called
 //! through [`super::task_bridge`]).
 

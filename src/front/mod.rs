@@ -45,7 +45,7 @@ pub struct State {
     /// The task engine.
     pub engine: Arc<Engine>,
     /// Counters for `/metrics` (shared with the engine).
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<crate::observe::metrics::Metrics>,
     /// Principal extraction.
     pub auth: Authenticator,
     /// Front-door settings.
@@ -106,7 +106,7 @@ pub async fn accept_loop<F, Fut>(
     mut shutdown: watch::Receiver<bool>,
     (grace, header_timeout): (Duration, Duration),
     what: &'static str,
-    metrics: Option<Arc<crate::metrics::Metrics>>,
+    metrics: Option<Arc<crate::observe::metrics::Metrics>>,
     answer: F,
 ) where
     F: Fn(http::Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
@@ -258,7 +258,7 @@ async fn handle(
             Ok(c) => c,
             Err(r) => return *r,
         };
-        if let Some(t) = crate::trace::propagate(&parts.headers, &mut msg, &mut ctx) {
+        if let Some(t) = crate::observe::trace::propagate(&parts.headers, &mut msg, &mut ctx) {
             tracing::Span::current().record("trace_id", t.as_str());
         }
         if msg.method == tasklift_protocol::mcp::method::TOOLS_CALL {
@@ -346,9 +346,9 @@ fn forwarded_headers(h: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
 }
 
 /// What `/metrics` reads from the rest of tasklift at scrape time.
-pub async fn snapshot(state: &State) -> crate::metrics::Snapshot {
+pub async fn snapshot(state: &State) -> crate::observe::metrics::Snapshot {
     check_upstreams(state).await;
-    let mut snap = crate::metrics::Snapshot::default();
+    let mut snap = crate::observe::metrics::Snapshot::default();
     if let Ok(counts) = state.engine.counts().await {
         for (status, n) in counts {
             *snap.tasks_by_status.entry(status.as_str()).or_default() += n;

@@ -219,7 +219,7 @@ pub async fn post(
         Err(e) => return Rejected::Malformed(e).response(value.get("id")),
     };
     ctx.session = Some(s.peer());
-    if let Some(t) = crate::trace::propagate(headers, &mut req, &mut ctx) {
+    if let Some(t) = crate::observe::trace::propagate(headers, &mut req, &mut ctx) {
         tracing::debug!(trace_id = %t, method = %req.method, "continuing the caller's trace");
     }
     if req.id.is_none() {

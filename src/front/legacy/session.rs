@@ -2,7 +2,7 @@
 //! client declared at `initialize`, the server-to-client requests waiting for its
 //! answer, and the event logs that let it resume a stream with `Last-Event-ID`.
 //!
-//! No HTTP here: the rest of `server::legacy` speaks the transport. The engine
+//! No HTTP here: the rest of `front::legacy` speaks the transport. The engine
 //! and upstreams see a session only as the [`ClientPeer`] it hands them
 //! ([`ClientSession::peer`]).
 
