@@ -25,12 +25,13 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use super::router::{self, Channel, Route};
+use super::upstream_task_of;
 use super::{
     agreed_by_capabilities, broken, cancelled_notification, discover_from_initialize,
     listen_modern, modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening,
-    ServerRequest, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+    Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
-use super::{attribute, unattributed, upstream_task_of};
 use crate::config::{EraSetting, UpstreamConfig};
 use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, Request, RpcError};
 use tasklift_protocol::mcp::{self, LEGACY_VERSIONS, MODERN_VERSION};
@@ -384,6 +385,12 @@ impl Shared {
             let _ = tx.send(CallEvent::Done(outcome)).await;
             return;
         }
+        let stream = OwnStream {
+            shared: self,
+            id: &id,
+            tx: &tx,
+            session,
+        };
         let mut parser = SseParser::default();
         let mut body = ans.body;
         let mut resumes = 0;
@@ -407,42 +414,25 @@ impl Shared {
                 if data.trim().is_empty() {
                     continue;
                 }
-                let Some(msg) = serde_json::from_str::<Value>(&data)
-                    .ok()
-                    .and_then(Msg::classify)
-                else {
+                let Some(msg) = router::parse(&data) else {
                     tracing::warn!(upstream = %name, "skipping an SSE event that is not JSON-RPC");
                     continue;
                 };
-                match msg {
-                    Msg::Response { id: rid, outcome } if rid == id => {
-                        let _ = tx.send(CallEvent::Done(outcome)).await;
-                        return;
+                match router::route(&stream, msg, name) {
+                    Route::Call(to, ev) => {
+                        let done = matches!(ev, CallEvent::Done(_));
+                        let _ = to.send(ev).await;
+                        if done {
+                            return;
+                        }
                     }
-                    Msg::Response { .. } => {
+                    Route::Stray => {
                         tracing::warn!(upstream = %name, "response for another request on this stream; ignored")
                     }
-                    Msg::Notification { method, params } => {
-                        let _ = tx
-                            .send(CallEvent::Notification(jsonrpc::notification(
-                                &method, params,
-                            )))
-                            .await;
-                    }
-                    Msg::Request {
-                        id: sid,
-                        method,
-                        params,
-                    } => match session {
-                        Some(s) => {
-                            let responder =
-                                self.responder(s.headers(), s.opener.clone(), sid.clone());
-                            let req = ServerRequest::new(method, params, responder).keyed_by(&sid);
-                            let _ = tx.send(CallEvent::Input(req)).await;
-                        }
-                        None => tracing::warn!(upstream = %name, %method,
-                            "a modern upstream sent a request on a response stream, which 2026-07-28 forbids; ignored"),
-                    },
+                    Route::Forbidden(method) => tracing::warn!(upstream = %name, %method,
+                        "a modern upstream sent a request on a response stream, which 2026-07-28 forbids; ignored"),
+                    // Everything on a call's own stream is that call's.
+                    Route::Unrelated(_) | Route::Ping(_) | Route::Refused => {}
                 }
             }
             if ended {
@@ -631,7 +621,7 @@ impl Shared {
     }
 
     /// Open `s`'s standalone GET stream and read it for as long as the session
-    /// lives: requests to the client go to the call they belong to (`route_request`),
+    /// lives: requests to the client go to the call they belong to ([`SessionStream`]),
     /// other messages to the session's listeners. A stream the server ends is
     /// reopened (with `Last-Event-ID`); a server without one (405) is left alone.
     ///
@@ -702,21 +692,29 @@ impl Shared {
                     };
                     got_data = true;
                     for ev in parser.feed(&data) {
-                        let Some(msg) = serde_json::from_str::<Value>(&ev)
-                            .ok()
-                            .and_then(Msg::classify)
-                        else {
+                        let Some(msg) = router::parse(&ev) else {
                             continue;
                         };
                         let Some(sess) = weak.upgrade() else { return };
-                        match msg {
-                            Msg::Request { id, method, params } => {
-                                me.route_request(&sess, id, method, params).await
+                        let stream = SessionStream {
+                            shared: &me,
+                            session: &sess,
+                        };
+                        match router::route(&stream, msg, &name) {
+                            Route::Call(to, ev) => {
+                                if let Err(e) = to.send(ev).await {
+                                    drop(e); // the call just ended: dropping a request answers it
+                                }
                             }
-                            Msg::Notification { method, params } => {
-                                let _ = sess.changes.send(jsonrpc::notification(&method, params));
+                            Route::Unrelated(message) => {
+                                let _ = sess.changes.send(message);
                             }
-                            Msg::Response { .. } => {}
+                            Route::Ping(id) => {
+                                if let Some(answer) = stream.responder(&id) {
+                                    answer(Ok(json!({})));
+                                }
+                            }
+                            Route::Stray | Route::Refused | Route::Forbidden(_) => {}
                         }
                     }
                 }
@@ -733,41 +731,6 @@ impl Shared {
         });
         *s.get_stream.lock().expect("get stream lock") = Some(task.abort_handle());
         let _ = tokio::time::timeout(self.cfg.connect_timeout, is_open).await;
-    }
-
-    /// A request the upstream sent on a session's GET stream, which names no call:
-    /// to the call on the session it can be proven to belong to ([`attribute`]),
-    /// else refused.
-    async fn route_request(
-        self: &Arc<Self>,
-        s: &Session,
-        id: Value,
-        method: String,
-        params: Value,
-    ) {
-        if method == "ping" {
-            // Liveness, not a question for any client.
-            let responder = self.responder(s.headers(), s.opener.clone(), id);
-            responder(Ok(json!({})));
-            return;
-        }
-        let target = {
-            let askers = s.askers.lock().expect("askers lock");
-            attribute(
-                &params,
-                askers.iter().map(|a| (a.tx.clone(), a.task.as_deref())),
-            )
-        };
-        let responder = self.responder(s.headers(), s.opener.clone(), id.clone());
-        let req = ServerRequest::new(method, params, responder).keyed_by(&id);
-        match target {
-            Ok(tx) => {
-                if let Err(e) = tx.send(CallEvent::Input(req)).await {
-                    drop(e); // the call just ended: dropping the request answers it
-                }
-            }
-            Err(n) => unattributed(&self.cfg.name, req, n),
-        }
     }
 
     /// End a session upstream (DELETE), if the server gave it an id.
@@ -1178,6 +1141,77 @@ impl Session {
         }
         h.insert(VERSION_HEADER.clone(), self.version.clone());
         h
+    }
+}
+
+/// A call's own response stream, for the router: everything on it is that call's.
+struct OwnStream<'a> {
+    shared: &'a Arc<Shared>,
+    /// The call's upstream request id.
+    id: &'a Value,
+    /// Where its events go.
+    tx: &'a mpsc::Sender<CallEvent>,
+    /// The legacy session it runs on, where the server may ask the client; a
+    /// modern response stream carries no requests.
+    session: Option<&'a Session>,
+}
+
+impl Channel for OwnStream<'_> {
+    type Call = mpsc::Sender<CallEvent>;
+
+    fn events(&self, call: Self::Call) -> Option<mpsc::Sender<CallEvent>> {
+        Some(call)
+    }
+
+    fn answered(&self, id: &Value, _: &Outcome) -> Option<mpsc::Sender<CallEvent>> {
+        (id == self.id).then(|| self.tx.clone())
+    }
+
+    fn own(&self) -> Option<Self::Call> {
+        Some(self.tx.clone())
+    }
+
+    fn responder(&self, id: &Value) -> Option<Box<dyn FnOnce(Outcome) + Send>> {
+        self.session.map(|s| {
+            self.shared
+                .responder(s.headers(), s.opener.clone(), id.clone())
+        })
+    }
+}
+
+/// A legacy session's GET stream, for the router: it names no call, so a request
+/// on it goes to the session's call it is proven to belong to, else is refused.
+struct SessionStream<'a> {
+    shared: &'a Arc<Shared>,
+    session: &'a Session,
+}
+
+impl Channel for SessionStream<'_> {
+    type Call = mpsc::Sender<CallEvent>;
+
+    fn events(&self, call: Self::Call) -> Option<mpsc::Sender<CallEvent>> {
+        Some(call)
+    }
+
+    /// The GET stream answers none of tasklift's requests.
+    fn answered(&self, _: &Value, _: &Outcome) -> Option<mpsc::Sender<CallEvent>> {
+        None
+    }
+
+    fn askers(&self) -> Vec<(Self::Call, Option<String>)> {
+        let askers = self.session.askers.lock().expect("askers lock");
+        askers
+            .iter()
+            .map(|a| (a.tx.clone(), a.task.clone()))
+            .collect()
+    }
+
+    fn responder(&self, id: &Value) -> Option<Box<dyn FnOnce(Outcome) + Send>> {
+        let s = self.session;
+        Some(
+            self.shared
+                .responder(s.headers(), s.opener.clone(), id.clone()),
+        )
     }
 }
 

@@ -5,6 +5,7 @@
 //! upstream's own 2025-11-25 task.
 
 pub mod http;
+mod router;
 pub mod stdio;
 pub mod task_bridge;
 pub mod tools;
