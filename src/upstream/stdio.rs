@@ -25,16 +25,15 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 
+use super::router::{self, Channel, Route};
+use super::upstream_task_of;
 use super::{
     agreed_by_capabilities, cancelled_notification, discover_from_initialize, listen_modern,
-    modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening, ServerRequest,
-    Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+    modern_meta, wire_message, CallContext, CallEvent, Canceller, Era, Listening, Upstream,
+    UpstreamCall, UpstreamError, UpstreamFuture,
 };
-use super::{attribute, related_task, unattributed, upstream_task_of};
 use crate::config::{EraSetting, StdioConfig, Transport, UpstreamConfig};
-use tasklift_protocol::jsonrpc::{
-    self, Incoming as Msg, Outcome, Request, RpcError, UPSTREAM_ERROR,
-};
+use tasklift_protocol::jsonrpc::{self, Outcome, Request, RpcError, UPSTREAM_ERROR};
 use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
 /// After this many exits in a row, each within `HEALTHY_UPTIME` of its start, the
@@ -221,6 +220,75 @@ impl Conn {
         .flatten();
         self.forget(id);
         r
+    }
+}
+
+/// A child's stdout, for the router: it names no call, but every call has a
+/// progress token of tasklift's own there (`tasklift-ID`), unique on the child.
+impl Channel for Conn {
+    type Call = u64;
+
+    fn events(&self, id: u64) -> Option<mpsc::Sender<CallEvent>> {
+        self.pending.get(&id).map(|e| e.value().0.clone())
+    }
+
+    /// A response ends its call; a `CreateTaskResult` makes this child the task's
+    /// home for the caller, and the answer to `tasks/result` or `tasks/cancel` ends that.
+    fn answered(&self, id: &Value, outcome: &Outcome) -> Option<mpsc::Sender<CallEvent>> {
+        let id = id.as_u64()?;
+        let owner = self.owners.remove(&id).map(|(_, o)| o);
+        self.askers.remove(&id);
+        self.client_tokens.remove(&id);
+        if let Some((_, (task, last))) = self.task_calls.remove(&id) {
+            if last {
+                self.tasks.remove(&task);
+            }
+        }
+        if let (Ok(r), Some(owner)) = (outcome, owner) {
+            if let Some(t) = r.pointer("/task/taskId").and_then(Value::as_str) {
+                self.tasks.insert(t.to_string(), owner);
+            }
+        }
+        let (_, (tx, token)) = self.pending.remove(&id)?;
+        if let Some(t) = token {
+            self.tokens.remove(&t);
+        }
+        Some(tx)
+    }
+
+    fn by_token(&self, token: &Value) -> Option<u64> {
+        self.tokens.get(&token.to_string()).map(|e| *e.value())
+    }
+
+    fn client_token(&self, id: &u64) -> Option<Value> {
+        self.client_tokens.get(id).map(|t| t.value().clone())
+    }
+
+    /// The most recent call in flight, but only when every call in flight is the
+    /// same caller's (otherwise it could be another caller's log, and it is not relayed).
+    fn for_log(&self) -> Option<u64> {
+        let mut owners = self.owners.iter().map(|e| e.value().clone());
+        let first = owners.next();
+        if first.is_some() && owners.all(|o| Some(&o) == first.as_ref()) {
+            self.pending.iter().map(|e| *e.key()).max()
+        } else {
+            None
+        }
+    }
+
+    fn askers(&self) -> Vec<(u64, Option<String>)> {
+        self.askers
+            .iter()
+            .map(|e| (*e.key(), self.task_calls.get(e.key()).map(|t| t.0.clone())))
+            .collect()
+    }
+
+    fn responder(&self, id: &Value) -> Option<Box<dyn FnOnce(Outcome) + Send>> {
+        let stdin = self.stdin.clone();
+        let reply_id = id.clone();
+        Some(Box::new(move |outcome| {
+            let _ = stdin.try_send(jsonrpc::response(Some(&reply_id), &outcome).to_string());
+        }))
     }
 }
 
@@ -737,14 +805,28 @@ async fn read_lines(stdout: tokio::process::ChildStdout, conn: Arc<Conn>, name: 
         if line.trim().is_empty() {
             continue;
         }
-        let Some(msg) = serde_json::from_str::<Value>(&line)
-            .ok()
-            .and_then(Msg::classify)
-        else {
+        let Some(msg) = router::parse(&line) else {
             tracing::warn!(upstream = %name, line = %truncate(&line), "skipping a stdout line that is not JSON-RPC");
             continue;
         };
-        route(&conn, msg, name).await;
+        match router::route(&*conn, msg, name) {
+            Route::Call(tx, ev) => {
+                let _ = tx.send(ev).await;
+            }
+            Route::Unrelated(message) => {
+                let method = message["method"].as_str().unwrap_or_default();
+                tracing::debug!(upstream = %name, %method, "notification not related to a call in flight");
+                let _ = conn.changes.send(message);
+            }
+            Route::Ping(id) => {
+                // Liveness, not a question for any client.
+                let _ = conn
+                    .stdin
+                    .send(jsonrpc::response(Some(&id), &Ok(json!({}))).to_string())
+                    .await;
+            }
+            Route::Stray | Route::Refused | Route::Forbidden(_) => {}
+        }
     }
 }
 
@@ -752,94 +834,6 @@ fn truncate(s: &str) -> &str {
     match s.char_indices().nth(200) {
         Some((i, _)) => &s[..i],
         None => s,
-    }
-}
-
-/// Deliver one message from the child.
-async fn route(conn: &Arc<Conn>, msg: Msg, name: &str) {
-    match msg {
-        Msg::Response { id, outcome } => {
-            let Some(id) = id.as_u64() else { return };
-            let owner = conn.owners.remove(&id).map(|(_, o)| o);
-            conn.askers.remove(&id);
-            conn.client_tokens.remove(&id);
-            if let Some((_, (task, last))) = conn.task_calls.remove(&id) {
-                if last {
-                    conn.tasks.remove(&task);
-                }
-            }
-            if let (Ok(r), Some(owner)) = (&outcome, owner) {
-                if let Some(t) = r.pointer("/task/taskId").and_then(Value::as_str) {
-                    conn.tasks.insert(t.to_string(), owner);
-                }
-            }
-            if let Some((_, (tx, token))) = conn.pending.remove(&id) {
-                if let Some(t) = token {
-                    conn.tokens.remove(&t);
-                }
-                let _ = tx.send(CallEvent::Done(outcome)).await;
-            }
-        }
-        Msg::Notification { method, mut params } => {
-            let token = params.get("progressToken").map(Value::to_string);
-            let mut target = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value()));
-            if let Some(id) = target {
-                if let (Some(t), Value::Object(p)) = (conn.client_tokens.get(&id), &mut params) {
-                    p.insert("progressToken".into(), t.value().clone());
-                }
-            }
-            // A log message carries no link to its call: it goes to the most recent
-            // call in flight, but only when every call in flight is the same caller's
-            // (otherwise it could be another caller's log, and it is not relayed).
-            if target.is_none() && method == "notifications/message" {
-                let mut owners = conn.owners.iter().map(|e| e.value().clone());
-                let first = owners.next();
-                if first.is_some() && owners.all(|o| Some(&o) == first.as_ref()) {
-                    target = conn.pending.iter().map(|e| *e.key()).max();
-                }
-            }
-            let sender = target.and_then(|id| conn.pending.get(&id).map(|e| e.value().0.clone()));
-            match sender {
-                Some(tx) => {
-                    let _ = tx
-                        .send(CallEvent::Notification(jsonrpc::notification(
-                            &method, params,
-                        )))
-                        .await;
-                }
-                None => {
-                    tracing::debug!(upstream = %name, %method, "notification not related to a call in flight");
-                    let _ = conn.changes.send(jsonrpc::notification(&method, params));
-                }
-            }
-        }
-        Msg::Request { id, method, .. } if method == "ping" => {
-            // Liveness, not a question for any client.
-            let _ = conn
-                .stdin
-                .send(jsonrpc::response(Some(&id), &Ok(json!({}))).to_string())
-                .await;
-        }
-        Msg::Request { id, method, params } => {
-            // stdio carries no link between a server-to-client request and the call
-            // that caused it: it goes to a call only when that is provable.
-            let target = attribute_on(conn, &params);
-            let sender = target
-                .ok()
-                .and_then(|t| conn.pending.get(&t).map(|e| e.value().0.clone()));
-            let stdin = conn.stdin.clone();
-            let reply_id = id.clone();
-            let responder: Box<dyn FnOnce(Outcome) + Send> = Box::new(move |outcome| {
-                let _ = stdin.try_send(jsonrpc::response(Some(&reply_id), &outcome).to_string());
-            });
-            let req = ServerRequest::new(method, params, responder).keyed_by(&id);
-            match sender {
-                Some(tx) => {
-                    let _ = tx.send(CallEvent::Input(req)).await;
-                }
-                None => unattributed(name, req, target.err().unwrap_or(0)),
-            }
-        }
     }
 }
 
@@ -862,27 +856,6 @@ impl Drop for Unwritten {
             conn.forget(id);
         }
     }
-}
-
-/// The call a child's request to the client belongs to: the one whose progress
-/// token it names (tokens are tasklift's own, unique on the child), else what
-/// [`attribute`] proves among the calls in flight that may ask.
-fn attribute_on(conn: &Conn, params: &Value) -> Result<u64, usize> {
-    let token = params
-        .get("_meta")
-        .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
-        .map(Value::to_string);
-    if related_task(params).is_none() {
-        if let Some(id) = token.and_then(|t| conn.tokens.get(&t).map(|e| *e.value())) {
-            return Ok(id);
-        }
-    }
-    let calls: Vec<(u64, Option<String>)> = conn
-        .askers
-        .iter()
-        .map(|e| (*e.key(), conn.task_calls.get(e.key()).map(|t| t.0.clone())))
-        .collect();
-    attribute(params, calls.iter().map(|(id, t)| (*id, t.as_deref())))
 }
 
 /// Wait `grace` for the child to exit on closed stdin, then SIGTERM its process
