@@ -295,23 +295,11 @@ mod tests {
             route(&ch, progress(json!(7)), "up"),
             Route::Unrelated(_)
         ));
-        let done = route(
-            &ch,
-            Msg::Response {
-                id: json!(0),
-                outcome: Ok(json!({})),
-            },
-            "up",
-        );
-        assert_eq!(ch.which(&done), Some(0));
-        let stray = route(
-            &ch,
-            Msg::Response {
-                id: json!(9),
-                outcome: Ok(json!({})),
-            },
-            "up",
-        );
-        assert!(matches!(stray, Route::Stray));
+        let response = |id: u64| Msg::Response {
+            id: json!(id),
+            outcome: Ok(json!({})),
+        };
+        assert_eq!(ch.which(&route(&ch, response(0), "up")), Some(0));
+        assert!(matches!(route(&ch, response(9), "up"), Route::Stray));
     }
 }
