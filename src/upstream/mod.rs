@@ -1,7 +1,7 @@
 //! Upstreams: the servers tasklift fronts, behind one small trait: "send this
 //! request, give me its events (notifications, then the final response), let me
 //! cancel it". `streamable_http/` implements it for Streamable HTTP servers of both
-//! eras, `stdio.rs` for child processes; `router.rs` decides where a message they
+//! eras, `stdio/` for child processes; `router.rs` decides where a message they
 //! receive goes; `task_bridge.rs` runs a call as a legacy upstream's own 2025-11-25 task.
 
 mod router;
