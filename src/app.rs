@@ -25,8 +25,8 @@ use crate::dispatch::Mount;
 use crate::front::{self, State};
 use crate::store::{PgStore, SledStore, StoreError, TaskStore};
 use crate::tasks::{sweeper, Engine, EngineSettings};
-use crate::upstream::http::HttpUpstream;
 use crate::upstream::stdio::StdioUpstream;
+use crate::upstream::streamable_http::HttpUpstream;
 use crate::upstream::{Upstream, UpstreamError};
 
 /// Why tasklift could not start.

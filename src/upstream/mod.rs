@@ -1,11 +1,12 @@
 //! Upstreams: the servers tasklift fronts, behind one small trait: "send this
 //! request, give me its events (notifications, then the final response), let me
-//! cancel it". `http.rs` implements it for Streamable HTTP servers of both eras,
-//! `stdio.rs` for child processes; `task_bridge.rs` runs a call as a legacy
-//! upstream's own 2025-11-25 task.
+//! cancel it". `streamable_http/` implements it for Streamable HTTP servers of both
+//! eras, `stdio/` for child processes; `router.rs` decides where a message they
+//! receive goes; `task_bridge.rs` runs a call as a legacy upstream's own 2025-11-25 task.
 
-pub mod http;
+mod router;
 pub mod stdio;
+pub mod streamable_http;
 pub mod task_bridge;
 pub mod tools;
 

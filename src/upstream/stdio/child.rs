@@ -1,0 +1,355 @@
+//! A child's life in its slot: spawn it, detect its era and learn its
+//! capabilities (handshake), publish it as ready, fail its calls when it exits,
+//! restart it with backoff, and stop it at shutdown (closed stdin, SIGTERM, SIGKILL).
+
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, watch};
+
+use super::conn::write_lines;
+use super::reader::read_lines;
+use super::{Conn, Pool, Slot};
+use crate::config::EraSetting;
+use crate::upstream::{modern_meta, CallEvent, Era};
+use tasklift_protocol::jsonrpc::{RpcError, UPSTREAM_ERROR};
+use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
+
+/// A child that ran this long is considered healthy again.
+const HEALTHY_UPTIME: Duration = Duration::from_secs(30);
+/// Longest wait between restarts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long the legacy handshake may take (npx may first download the server).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Pool {
+    /// Start the next slot's supervisor, if the pool has room: its index, or `None`
+    /// when the pool is full.
+    pub(super) fn grow(self: &Arc<Self>) -> Option<usize> {
+        let mut sup = self.supervisors.lock().expect("supervisors");
+        let n = self.started.load(Ordering::Relaxed);
+        let slot = self.slots.get(n)?;
+        if *self.shutdown.borrow() {
+            return None;
+        }
+        self.started.store(n + 1, Ordering::Relaxed);
+        if n >= self.stdio.processes {
+            tracing::info!(upstream = %self.name(), process = slot.index,
+                "every child has a call that may ask for input; starting another (isolate_input)");
+        }
+        sup.push(tokio::spawn(self.clone().supervise(slot.clone())));
+        Some(n)
+    }
+
+    /// Keep one child running in `slot` until shutdown.
+    async fn supervise(self: Arc<Self>, slot: Arc<Slot>) {
+        let mut backoff = Duration::from_millis(100);
+        let mut stop = self.shutdown.subscribe();
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let started = tokio::time::Instant::now();
+            let exit = self.run_child(&slot, &mut stop).await;
+            slot.conn.send_replace(None);
+            let stopping = *stop.borrow();
+            {
+                let mut h = slot.health.lock().expect("health");
+                h.last_exit = Some(exit.clone());
+                h.restarts += 1;
+                if started.elapsed() >= HEALTHY_UPTIME {
+                    h.failures = 0;
+                    backoff = Duration::from_millis(100);
+                } else {
+                    h.failures += 1;
+                }
+                if !stopping {
+                    tracing::warn!(upstream = %self.name(), process = slot.index, exit = %exit,
+                        last_stderr = h.last_stderr.as_deref().unwrap_or(""), retry_in = ?backoff, "child process ended; restarting");
+                }
+            }
+            if stopping {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    fn spawn(&self) -> std::io::Result<Child> {
+        let program = &self.stdio.command[0];
+        let mut cmd = if setpriv_available() {
+            let mut c = Command::new("setpriv");
+            c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        cmd.args(&self.stdio.command[1..])
+            .envs(self.stdio.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        if let Some(d) = &self.stdio.cwd {
+            cmd.current_dir(d);
+        }
+        cmd.spawn()
+    }
+
+    /// Spawn a child, handshake, serve it until it exits or shutdown; returns how it ended.
+    async fn run_child(&self, slot: &Arc<Slot>, stop: &mut watch::Receiver<bool>) -> String {
+        let name = self.name().to_string();
+        let mut child = match self.spawn() {
+            Ok(c) => c,
+            Err(e) => return format!("could not start {:?}: {e}", self.stdio.command[0]),
+        };
+        let pid = child.id();
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let (in_tx, in_rx) = mpsc::channel::<String>(256);
+        // Aborting the writer drops the child's stdin: that is how it is told to stop.
+        let writer = tokio::spawn(write_lines(stdin, in_rx));
+        let conn = Arc::new(Conn::new(in_tx));
+        let (slot2, n2, index) = (slot.clone(), name.clone(), slot.index);
+        // Until the handshake is over, the child's stderr is logged at debug: a
+        // legacy SDK server answers the `server/discover` probe with pages of
+        // validation errors, which say nothing about its health. The last line is
+        // still kept for the error a failed start reports.
+        let starting = Arc::new(AtomicBool::new(true));
+        let quiet = Arc::new(AtomicUsize::new(0));
+        let (starting2, quiet2) = (starting.clone(), quiet.clone());
+        let err_task = tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if starting2.load(Ordering::Relaxed) {
+                    quiet2.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(upstream = %n2, process = index, "stderr: {line}");
+                } else {
+                    tracing::info!(upstream = %n2, process = index, "stderr: {line}");
+                }
+                slot2.health.lock().expect("health").last_stderr = Some(line);
+            }
+        });
+        let (c2, n3) = (conn.clone(), name.clone());
+        let reader = tokio::spawn(async move { read_lines(stdout, c2, &n3).await });
+        let handshake = tokio::select! {
+            r = self.handshake(&conn) => Some(r),
+            status = child.wait() => {
+                let _ = tokio::time::timeout(Duration::from_secs(1), err_task).await;
+                // The last stderr line is added by whoever reports this (the restart
+                // warning, the crash-loop error), so it is not repeated here.
+                return format!("exited during start-up ({})", describe(status));
+            }
+            _ = stop.changed() => None,
+        };
+        let exit = match handshake {
+            None => {
+                writer.abort();
+                escalate(&mut child, pid, self.stdio.shutdown_grace).await;
+                "stopped".to_string()
+            }
+            Some(Err(e)) => {
+                tracing::warn!(upstream = %name, process = slot.index, error = %e, "handshake failed");
+                writer.abort();
+                escalate(&mut child, pid, self.stdio.shutdown_grace).await;
+                format!("handshake failed: {e}")
+            }
+            Some(Ok((era, info))) => {
+                // Lines still in flight from the probe may arrive just after this;
+                // a moment later the child's stderr is its own again.
+                let (n4, index) = (name.clone(), slot.index);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    starting.store(false, Ordering::Relaxed);
+                    let n = quiet.load(Ordering::Relaxed);
+                    if n > 0 {
+                        tracing::info!(upstream = %n4, process = index, lines = n,
+                            "the child wrote to stderr while tasklift detected its protocol era; those lines are logged at debug level");
+                    }
+                });
+                let _ = conn.era.set(era.clone());
+                let _ = conn.info.set(info);
+                tracing::info!(upstream = %name, process = slot.index, pid = pid.unwrap_or(0), ?era, "child process ready");
+                slot.conn.send_replace(Some(conn.clone()));
+                tokio::select! {
+                    status = child.wait() => describe(status),
+                    _ = stop.changed() => {
+                        slot.conn.send_replace(None);
+                        writer.abort();
+                        escalate(&mut child, pid, self.stdio.shutdown_grace).await;
+                        "stopped".to_string()
+                    }
+                }
+            }
+        };
+        slot.conn.send_replace(None);
+        conn.closed.store(true, Ordering::Relaxed);
+        let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), err_task).await;
+        writer.abort();
+        let err = RpcError::new(
+            UPSTREAM_ERROR,
+            format!(
+                "upstream {name} exited ({exit}) while the call was running{}",
+                last_line(slot)
+            ),
+        );
+        let ids: Vec<u64> = conn.pending.iter().map(|e| *e.key()).collect();
+        for id in ids {
+            conn.owners.remove(&id);
+            conn.client_tokens.remove(&id);
+            conn.task_calls.remove(&id);
+            if let Some((_, (tx, _))) = conn.pending.remove(&id) {
+                let _ = tx.try_send(CallEvent::Done(Err(err.clone())));
+            }
+        }
+        exit
+    }
+
+    /// `server/discover`, waiting up to `timeout`: `Some` with the era's answer when
+    /// it settles the question, `None` when the child may be legacy.
+    async fn discover(
+        &self,
+        conn: &Conn,
+        timeout: Duration,
+    ) -> Option<Result<(Era, Value), String>> {
+        match conn
+            .ask(
+                mcp::method::DISCOVER,
+                json!({"_meta": modern_meta()}),
+                timeout,
+            )
+            .await
+        {
+            Some(Ok(r)) if r.get("supportedVersions").is_some() => Some(Ok((Era::Modern, r))),
+            Some(Err(e)) if mcp::is_modern_error_code(e.code) => Some(Err(format!(
+                "the server is modern but refused tasklift's version: {e}"
+            ))),
+            other if self.cfg.era == EraSetting::Modern => {
+                Some(Err(format!("server/discover failed: {other:?}")))
+            }
+            _ => None,
+        }
+    }
+
+    /// Detect the era and learn the server's capabilities.
+    async fn handshake(&self, conn: &Conn) -> Result<(Era, Value), String> {
+        if self.cfg.era != EraSetting::Legacy {
+            let timeout = if self.cfg.era == EraSetting::Modern {
+                HANDSHAKE_TIMEOUT
+            } else {
+                self.stdio.probe_timeout
+            };
+            if let Some(settled) = self.discover(conn, timeout).await {
+                return settled;
+            }
+        }
+        let init = conn
+            .ask(
+                mcp::method::INITIALIZE,
+                json!({
+                    "protocolVersion": LEGACY_VERSIONS[0],
+                    // What tasklift bridges, as on HTTP: each call's caller decides
+                    // what it is actually asked (a caller that cannot answer gets
+                    // an error for it, not a question meant for someone else).
+                    "capabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
+                    "clientInfo": {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
+                }),
+                HANDSHAKE_TIMEOUT,
+            )
+            .await
+            .ok_or("no answer to initialize")?;
+        let init = match init {
+            Ok(init) => init,
+            // A modern child that was slower than the probe refuses initialize with
+            // a 2026-07-28 error: it is modern after all, so ask it again, patiently.
+            Err(e) if mcp::is_modern_error_code(e.code) && self.cfg.era == EraSetting::Auto => {
+                tracing::info!(upstream = %self.name(), "the child refused initialize as a 2026-07-28 server; it was slower than probe_timeout, asking server/discover again");
+                return self
+                    .discover(conn, HANDSHAKE_TIMEOUT)
+                    .await
+                    .unwrap_or_else(|| {
+                        Err("server/discover failed after initialize was refused as modern".into())
+                    });
+            }
+            Err(e) => return Err(format!("initialize failed: {e}")),
+        };
+        let version = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !LEGACY_VERSIONS.contains(&version) {
+            tracing::warn!(upstream = %self.name(), %version, "child chose an older protocol version; continuing");
+        }
+        let note = json!({"jsonrpc": "2.0", "method": mcp::method::INITIALIZED});
+        conn.stdin
+            .send(note.to_string())
+            .await
+            .map_err(|_| "stdin closed")?;
+        Ok((Era::Legacy, init))
+    }
+}
+
+fn last_line(slot: &Slot) -> String {
+    slot.health
+        .lock()
+        .expect("health")
+        .last_stderr
+        .as_deref()
+        .map(|l| format!("; last stderr line: {l}"))
+        .unwrap_or_default()
+}
+
+fn describe(status: std::io::Result<ExitStatus>) -> String {
+    match status {
+        Ok(s) => s.to_string(),
+        Err(e) => format!("unknown exit status: {e}"),
+    }
+}
+
+fn setpriv_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        cfg!(target_os = "linux")
+            && std::process::Command::new("setpriv")
+                .arg("--help")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+    })
+}
+
+/// Wait `grace` for the child to exit on closed stdin, then SIGTERM its process
+/// group, wait again, then SIGKILL it. Always reaps the child.
+async fn escalate(child: &mut Child, pid: Option<u32>, grace: Duration) {
+    if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+        return;
+    }
+    if let Some(pid) = pid {
+        signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+            return;
+        }
+        signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = child.kill().await;
+}
+
+fn signal_group(pid: u32, sig: nix::sys::signal::Signal) {
+    let pgid = nix::unistd::Pid::from_raw(pid as i32);
+    if let Err(e) = nix::sys::signal::killpg(pgid, sig) {
+        tracing::debug!(error = %e, ?sig, "signalling the child's process group failed");
+    }
+}

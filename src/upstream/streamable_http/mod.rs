@@ -1,0 +1,483 @@
+//! Streamable HTTP upstreams, both eras.
+//!
+//! - Era: detected once per upstream by a modern `server/discover` probe, as the
+//!   spec's backward-compatibility section says (a result or a recognised modern
+//!   error means modern; any other 4xx means legacy), then cached.
+//! - Modern: every request is one POST with its `_meta` and the mirrored headers.
+//! - Legacy: tasklift performs `initialize` itself, keeps the `Mcp-Session-Id`,
+//!   re-initialises when the session expires (404), and reads JSON or SSE bodies.
+//!   One session per (upstream, principal, forwarded credentials): a legacy server
+//!   may bind a session to whoever opened it. Idle sessions are closed with DELETE.
+//!
+//! This file holds the upstream's state and the `Upstream` impl; each concern is
+//! a file of its own: `era.rs` (the probe), `session.rs` (legacy sessions: opening,
+//! choosing, closing), `call.rs` (running one request and cancelling it),
+//! `response.rs` (reading a response stream, resuming it), `get_stream.rs` (a
+//! session's standalone GET stream and its change notifications).
+
+mod call;
+mod era;
+mod get_stream;
+mod response;
+mod session;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::{
+    discover_from_initialize, listen_modern, wire_message, CallContext, CallEvent, Era, Listening,
+    Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+};
+use crate::config::{EraSetting, UpstreamConfig};
+use tasklift_protocol::jsonrpc::{self, Outcome, Request};
+use tasklift_protocol::mcp::{self, MODERN_VERSION};
+
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// Largest non-streamed upstream body tasklift reads (error bodies, JSON answers).
+const MAX_JSON_BODY: usize = 256 * 1024 * 1024;
+
+/// Longest `retry:` delay honoured before resuming a stream.
+const MAX_RESUME_DELAY_MS: u64 = 5_000;
+
+/// `Mcp-Session-Id`.
+static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+/// `MCP-Protocol-Version`.
+static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+/// `Mcp-Method`.
+static METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
+/// `Mcp-Name`.
+static NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
+
+/// A Streamable HTTP upstream.
+#[derive(Clone)]
+pub struct HttpUpstream {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    /// Why the last reachability check failed, if it did.
+    unreachable: Mutex<Option<String>>,
+    /// Configuration (URL, headers, era setting).
+    cfg: UpstreamConfig,
+    /// The endpoint.
+    url: http::Uri,
+    /// Pooled HTTP/1 client (http and https).
+    client: HttpClient,
+    /// Cached era, once known.
+    era: RwLock<Option<Era>>,
+    /// Serialises era detection so one probe runs at a time.
+    detecting: tokio::sync::Mutex<()>,
+    /// Legacy sessions by (principal, credentials).
+    sessions: DashMap<String, Arc<SessionSlot>>,
+    /// The session each upstream (2025-11-25) task was created on, by task id.
+    task_homes: DashMap<String, std::sync::Weak<Session>>,
+    /// Upstream-side request ids.
+    next_id: AtomicU64,
+    /// Reference point for idle times.
+    epoch: Instant,
+}
+
+/// Holds the sessions for one key. `current` is the caller's main session (lists,
+/// notifications, subscriptions, session-wide settings); its mutex is held while
+/// (re)opening it. `extra` are further sessions for calls that may ask the client
+/// for input while another such call runs (see `Shared::call_session`).
+#[derive(Default)]
+struct SessionSlot {
+    current: tokio::sync::Mutex<Option<Arc<Session>>>,
+    extra: tokio::sync::Mutex<Vec<Arc<Session>>>,
+}
+
+/// One legacy session.
+struct Session {
+    /// `Mcp-Session-Id`, if the server assigned one.
+    id: Option<HeaderValue>,
+    /// The negotiated protocol version.
+    version: HeaderValue,
+    /// The `initialize` result (capabilities, serverInfo, instructions).
+    init: Value,
+    /// Milliseconds since `epoch` of the last use.
+    last_used: AtomicU64,
+    /// Requests currently using the session (an in-use session is never closed).
+    in_flight: AtomicUsize,
+    /// The credentials of whoever opened it, for the requests tasklift makes on the
+    /// session by itself (answers to the server's requests, the closing DELETE): an
+    /// upstream that authenticates every request would refuse them otherwise.
+    opener: CallContext,
+    /// The calls in flight on this session that may ask the client for input, by
+    /// upstream request id. A request on the session's GET stream names no call: it
+    /// goes to the only one of these, and is refused when there are several.
+    askers: Mutex<Vec<Asking>>,
+    /// The session's notifications that belong to no call (list changes, resource
+    /// updates), from its GET stream, for `subscriptions/listen` streams.
+    changes: tokio::sync::broadcast::Sender<Value>,
+    /// Reads the session's GET stream; stopped when the session is dropped.
+    get_stream: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(h) = self.get_stream.get_mut().ok().and_then(Option::take) {
+            h.abort();
+        }
+    }
+}
+
+/// A call that may ask the client for input, as its session knows it.
+struct Asking {
+    /// Its upstream request id.
+    id: Value,
+    /// Where its events go.
+    tx: mpsc::Sender<CallEvent>,
+    /// For a 2025-11-25 `tasks/result`, the upstream task it waits on: a request
+    /// whose `related-task` names that task belongs to this call.
+    task: Option<String>,
+}
+
+impl HttpUpstream {
+    /// Build the client for an upstream. Fails if a configured CA file is unreadable.
+    pub fn new(cfg: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let url = cfg
+            .url()
+            .cloned()
+            .ok_or_else(|| UpstreamError::Unreachable {
+                name: cfg.name.clone(),
+                message: "not an HTTP upstream".into(),
+            })?;
+        let client = build_client(&cfg)?;
+        let era = match cfg.era {
+            EraSetting::Auto => None,
+            EraSetting::Modern => Some(Era::Modern),
+            EraSetting::Legacy => Some(Era::Legacy),
+        };
+        Ok(Self {
+            inner: Arc::new(Shared {
+                unreachable: Mutex::new(None),
+                cfg,
+                url,
+                client,
+                era: RwLock::new(era),
+                detecting: tokio::sync::Mutex::new(()),
+                sessions: DashMap::new(),
+                task_homes: DashMap::new(),
+                next_id: AtomicU64::new(1),
+                epoch: Instant::now(),
+            }),
+        })
+    }
+}
+
+fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
+    let tls = crate::tls::client_config(true, cfg.ca_file.as_deref()).map_err(|message| {
+        UpstreamError::Unreachable {
+            name: cfg.name.clone(),
+            message,
+        }
+    })?;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(cfg.connect_timeout));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(https))
+}
+
+/// A response as read: status, headers and the body still streaming.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Incoming,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn unreachable(&self, e: impl std::fmt::Display) -> UpstreamError {
+        UpstreamError::Unreachable {
+            name: self.cfg.name.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn upstream_id(&self) -> Value {
+        json!(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// POST a JSON-RPC message with the configured and per-call headers.
+    async fn post(
+        &self,
+        body: Vec<u8>,
+        headers: HeaderMap,
+        ctx: &CallContext,
+    ) -> Result<Answer, UpstreamError> {
+        self.send(Method::POST, Some(body), headers, ctx).await
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        body: Option<Vec<u8>>,
+        extra: HeaderMap,
+        ctx: &CallContext,
+    ) -> Result<Answer, UpstreamError> {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(self.url.clone());
+        let h = req.headers_mut().expect("builder is valid");
+        if body.is_some() {
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            h.insert(
+                header::ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            );
+        }
+        for (k, v) in &self.cfg.headers {
+            h.insert(k.clone(), v.clone());
+        }
+        if let Some(a) = &ctx.authorization {
+            h.insert(header::AUTHORIZATION, a.clone());
+        }
+        for (k, v) in &ctx.forward_headers {
+            h.append(k.clone(), v.clone());
+        }
+        for (k, v) in extra.iter() {
+            h.insert(k.clone(), v.clone());
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| self.unreachable(e))?;
+        let resp = self.client.request(req).await.map_err(|e| {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(": ");
+                msg.push_str(&s.to_string());
+                src = s.source();
+            }
+            self.unreachable(msg)
+        })?;
+        let (parts, body) = resp.into_parts();
+        Ok(Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
+    /// Read a whole (non-streamed) body, bounded.
+    async fn read_all(&self, body: Incoming) -> Result<Bytes, UpstreamError> {
+        let limited = http_body_util::Limited::new(body, MAX_JSON_BODY);
+        limited
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .map_err(|e| self.unreachable(format!("reading the response: {e}")))
+    }
+
+    /// A responder that POSTs the answer to a server-to-client request on the session.
+    fn responder(
+        self: &Arc<Self>,
+        headers: HeaderMap,
+        ctx: CallContext,
+        id: Value,
+    ) -> Box<dyn FnOnce(Outcome) + Send> {
+        let me = self.clone();
+        Box::new(move |outcome| {
+            tokio::spawn(async move {
+                let body = serde_json::to_vec(&jsonrpc::response(Some(&id), &outcome))
+                    .expect("serializes");
+                match me.post(body, headers, &ctx).await {
+                    Ok(ans) => {
+                        let _ = me.read_all(ans.body).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not deliver an answer to the upstream's request")
+                    }
+                }
+            });
+        })
+    }
+}
+
+impl Session {
+    fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(id) = &self.id {
+            h.insert(SESSION_HEADER.clone(), id.clone());
+        }
+        h.insert(VERSION_HEADER.clone(), self.version.clone());
+        h
+    }
+}
+
+/// Headers mirrored from a modern request's body.
+fn modern_headers(req: &Request) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let version = req
+        .meta()
+        .and_then(|m| m.get(mcp::META_PROTOCOL_VERSION))
+        .and_then(Value::as_str)
+        .unwrap_or(MODERN_VERSION);
+    if let Ok(v) = HeaderValue::from_str(version) {
+        h.insert(VERSION_HEADER.clone(), v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&req.method) {
+        h.insert(METHOD_HEADER.clone(), v);
+    }
+    if let Some(name) = mcp::name_param(&req.method).and_then(|p| req.str_param(p)) {
+        if let Ok(v) = HeaderValue::from_str(&mcp::encode_header_value(name)) {
+            h.insert(NAME_HEADER.clone(), v);
+        }
+    }
+    h
+}
+
+impl Upstream for HttpUpstream {
+    fn listen<'a>(
+        &'a self,
+        filter: &'a serde_json::Map<String, Value>,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, Listening> {
+        Box::pin(async move {
+            match self.inner.era(ctx).await? {
+                Era::Modern => listen_modern(self, filter, req, ctx).await,
+                Era::Legacy => self.inner.listen_legacy(filter, ctx).await,
+            }
+        })
+    }
+
+    fn name(&self) -> &str {
+        &self.inner.cfg.name
+    }
+
+    fn era<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
+        Box::pin(self.inner.era(ctx))
+    }
+
+    fn known_era(&self) -> Option<Era> {
+        self.inner.era.read().expect("era lock").clone()
+    }
+
+    fn call<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, UpstreamCall> {
+        Box::pin(async move { Ok(self.inner.start(req, ctx)) })
+    }
+
+    fn notify<'a>(&'a self, req: &'a Request, ctx: &'a CallContext) -> UpstreamFuture<'a, ()> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let (body, headers) = match inner.era(ctx).await? {
+                Era::Modern => (wire_message(req, &Era::Modern, None), modern_headers(req)),
+                Era::Legacy => {
+                    let s = inner.session(ctx, None).await?;
+                    (wire_message(req, &Era::Legacy, None), s.headers())
+                }
+            };
+            let ans = inner
+                .post(serde_json::to_vec(&body).expect("serializes"), headers, ctx)
+                .await?;
+            let _ = inner.read_all(ans.body).await;
+            Ok(())
+        })
+    }
+
+    fn discover<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> UpstreamFuture<'a, Outcome> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            match inner.era(ctx).await? {
+                Era::Modern => Ok(self.call(req, ctx).await?.outcome(&inner.cfg.name).await),
+                Era::Legacy => {
+                    let s = inner.session(ctx, None).await?;
+                    Ok(Ok(discover_from_initialize(&s.init)))
+                }
+            }
+        })
+    }
+
+    fn session_per_client(&self) -> bool {
+        true
+    }
+
+    fn check_health<'a>(
+        &'a self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let host = inner
+                .url
+                .host()
+                .unwrap_or("localhost")
+                .trim_matches(['[', ']']);
+            let port = inner
+                .url
+                .port_u16()
+                .unwrap_or(if inner.url.scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                });
+            let connect = tokio::net::TcpStream::connect((host, port));
+            let verdict = match tokio::time::timeout(inner.cfg.connect_timeout, connect).await {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(format!("upstream {} is unreachable: {e}", inner.cfg.name)),
+                Err(_) => Some(format!(
+                    "upstream {} is unreachable: no connection within {:?}",
+                    inner.cfg.name, inner.cfg.connect_timeout
+                )),
+            };
+            *inner.unreachable.lock().expect("health lock") = verdict;
+        })
+    }
+
+    fn health(&self) -> Result<(), String> {
+        match self.inner.unreachable.lock().expect("health lock").clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn end_session<'a>(
+        &'a self,
+        ctx: &'a CallContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.inner.end_session(ctx))
+    }
+
+    fn close_idle<'a>(
+        &'a self,
+        all: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.inner.close_idle(all))
+    }
+}

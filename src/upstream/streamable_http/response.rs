@@ -1,0 +1,278 @@
+//! Reading the answer to one POST: a JSON body or an SSE stream whose messages
+//! the router delivers (everything on a call's own stream is that call's), with
+//! broken legacy streams resumed by `Last-Event-ID`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{header, HeaderName, HeaderValue, Method};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::{Answer, Session, Shared, MAX_RESUME_DELAY_MS};
+use crate::upstream::router::{self, Channel, Route};
+use crate::upstream::{broken, CallEvent, UpstreamError};
+use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, RpcError};
+use tasklift_protocol::sse::SseParser;
+
+/// How many times one response stream is resumed after the server closed it.
+const MAX_RESUMES: u32 = 20;
+
+impl Shared {
+    /// Read the single response to `id` from a JSON or SSE answer, ignoring notifications.
+    pub(super) async fn read_response(
+        self: &Arc<Self>,
+        ans: Answer,
+        id: &Value,
+    ) -> Result<Outcome, UpstreamError> {
+        let (tx, mut rx) = mpsc::channel(16);
+        self.pump(ans, id.clone(), tx, None).await;
+        while let Some(ev) = rx.recv().await {
+            if let CallEvent::Done(o) = ev {
+                return Ok(o);
+            }
+        }
+        Err(UpstreamError::BadResponse {
+            name: self.cfg.name.clone(),
+            status: 200,
+            message: "no JSON-RPC response in the body".into(),
+        })
+    }
+
+    /// Turn an answer into events on `tx`: notifications, then `Done`. Server-initiated
+    /// requests on a legacy stream are answered so the upstream is not left waiting.
+    pub(super) async fn pump(
+        self: &Arc<Self>,
+        ans: Answer,
+        id: Value,
+        tx: mpsc::Sender<CallEvent>,
+        session: Option<&Session>,
+    ) {
+        let name = &self.cfg.name;
+        let is_sse = ans
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        if !ans.status.is_success() {
+            let status = ans.status;
+            let body = self.read_all(ans.body).await.unwrap_or_default();
+            let outcome = match serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(Msg::classify)
+            {
+                Some(Msg::Response {
+                    outcome: Err(e), ..
+                }) => Err(e),
+                _ => Err(RpcError::new(
+                    jsonrpc::UPSTREAM_ERROR,
+                    format!(
+                        "upstream {name} answered HTTP {status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+                    ),
+                )),
+            };
+            let _ = tx.send(CallEvent::Done(outcome)).await;
+            return;
+        }
+        if !is_sse {
+            let body = match self.read_all(ans.body).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
+                    return;
+                }
+            };
+            let outcome = match serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(Msg::classify)
+            {
+                Some(Msg::Response { outcome, .. }) => outcome,
+                _ => Err(RpcError::new(
+                    jsonrpc::UPSTREAM_ERROR,
+                    format!("upstream {name} answered with a body that is not a JSON-RPC response"),
+                )),
+            };
+            let _ = tx.send(CallEvent::Done(outcome)).await;
+            return;
+        }
+        let stream = OwnStream {
+            shared: self,
+            id: &id,
+            tx: &tx,
+            session,
+        };
+        let mut parser = SseParser::default();
+        let mut body = ans.body;
+        let mut resumes = 0;
+        loop {
+            let (events, ended) = match body.frame().await {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => (parser.feed(&data), false),
+                    Err(_) => continue,
+                },
+                Some(Err(e)) => {
+                    tracing::warn!(upstream = %name, error = %e, "upstream stream broke");
+                    (Vec::new(), true)
+                }
+                None => (parser.finish().into_iter().collect(), true),
+            };
+            if events.iter().any(|d| !d.trim().is_empty()) {
+                resumes = 0; // the server is making progress
+            }
+            for data in events {
+                // A priming event (an id, no data) only sets the resumption point.
+                if data.trim().is_empty() {
+                    continue;
+                }
+                let Some(msg) = router::parse(&data) else {
+                    tracing::warn!(upstream = %name, "skipping an SSE event that is not JSON-RPC");
+                    continue;
+                };
+                match router::route(&stream, msg, name) {
+                    Route::Call(to, ev) => {
+                        let done = matches!(ev, CallEvent::Done(_));
+                        let _ = to.send(ev).await;
+                        if done {
+                            return;
+                        }
+                    }
+                    Route::Stray => {
+                        tracing::warn!(upstream = %name, "response for another request on this stream; ignored")
+                    }
+                    Route::Forbidden(method) => tracing::warn!(upstream = %name, %method,
+                        "a modern upstream sent a request on a response stream, which 2026-07-28 forbids; ignored"),
+                    // Everything on a call's own stream is that call's.
+                    Route::Unrelated(_) | Route::Ping(_) | Route::Refused => {}
+                }
+            }
+            if ended {
+                // A legacy server may close a response stream mid-call and expect the
+                // client to resume it with `Last-Event-ID` on a GET (2025-11-25 SSE polling).
+                match (session, parser.last_event_id.clone()) {
+                    (Some(s), Some(last)) if resumes < MAX_RESUMES => {
+                        resumes += 1;
+                        let delay = parser.retry_ms.unwrap_or(0).min(MAX_RESUME_DELAY_MS);
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        match self.resume_stream(s, &last).await {
+                            Some(b) => {
+                                tracing::debug!(upstream = %name, last_event_id = %last, "resumed the upstream's response stream");
+                                body = b;
+                                let retry = parser.retry_ms;
+                                parser = SseParser::default();
+                                parser.last_event_id = Some(last);
+                                parser.retry_ms = retry;
+                                continue;
+                            }
+                            None => break,
+                        }
+                    }
+                    _ => break,
+                }
+            }
+        }
+        let _ = tx.send(CallEvent::Done(Err(broken(name)))).await;
+    }
+
+    /// `pump` for a request that starts or ends an upstream task: a
+    /// `CreateTaskResult` makes this session the task's home for this caller
+    /// (`caller`: its session key), where its `tasks/*` requests must go; the
+    /// answer to a `tasks/result` or `tasks/cancel` (`finishes`: the home's key)
+    /// ends that, unless tasklift could not get one (it will ask again).
+    pub(super) async fn pump_task_call(
+        self: &Arc<Self>,
+        ans: Answer,
+        id: Value,
+        tx: mpsc::Sender<CallEvent>,
+        session: &Arc<Session>,
+        (caller, finishes): (&str, Option<String>),
+    ) {
+        let (itx, mut irx) = mpsc::channel(16);
+        let forward = async {
+            while let Some(ev) = irx.recv().await {
+                if let CallEvent::Done(outcome) = &ev {
+                    if let Some(t) = outcome
+                        .as_ref()
+                        .ok()
+                        .and_then(|r| r.pointer("/task/taskId"))
+                        .and_then(Value::as_str)
+                    {
+                        self.task_homes
+                            .insert(format!("{caller}\n{t}"), Arc::downgrade(session));
+                    }
+                    let answered = outcome
+                        .as_ref()
+                        .map_or_else(|e| e.code != jsonrpc::UPSTREAM_ERROR, |_| true);
+                    if let Some(k) = finishes.as_ref().filter(|_| answered) {
+                        self.task_homes.remove(k);
+                    }
+                }
+                if tx.send(ev).await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::join!(self.pump(ans, id, itx, Some(session)), forward);
+    }
+
+    /// Reopen a legacy response stream after `last` with a GET carrying `Last-Event-ID`.
+    async fn resume_stream(self: &Arc<Self>, s: &Session, last: &str) -> Option<Incoming> {
+        let mut h = s.headers();
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            HeaderName::from_static("last-event-id"),
+            HeaderValue::from_str(last).ok()?,
+        );
+        match self.send(Method::GET, None, h, &s.opener).await {
+            Ok(ans) if ans.status.is_success() => Some(ans.body),
+            Ok(ans) => {
+                tracing::warn!(upstream = %self.cfg.name, status = %ans.status, "the upstream refused to resume a response stream");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(upstream = %self.cfg.name, error = %e, "could not resume a response stream");
+                None
+            }
+        }
+    }
+}
+
+/// A call's own response stream, for the router: everything on it is that call's.
+struct OwnStream<'a> {
+    shared: &'a Arc<Shared>,
+    /// The call's upstream request id.
+    id: &'a Value,
+    /// Where its events go.
+    tx: &'a mpsc::Sender<CallEvent>,
+    /// The legacy session it runs on, where the server may ask the client; a
+    /// modern response stream carries no requests.
+    session: Option<&'a Session>,
+}
+
+impl Channel for OwnStream<'_> {
+    type Call = mpsc::Sender<CallEvent>;
+
+    fn events(&self, call: Self::Call) -> Option<mpsc::Sender<CallEvent>> {
+        Some(call)
+    }
+
+    fn answered(&self, id: &Value, _: &Outcome) -> Option<mpsc::Sender<CallEvent>> {
+        (id == self.id).then(|| self.tx.clone())
+    }
+
+    fn own(&self) -> Option<Self::Call> {
+        Some(self.tx.clone())
+    }
+
+    fn responder(&self, id: &Value) -> Option<Box<dyn FnOnce(Outcome) + Send>> {
+        self.session.map(|s| {
+            self.shared
+                .responder(s.headers(), s.opener.clone(), id.clone())
+        })
+    }
+}

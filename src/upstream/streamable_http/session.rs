@@ -1,0 +1,342 @@
+//! Legacy sessions: one slot per caller (`session_key`), opened with tasklift's
+//! own `initialize` and re-opened on 404, extra sessions for calls that may ask
+//! the client for input (`call_session`), and closing them (DELETE) when idle or
+//! when the client's session ends.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http::{HeaderMap, HeaderValue, Method};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::{Asking, Session, SessionSlot, Shared, SESSION_HEADER};
+use crate::upstream::{CallContext, CallEvent, UpstreamError};
+use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
+
+impl Shared {
+    pub(super) fn session_key(&self, ctx: &CallContext) -> String {
+        let mut h = Sha256::new();
+        h.update(ctx.principal.as_bytes());
+        h.update([0]);
+        match &ctx.session {
+            // A legacy client gets an upstream session of its own, like it would
+            // have without tasklift in between (its credentials may be refreshed).
+            Some(s) => h.update(s.id.as_bytes()),
+            None => {
+                if let Some(a) = &ctx.authorization {
+                    h.update(a.as_bytes());
+                }
+            }
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The caller's session, opened if needed; `stale` is a session that just failed
+    /// with 404 and must be replaced.
+    pub(super) async fn session(
+        self: &Arc<Self>,
+        ctx: &CallContext,
+        stale: Option<&Arc<Session>>,
+    ) -> Result<Arc<Session>, UpstreamError> {
+        let key = self.session_key(ctx);
+        loop {
+            let slot = self.slot(ctx);
+            let mut cur = slot.current.lock().await;
+            // `close_idle` may have emptied this slot and dropped it from the map
+            // while we waited: a session opened in it would never be closed.
+            if !self
+                .sessions
+                .get(&key)
+                .is_some_and(|e| Arc::ptr_eq(e.value(), &slot))
+            {
+                continue;
+            }
+            if let Some(s) = cur.as_ref() {
+                if stale.is_none_or(|st| !Arc::ptr_eq(st, s)) {
+                    s.last_used.store(self.now_ms(), Ordering::Relaxed);
+                    return Ok(s.clone());
+                }
+                tracing::info!(upstream = %self.cfg.name, "legacy session expired; initializing a new one");
+            }
+            let s = self.open(ctx).await?;
+            *cur = Some(s.clone());
+            return Ok(s);
+        }
+    }
+
+    /// A new session, its GET stream open before any call needs it.
+    async fn open(self: &Arc<Self>, ctx: &CallContext) -> Result<Arc<Session>, UpstreamError> {
+        let s = Arc::new(self.initialize(ctx).await?);
+        self.open_get_stream(&s).await;
+        Ok(s)
+    }
+
+    /// The session a request runs on, and, for a request that may ask the client for
+    /// input, its registration among the session's askers (made before the request
+    /// is sent, so a question on the GET stream finds it). Such a request gets a
+    /// session with no other asker, opening one (up to `sessions_per_caller`) when
+    /// the caller's are all busy; past that it shares the least busy one, and
+    /// questions there are refused rather than guessed.
+    pub(super) async fn call_session(
+        self: &Arc<Self>,
+        ctx: &CallContext,
+        stale: Option<&Arc<Session>>,
+        asks: Option<(&Value, &mpsc::Sender<CallEvent>)>,
+        task: Option<&str>,
+    ) -> Result<(Arc<Session>, Option<Asker>), UpstreamError> {
+        let register = |s: &Arc<Session>, (id, tx): (&Value, &mpsc::Sender<CallEvent>)| {
+            s.askers.lock().expect("askers lock").push(Asking {
+                id: id.clone(),
+                tx: tx.clone(),
+                task: task.map(str::to_string),
+            });
+            Asker {
+                session: s.clone(),
+                id: id.clone(),
+            }
+        };
+        // A request about an upstream task goes to the session that created it: the
+        // server keeps its tasks per session.
+        let home_key = task.map(|t| format!("{}\n{t}", self.session_key(ctx)));
+        if let Some(home) = home_key
+            .as_ref()
+            .and_then(|k| self.task_homes.get(k).and_then(|w| w.upgrade()))
+            .filter(|h| stale.is_none_or(|st| !Arc::ptr_eq(st, h)))
+        {
+            home.last_used.store(self.now_ms(), Ordering::Relaxed);
+            let asker = asks.map(|a| register(&home, a));
+            return Ok((home, asker));
+        }
+        let main = self.session(ctx, stale).await?;
+        let Some(asks) = asks else {
+            return Ok((main, None));
+        };
+        let claim = |s: &Arc<Session>| register(s, asks);
+        // A server without sessions answers every request on its own stream: its
+        // questions always name their call.
+        if main.id.is_none() {
+            return Ok((main.clone(), Some(claim(&main))));
+        }
+        let slot = self.slot(ctx);
+        let mut extra = slot.extra.lock().await;
+        if let Some(st) = stale {
+            extra.retain(|s| !Arc::ptr_eq(s, st));
+        }
+        let plain = |s: &Arc<Session>| {
+            s.askers
+                .lock()
+                .expect("askers lock")
+                .iter()
+                .filter(|a| a.task.is_none())
+                .count()
+        };
+        let idle = |s: &Arc<Session>| plain(s) == 0;
+        let chosen = match std::iter::once(&main).chain(extra.iter()).find(|s| idle(s)) {
+            Some(s) => s.clone(),
+            None if extra.len() + 1 < self.cfg.sessions_per_caller => {
+                let s = self.open(ctx).await?;
+                tracing::debug!(upstream = %self.cfg.name, sessions = extra.len() + 2,
+                    "opened another session for a caller whose calls may ask for input");
+                extra.push(s.clone());
+                s
+            }
+            None => std::iter::once(&main)
+                .chain(extra.iter())
+                .min_by_key(|s| plain(s))
+                .cloned()
+                .expect("the main session is there"),
+        };
+        chosen.last_used.store(self.now_ms(), Ordering::Relaxed);
+        Ok((chosen.clone(), Some(claim(&chosen))))
+    }
+
+    /// The caller's slot of sessions.
+    fn slot(&self, ctx: &CallContext) -> Arc<SessionSlot> {
+        self.sessions
+            .entry(self.session_key(ctx))
+            .or_insert_with(|| Arc::new(SessionSlot::default()))
+            .clone()
+    }
+
+    async fn initialize(self: &Arc<Self>, ctx: &CallContext) -> Result<Session, UpstreamError> {
+        let fail = |m: String| UpstreamError::Handshake {
+            name: self.cfg.name.clone(),
+            message: m,
+        };
+        let id = self.upstream_id();
+        // For a legacy client's own session: its version, capabilities and name.
+        let (version, caps, info) = match &ctx.session {
+            Some(s) if LEGACY_VERSIONS.contains(&s.protocol_version.as_str()) => (
+                s.protocol_version.as_str(),
+                s.capabilities.clone(),
+                s.client_info.clone(),
+            ),
+            // Modern callers: offer what tasklift bridges; each request's own
+            // capabilities decide what its caller is actually asked.
+            _ => (
+                LEGACY_VERSIONS[0],
+                json!({"elicitation": {}, "sampling": {}, "roots": {}}),
+                json!({"name": "tasklift", "version": env!("CARGO_PKG_VERSION")}),
+            ),
+        };
+        let msg = json!({
+            "jsonrpc": "2.0", "id": id, "method": mcp::method::INITIALIZE,
+            "params": {"protocolVersion": version, "capabilities": caps, "clientInfo": info},
+        });
+        let ans = self
+            .post(
+                serde_json::to_vec(&msg).expect("serializes"),
+                HeaderMap::new(),
+                ctx,
+            )
+            .await?;
+        let sid = ans.headers.get(&SESSION_HEADER).cloned();
+        let init = match self.read_response(ans, &id).await? {
+            Ok(r) => r,
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let version = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if !LEGACY_VERSIONS.contains(&version.as_str()) {
+            return Err(fail(format!(
+                "the server chose protocol version {version:?}; tasklift speaks {} to legacy servers",
+                LEGACY_VERSIONS.join(", ")
+            )));
+        }
+        let session = Session {
+            id: sid,
+            version: HeaderValue::from_str(&version).expect("known versions are header-safe"),
+            init,
+            last_used: AtomicU64::new(self.now_ms()),
+            in_flight: AtomicUsize::new(0),
+            opener: CallContext {
+                principal: ctx.principal.clone(),
+                authorization: ctx.authorization.clone(),
+                ..CallContext::default()
+            },
+            askers: Mutex::new(Vec::new()),
+            changes: tokio::sync::broadcast::channel(64).0,
+            get_stream: Mutex::new(None),
+        };
+        let note = json!({"jsonrpc": "2.0", "method": mcp::method::INITIALIZED});
+        let ans = self
+            .post(
+                serde_json::to_vec(&note).expect("serializes"),
+                session.headers(),
+                ctx,
+            )
+            .await?;
+        let _ = self.read_all(ans.body).await;
+        tracing::info!(upstream = %self.cfg.name, version = %version, "opened legacy session");
+        Ok(session)
+    }
+
+    /// End a session upstream (DELETE), if the server gave it an id.
+    async fn close(&self, s: &Session) {
+        if let Some(h) = s.get_stream.lock().expect("get stream lock").take() {
+            h.abort();
+        }
+        if s.id.is_some() {
+            if let Ok(ans) = self
+                .send(Method::DELETE, None, s.headers(), &s.opener)
+                .await
+            {
+                let _ = self.read_all(ans.body).await;
+            }
+        }
+    }
+
+    /// A legacy client's session ended: close the upstream sessions kept for it.
+    pub(super) async fn end_session(&self, ctx: &CallContext) {
+        let Some((_, slot)) = self.sessions.remove(&self.session_key(ctx)) else {
+            return;
+        };
+        let mut all: Vec<Arc<Session>> = std::mem::take(&mut *slot.extra.lock().await);
+        all.extend(slot.current.lock().await.take());
+        for s in all {
+            self.close(&s).await;
+            tracing::debug!(upstream = %self.cfg.name, "closed a legacy session of an ended client session");
+        }
+    }
+
+    /// Close the sessions idle for `session_idle` (or, with `all`, every session not
+    /// in use); a caller's main session goes only after its extra ones.
+    pub(super) async fn close_idle(&self, all: bool) {
+        let idle_ms = self.cfg.session_idle.as_millis() as u64;
+        let now = self.now_ms();
+        let slots: Vec<(String, Arc<SessionSlot>)> = self
+            .sessions
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        self.task_homes.retain(|_, w| w.strong_count() > 0);
+        let closable = |s: &Session| {
+            let idle = now.saturating_sub(s.last_used.load(Ordering::Relaxed)) >= idle_ms;
+            s.in_flight.load(Ordering::Relaxed) == 0 && (all || idle)
+        };
+        for (key, slot) in slots {
+            // Extra sessions first: the main one goes only once they are gone.
+            let done: Vec<Arc<Session>> = match slot.extra.try_lock() {
+                Ok(mut extra) => {
+                    let (done, keep) = std::mem::take(&mut *extra)
+                        .into_iter()
+                        .partition(|s| closable(s));
+                    *extra = keep;
+                    done
+                }
+                Err(_) => continue,
+            };
+            for s in done {
+                self.close(&s).await;
+                tracing::debug!(upstream = %self.cfg.name, "closed an idle extra legacy session");
+            }
+            if slot.extra.try_lock().map_or(true, |e| !e.is_empty()) {
+                continue;
+            }
+            let Ok(mut cur) = slot.current.try_lock() else {
+                continue;
+            };
+            let Some(s) = cur.as_ref() else { continue };
+            if !closable(s) {
+                continue;
+            }
+            let s = cur.take().expect("checked");
+            // Out of the map before the slot is unlocked: a caller waiting on it
+            // then sees it is gone and makes a new one (see `session`).
+            self.sessions.remove(&key);
+            drop(cur);
+            self.close(&s).await;
+            tracing::debug!(upstream = %self.cfg.name, "closed idle legacy session");
+        }
+    }
+}
+
+/// A call registered among its session's `askers`; unregisters on drop.
+pub(super) struct Asker {
+    session: Arc<Session>,
+    id: Value,
+}
+
+impl Drop for Asker {
+    fn drop(&mut self) {
+        self.session
+            .askers
+            .lock()
+            .expect("askers lock")
+            .retain(|a| a.id != self.id);
+    }
+}
+
+/// Decrements a session's in-flight count when a request using it ends.
+pub(super) struct InFlight<'a>(pub(super) &'a Session);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
