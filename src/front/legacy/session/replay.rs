@@ -1,0 +1,268 @@
+//! Streams a legacy client can resume: each message of a response stream (and of
+//! the session's standalone GET stream) is logged with an event id, a disconnect
+//! does not stop the work behind it, and a GET with `Last-Event-ID` picks it up
+//! again. 2025-11-25 clients poll: a long stream's connection is closed after a
+//! while and the client resumes it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::{ended, ClientSession, KEEP_FINISHED, LOG_EVENTS, MAX_FINISHED, STANDALONE};
+use crate::reply::StreamItem;
+
+/// The events of one stream, kept for resumption.
+#[derive(Default)]
+pub(super) struct StreamLog {
+    /// (sequence number, message).
+    events: VecDeque<(u64, Value)>,
+    /// The next sequence number.
+    next_seq: u64,
+    /// The connection currently reading it, if any.
+    live: Option<mpsc::Sender<StreamItem>>,
+    /// No more events will come.
+    done: bool,
+    /// When it finished.
+    done_at: Option<Instant>,
+}
+
+/// An SSE event id: stream number and sequence.
+fn event_id(stream: u64, seq: u64) -> String {
+    format!("{stream}_{seq}")
+}
+
+/// Parse an event id made by [`event_id`].
+fn parse_event_id(id: &str) -> Option<(u64, u64)> {
+    let (a, b) = id.split_once('_')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+impl ClientSession {
+    /// Close the connection `tx` reading `stream` after the polling time, if it is
+    /// still the one reading it then (the work behind the stream goes on).
+    fn close_later(self: &Arc<Self>, stream: u64, tx: &mpsc::Sender<StreamItem>) {
+        let Some(after) = self.polling.close_after.filter(|_| self.polls()) else {
+            return;
+        };
+        let me = Arc::downgrade(self);
+        let tx = tx.downgrade();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let (Some(me), Some(tx)) = (me.upgrade(), tx.upgrade()) else {
+                return;
+            };
+            let mut streams = me.streams.lock().expect("lock");
+            if let Some(log) = streams.get_mut(&stream) {
+                if log.live.as_ref().is_some_and(|l| l.same_channel(&tx)) {
+                    tracing::debug!(session = %me.id, stream, "closing a long stream; the client resumes it with Last-Event-ID");
+                    log.live = None;
+                }
+            }
+        });
+    }
+
+    /// Carry a response stream through a resumable log: every message gets an event
+    /// id, a disconnect does not stop the work behind it (legacy clients cancel
+    /// explicitly), and a GET with `Last-Event-ID` picks it up again. `shape` turns
+    /// each message into what this client should see.
+    pub fn resumable(
+        self: &Arc<Self>,
+        mut rx: mpsc::Receiver<StreamItem>,
+        shape: impl Fn(Value) -> Value + Send + 'static,
+    ) -> mpsc::Receiver<StreamItem> {
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let (tx, out) = mpsc::channel(64);
+        if self.polls() {
+            let _ = tx.try_send(StreamItem::Prime {
+                id: event_id(stream, 0),
+                retry_ms: self.polling.retry_ms,
+            });
+        }
+        self.close_later(stream, &tx);
+        let mut streams = self.streams.lock().expect("lock");
+        prune(&mut streams);
+        streams.insert(
+            stream,
+            StreamLog {
+                next_seq: 1,
+                live: Some(tx),
+                ..StreamLog::default()
+            },
+        );
+        let me = self.clone();
+        let busy = self.busy();
+        let mut closed = self.closed();
+        tokio::spawn(async move {
+            let _busy = busy;
+            loop {
+                let item = tokio::select! {
+                    item = rx.recv() => item,
+                    _ = ended(&mut closed) => None,
+                };
+                match item {
+                    Some(StreamItem::Message(v)) => me.push(stream, shape(v)).await,
+                    Some(StreamItem::KeepAlive) => {
+                        let live = me.live(stream);
+                        if let Some(l) = live {
+                            let _ = l.send(StreamItem::KeepAlive).await;
+                        }
+                    }
+                    Some(other) => {
+                        let live = me.live(stream);
+                        if let Some(l) = live {
+                            let _ = l.send(other).await;
+                        }
+                    }
+                    None => break,
+                }
+            }
+            let mut streams = me.streams.lock().expect("lock");
+            if let Some(log) = streams.get_mut(&stream) {
+                log.done = true;
+                log.done_at = Some(Instant::now());
+                log.live = None;
+            }
+        });
+        out
+    }
+
+    fn live(&self, stream: u64) -> Option<mpsc::Sender<StreamItem>> {
+        self.streams
+            .lock()
+            .expect("lock")
+            .get(&stream)
+            .and_then(|l| l.live.clone())
+    }
+
+    /// Append a message to a stream's log and send it to whoever reads the stream.
+    async fn push(&self, stream: u64, msg: Value) {
+        let (live, id) = {
+            let mut streams = self.streams.lock().expect("lock");
+            let log = streams.entry(stream).or_default();
+            let seq = log.next_seq.max(1);
+            log.next_seq = seq + 1;
+            log.events.push_back((seq, msg.clone()));
+            if log.events.len() > LOG_EVENTS {
+                log.events.pop_front();
+            }
+            (log.live.clone(), event_id(stream, seq))
+        };
+        if let Some(l) = live {
+            if l.send(StreamItem::Event { id, message: msg })
+                .await
+                .is_err()
+            {
+                // The client went away; the log keeps the event for its return.
+                let mut streams = self.streams.lock().expect("lock");
+                if let Some(log) = streams.get_mut(&stream) {
+                    if log.live.as_ref().is_some_and(|x| x.same_channel(&l)) {
+                        log.live = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A message for the standalone GET stream (kept if nobody listens yet).
+    pub async fn notify(&self, msg: Value) {
+        self.push(STANDALONE, msg).await;
+    }
+
+    /// Open the standalone GET stream, or resume a stream after `last_event_id`.
+    /// Replaces any connection already reading that stream.
+    pub fn open_stream(
+        self: &Arc<Self>,
+        last_event_id: Option<&str>,
+    ) -> mpsc::Receiver<StreamItem> {
+        let (stream, after) = last_event_id
+            .and_then(parse_event_id)
+            .unwrap_or((STANDALONE, u64::MAX));
+        let mut streams = self.streams.lock().expect("lock");
+        let (stream, after) = if streams.contains_key(&stream) || stream == STANDALONE {
+            (stream, after)
+        } else {
+            // Unknown or forgotten stream: the standalone stream, from now on.
+            (STANDALONE, u64::MAX)
+        };
+        let log = streams.entry(stream).or_default();
+        let replay: Vec<(u64, Value)> = log
+            .events
+            .iter()
+            .filter(|(s, _)| after != u64::MAX && *s > after)
+            .cloned()
+            .collect();
+        let (tx, rx) = mpsc::channel(replay.len() + 64);
+        // A resumed stream primes again, so the client knows it can resume it again.
+        if stream != STANDALONE && self.polls() {
+            let _ = tx.try_send(StreamItem::Prime {
+                id: event_id(stream, after),
+                retry_ms: self.polling.retry_ms,
+            });
+        }
+        for (seq, message) in replay {
+            let _ = tx.try_send(StreamItem::Event {
+                id: event_id(stream, seq),
+                message,
+            });
+        }
+        if !log.done {
+            if stream != STANDALONE {
+                self.close_later(stream, &tx);
+            }
+            log.live = Some(tx);
+        }
+        rx
+    }
+}
+
+/// Forget finished streams that are old, or beyond the most recent `MAX_FINISHED`.
+fn prune(streams: &mut HashMap<u64, StreamLog>) {
+    streams.retain(|_, l| l.done_at.is_none_or(|t| t.elapsed() < KEEP_FINISHED));
+    let mut finished: Vec<(Instant, u64)> = streams
+        .iter()
+        .filter_map(|(k, l)| l.done_at.map(|t| (t, *k)))
+        .collect();
+    if finished.len() > MAX_FINISHED {
+        finished.sort();
+        for (_, k) in &finished[..finished.len() - MAX_FINISHED] {
+            streams.remove(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_stream_resumes_after_the_last_event_seen() {
+        let s = ClientSession::new("p".into(), "2025-11-25".into(), json!({}), json!({}));
+        let (tx, rx) = mpsc::channel(8);
+        let mut out = s.resumable(rx, |v| v);
+        assert!(matches!(out.recv().await, Some(StreamItem::Prime { .. })));
+        tx.send(StreamItem::Message(json!({"n": 1}))).await.unwrap();
+        let first = match out.recv().await {
+            Some(StreamItem::Event { id, .. }) => id,
+            other => panic!("{other:?}"),
+        };
+        drop(out); // the client goes away; the work goes on
+        tx.send(StreamItem::Message(json!({"n": 2}))).await.unwrap();
+        drop(tx);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let mut again = s.open_stream(Some(&first));
+        match again.recv().await {
+            Some(StreamItem::Prime { id, .. }) => assert_eq!(id, first, "primed where it resumed"),
+            other => panic!("{other:?}"),
+        }
+        match again.recv().await {
+            Some(StreamItem::Event { message, .. }) => assert_eq!(message, json!({"n": 2})),
+            other => panic!("{other:?}"),
+        }
+        assert!(again.recv().await.is_none(), "the stream was done");
+    }
+}
