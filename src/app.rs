@@ -64,8 +64,6 @@ pub struct Running {
     pub admin_addr: Option<SocketAddr>,
     /// The engine (tests and operator tools read it).
     pub engine: Arc<Engine>,
-    /// The task store the engine runs on (tests write records straight into it).
-    pub store: Arc<dyn TaskStore>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
     admin: Option<JoinHandle<()>>,
@@ -112,7 +110,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     };
     let metrics = Arc::new(crate::observe::metrics::Metrics::default());
     let engine = Engine::new(
-        store.clone(),
+        store,
         EngineSettings {
             limits: cfg.limits.clone(),
             metrics: metrics.clone(),
@@ -224,7 +222,6 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         addr,
         admin_addr,
         engine,
-        store,
         shutdown,
         server,
         admin,

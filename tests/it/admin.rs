@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tasklift::store::{NewTask, Settle, TaskRecord};
+use tasklift::store::{NewTask, Settle, SledStore, TaskRecord, TaskStore};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
@@ -191,23 +191,13 @@ async fn status_page_in_a_headless_browser() {
     let up = FixtureServer::new()
         .tool(Tool::new("slow_report").gate(gate.clone()))
         .tool(Tool::new(EVIL).gate(gate.clone()));
-    let h = Harness::start(up, |c| {
-        admin_on(c);
-        c.upstreams[0].era = "legacy".into();
-    })
-    .await;
-    let c = h.client();
-    let task = c.call_tool("slow_report", json!({})).await.unwrap().result;
-    assert_eq!(task["resultType"], "task", "{task}");
-    let id = task["taskId"].as_str().unwrap().to_string();
-    let evil = c.call_tool(EVIL, json!({})).await.unwrap().result;
-    assert_eq!(evil["resultType"], "task", "{evil}");
-
     // A finished task whose status message came from a hostile upstream, three
-    // minutes old, with an owner the page must not show.
-    let engine = &h.proxy.as_ref().unwrap().engine;
-    let now = engine.now_ms();
-    let failed = {
+    // minutes old, with an owner the page must not show: in the store the proxy
+    // starts on, as a previous run left it.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SledStore::open(dir.path(), 64 * 1024).unwrap();
+        let now = tasklift::tasks::Clock::new().now_ms();
         let mut rec = TaskRecord::new(NewTask {
             id: "f00dcafe-0000-4000-8000-000000000001".into(),
             owner: "bearer:owner-hash-never-shown".into(),
@@ -226,15 +216,20 @@ async fn status_page_in_a_headless_browser() {
         rec.updated_at_ms = now - 180_000;
         rec.expires_at_ms = now + 3_400_000;
         rec.outcome = None;
-        rec
-    };
-    h.proxy
-        .as_ref()
-        .unwrap()
-        .store
-        .create(&failed)
-        .await
-        .unwrap();
+        store.create(&rec).await.unwrap();
+        store.flush().await.unwrap();
+    }
+    let h = Harness::start_in(up, dir, |c| {
+        admin_on(c);
+        c.upstreams[0].era = "legacy".into();
+    })
+    .await;
+    let c = h.client();
+    let task = c.call_tool("slow_report", json!({})).await.unwrap().result;
+    assert_eq!(task["resultType"], "task", "{task}");
+    let id = task["taskId"].as_str().unwrap().to_string();
+    let evil = c.call_tool(EVIL, json!({})).await.unwrap().result;
+    assert_eq!(evil["resultType"], "task", "{evil}");
 
     let url = admin_url(&h, "/");
     let dom = tokio::task::spawn_blocking(move || browser_dom(&chromium, &url))
