@@ -204,6 +204,8 @@ impl Status {
                 let recent = all.into_iter().take(RECENT_TASKS).collect();
                 (Ok(counts), recent)
             }
+            // The page says the store cannot be read; the store's own error follows.
+            Err(crate::tasks::TaskError::Read(e)) => (Err(e.to_string()), Vec::new()),
             Err(e) => (Err(e.to_string()), Vec::new()),
         };
         Self {

@@ -247,7 +247,7 @@ async fn handle(
             ) {
                 Err(r) => {
                     state.metrics.request(&msg.method, "rejected");
-                    tracing::debug!(error = ?r, "rejected at the front door");
+                    tracing::debug!(error = %r.rpc(), "rejected at the front door");
                     return r.response(msg.id.as_ref());
                 }
                 Ok(true) => state.lenient.note(&parts.headers, peer, &msg.method),
@@ -272,7 +272,7 @@ async fn handle(
             .await;
             if let Err(r) = checked {
                 state.metrics.request(&msg.method, "rejected");
-                tracing::debug!(error = ?r, "rejected at the front door");
+                tracing::debug!(error = %r.rpc(), "rejected at the front door");
                 return r.response(msg.id.as_ref());
             }
         }

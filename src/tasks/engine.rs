@@ -392,8 +392,7 @@ impl Engine {
     }
 
     /// Wait until no task's driver runs here, or `limit` passes; true if none runs.
-    /// (At shutdown: a driver started after this is still waited for by
-    /// [`Engine::stop_all`].)
+    /// A driver started while this waits is waited for too.
     pub async fn settled_within(&self, limit: Duration) -> bool {
         self.drivers.close();
         let settled = tokio::time::timeout(limit, self.drivers.wait())

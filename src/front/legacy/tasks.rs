@@ -436,6 +436,7 @@ fn answer_to_task(
                 upstream: &upstream,
             };
             if let Err(e) = engine.update(&task_id, who, answers).await {
+                let e = RpcError::from(e);
                 tracing::warn!(error = %e, "could not give a task the client's answer");
             }
         });
