@@ -236,16 +236,14 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         self.engine.close_streams();
-        // Calls in progress and running tasks get the same grace period; then open
-        // calls are dropped (cancelled upstream) and tasks are cancelled and failed.
+        // Calls in progress and running tasks get the same grace period: the front
+        // door drains within it (then drops what is still open, which cancels it
+        // upstream), and tasks, including any a draining call became, must settle
+        // by its end; the rest are cancelled and failed.
         let deadline = tokio::time::Instant::now() + self.grace;
-        let (_, mut settled) = tokio::join!(self.server, self.engine.settled_within(self.grace));
-        // A call that became a task while the front door drained gets what is left
-        // of the grace period too, and is stopped like the others after it.
-        if settled && self.engine.running_count() > 0 {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            settled = self.engine.settled_within(left).await;
-        }
+        let _ = self.server.await;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let settled = self.engine.settled_within(left).await;
         if !settled {
             let n = self
                 .engine

@@ -11,7 +11,7 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::errors::Rejected as Rejection;
+use super::errors::Rejected;
 use crate::upstream::tools::{Known, ToolCatalog};
 use crate::upstream::{CallContext, Upstream};
 use tasklift_protocol::jsonrpc::Request;
@@ -38,7 +38,7 @@ pub async fn check(
     h: &HeaderMap,
     req: &Request,
     ctx: &CallContext,
-) -> Result<(), Rejection> {
+) -> Result<(), Rejected> {
     let tool = req.str_param("name").unwrap_or_default();
     let (mut known, may_ask) = catalog.lookup(tool);
     let has_params = h.keys().any(|k| k.as_str().starts_with("mcp-param-"));
@@ -63,26 +63,26 @@ pub async fn check(
         }
         let body = body.filter(|v| !v.is_null());
         if h.get_all(&name).iter().count() > 1 {
-            return Err(Rejection::HeaderMismatch(format!(
+            return Err(Rejected::HeaderMismatch(format!(
                 "{name} header is repeated; send it once"
             )));
         }
         let header = match h.get(&name) {
             None => None,
             Some(v) => Some(v.to_str().map_err(|_| {
-                Rejection::HeaderMismatch(format!("{name} header contains invalid characters"))
+                Rejected::HeaderMismatch(format!("{name} header contains invalid characters"))
             })?),
         };
         match (header, body) {
             (None, None) => {}
             (None, Some(_)) => {
-                return Err(Rejection::HeaderMismatch(format!(
+                return Err(Rejected::HeaderMismatch(format!(
                     "the {name} header is required: the body has a value for parameter '{}'",
                     a.path.join(".")
                 )))
             }
             (Some(_), None) => {
-                return Err(Rejection::HeaderMismatch(format!(
+                return Err(Rejected::HeaderMismatch(format!(
                     "{name} header is present but the body has no value for parameter '{}'",
                     a.path.join(".")
                 )))
@@ -90,12 +90,12 @@ pub async fn check(
             (Some(raw), Some(b)) => {
                 let raw = raw.trim_matches([' ', '\t']);
                 let Some(decoded) = mcp::decode_header_value(raw) else {
-                    return Err(Rejection::HeaderMismatch(format!(
+                    return Err(Rejected::HeaderMismatch(format!(
                         "{name} header value '{raw}' is not valid base64 UTF-8"
                     )));
                 };
                 if !same(&decoded, b) {
-                    return Err(Rejection::HeaderMismatch(format!(
+                    return Err(Rejected::HeaderMismatch(format!(
                         "{name} header value '{decoded}' does not match body value {b}"
                     )));
                 }

@@ -4,12 +4,12 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-pub use super::errors::Rejected as Rejection;
+use super::errors::Rejected;
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp::{self, SUPPORTED_VERSIONS};
 
 /// A header as text, or a mismatch error for a value with invalid characters.
-fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejection> {
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejected> {
     match h.get(name) {
         None => Ok(None),
         // Optional whitespace around a field value is not part of it (RFC 9110 §5.5).
@@ -17,13 +17,13 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejection
             .to_str()
             .map(|s| Some(s.trim_matches([' ', '\t'])))
             .map_err(|_| {
-                Rejection::HeaderMismatch(format!("{name} header contains invalid characters"))
+                Rejected::HeaderMismatch(format!("{name} header contains invalid characters"))
             }),
     }
 }
 
 /// Validate a request's headers and protocol fields, strictly.
-pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejection> {
+pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
     check_request_with(h, req, false).map(|_| ())
 }
 
@@ -34,42 +34,42 @@ pub fn check_request_with(
     h: &HeaderMap,
     req: &Request,
     lenient_task_name: bool,
-) -> Result<bool, Rejection> {
+) -> Result<bool, Rejected> {
     let version_h = header(h, "mcp-protocol-version")?;
     let meta = req.meta();
     let version_b = meta.and_then(|m| m.get(mcp::META_PROTOCOL_VERSION));
     // Required `_meta` fields (-32602).
     let Some(version_b) = version_b else {
-        return Err(Rejection::InvalidParams(format!(
+        return Err(Rejected::InvalidParams(format!(
             "Invalid params: _meta[\"{}\"] is required",
             mcp::META_PROTOCOL_VERSION
         )));
     };
     let Some(version_b) = version_b.as_str() else {
-        return Err(Rejection::InvalidParams(format!(
+        return Err(Rejected::InvalidParams(format!(
             "Invalid params: _meta[\"{}\"] must be a string",
             mcp::META_PROTOCOL_VERSION
         )));
     };
     let Some(version_h) = version_h else {
-        return Err(Rejection::HeaderMismatch(
+        return Err(Rejected::HeaderMismatch(
             "the MCP-Protocol-Version header is required".into(),
         ));
     };
     if version_h != version_b {
-        return Err(Rejection::HeaderMismatch(format!(
+        return Err(Rejected::HeaderMismatch(format!(
             "MCP-Protocol-Version header value '{version_h}' does not match body value '{version_b}'"
         )));
     }
     if !SUPPORTED_VERSIONS.contains(&version_b) {
-        return Err(Rejection::UnsupportedVersion {
+        return Err(Rejected::UnsupportedVersion {
             requested: version_b.to_string(),
         });
     }
     match meta.and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES)) {
         Some(Value::Object(_)) => {}
         _ => {
-            return Err(Rejection::InvalidParams(format!(
+            return Err(Rejected::InvalidParams(format!(
                 "Invalid params: _meta[\"{}\"] is required and must be an object",
                 mcp::META_CLIENT_CAPABILITIES
             )))
@@ -77,12 +77,12 @@ pub fn check_request_with(
     }
     match header(h, "mcp-method")? {
         None => {
-            return Err(Rejection::HeaderMismatch(
+            return Err(Rejected::HeaderMismatch(
                 "the Mcp-Method header is required".into(),
             ))
         }
         Some(m) if m != req.method => {
-            return Err(Rejection::HeaderMismatch(format!(
+            return Err(Rejected::HeaderMismatch(format!(
                 "Mcp-Method header value '{m}' does not match body value '{}'",
                 req.method
             )))
@@ -96,18 +96,18 @@ pub fn check_request_with(
                 return Ok(true)
             }
             (None, _) => {
-                return Err(Rejection::HeaderMismatch(
+                return Err(Rejected::HeaderMismatch(
                     "the Mcp-Name header is required for this method".into(),
                 ))
             }
             (Some(raw), body) => {
                 let Some(decoded) = mcp::decode_header_value(raw) else {
-                    return Err(Rejection::HeaderMismatch(format!(
+                    return Err(Rejected::HeaderMismatch(format!(
                         "Mcp-Name header value '{raw}' is not valid base64 UTF-8"
                     )));
                 };
                 if Some(decoded.as_str()) != body {
-                    return Err(Rejection::HeaderMismatch(format!(
+                    return Err(Rejected::HeaderMismatch(format!(
                         "Mcp-Name header value '{decoded}' does not match body value '{}'",
                         body.unwrap_or("")
                     )));
