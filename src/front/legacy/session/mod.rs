@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use dashmap::DashMap;
@@ -72,6 +72,9 @@ pub struct ClientSession {
     closed: watch::Sender<bool>,
     /// The task relaying the upstream's change notifications to the GET stream.
     pub(crate) listener: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The session as the engine and upstreams see it, built once; it refers back
+    /// to the session weakly (the session owns it).
+    peer: Arc<ClientPeer>,
     /// How this client's streams poll (2025-11-25 SSE polling).
     polling: Polling,
 }
@@ -114,8 +117,66 @@ impl ClientSession {
         capabilities: Value,
         client_info: Value,
     ) -> Arc<Self> {
-        Arc::new(Self {
-            id: uuid::Uuid::new_v4().simple().to_string(),
+        Self::with_polling(
+            principal,
+            protocol_version,
+            capabilities,
+            client_info,
+            Polling::default(),
+        )
+    }
+
+    /// A new session whose streams poll as `polling` says (2025-11-25 clients).
+    pub fn with_polling(
+        principal: String,
+        protocol_version: String,
+        capabilities: Value,
+        client_info: Value,
+        polling: Polling,
+    ) -> Arc<Self> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        Arc::new_cyclic(|me: &Weak<Self>| {
+            let me = me.clone();
+            let peer = Arc::new(ClientPeer::new(
+                id.clone(),
+                protocol_version.clone(),
+                capabilities.clone(),
+                client_info.clone(),
+                move |method, params, answer| match me.upgrade() {
+                    Some(s) => s.request(method, params, answer, None),
+                    // Nothing holds the session any more: nobody could answer.
+                    None => {
+                        answer(Err(tasklift_protocol::jsonrpc::RpcError::new(
+                            tasklift_protocol::jsonrpc::INTERNAL_ERROR,
+                            "the client's session has ended",
+                        )));
+                        Value::Null
+                    }
+                },
+            ));
+            Self::build(
+                id,
+                principal,
+                protocol_version,
+                capabilities,
+                client_info,
+                peer,
+                polling,
+            )
+        })
+    }
+
+    fn build(
+        id: String,
+        principal: String,
+        protocol_version: String,
+        capabilities: Value,
+        client_info: Value,
+        peer: Arc<ClientPeer>,
+        polling: Polling,
+    ) -> Self {
+        Self {
+            id,
             principal,
             protocol_version,
             capabilities,
@@ -132,21 +193,9 @@ impl ClientSession {
             next_stream: AtomicU64::new(STANDALONE + 1),
             closed: watch::channel(false).0,
             listener: Mutex::new(None),
-            polling: Polling::default(),
-        })
-    }
-
-    /// A new session whose streams poll as `polling` says (2025-11-25 clients).
-    pub fn with_polling(
-        principal: String,
-        protocol_version: String,
-        capabilities: Value,
-        client_info: Value,
-        polling: Polling,
-    ) -> Arc<Self> {
-        let mut s = Self::new(principal, protocol_version, capabilities, client_info);
-        Arc::get_mut(&mut s).expect("not shared yet").polling = polling;
-        s
+            peer,
+            polling,
+        }
     }
 
     /// How this client's streams poll.
@@ -267,16 +316,9 @@ impl ClientSession {
     }
 
     /// The session as the engine and upstreams see it: who the client is, and a way
-    /// to ask it things that holds the session while a call may still ask.
-    pub fn peer(self: &Arc<Self>) -> Arc<ClientPeer> {
-        let me = self.clone();
-        Arc::new(ClientPeer::new(
-            self.id.clone(),
-            self.protocol_version.clone(),
-            self.capabilities.clone(),
-            self.client_info.clone(),
-            move |method, params, answer| me.request(method, params, answer, None),
-        ))
+    /// to ask it things (through this session while it lives).
+    pub fn peer(&self) -> Arc<ClientPeer> {
+        self.peer.clone()
     }
 
     /// The client answered one of tasklift's requests; false if none was waiting.
