@@ -124,7 +124,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let mut upstreams: Vec<Arc<dyn Upstream>> = Vec::new();
     for u in &cfg.upstreams {
         let up: Arc<dyn Upstream> = match &u.transport {
-            Transport::Http { .. } => Arc::new(HttpUpstream::new(u.clone())?),
+            Transport::Http { .. } => {
+                Arc::new(HttpUpstream::with_pools(u.clone(), cfg.server.workers)?)
+            }
             Transport::Stdio(_) => Arc::new(StdioUpstream::start(u.clone())?),
         };
         upstreams.push(up.clone());
@@ -168,7 +170,14 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         legacy,
         lenient: Default::default(),
     });
-    let server = tokio::spawn(front::serve(listener, state.clone(), rx.clone()));
+    let server = {
+        let (state, rx) = (state.clone(), rx.clone());
+        let workers = crate::workers::spawn(listener, cfg.server.workers, rx.clone(), move |l| {
+            front::serve(l, state.clone(), rx.clone())
+        })
+        .map_err(|source| StartError::Bind { addr, source })?;
+        tokio::spawn(workers)
+    };
     let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);
     let admin = admin_listener.map(|(l, _)| {
         let hosts = Arc::new(cfg.admin.allowed_hosts.clone());

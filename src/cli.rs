@@ -115,6 +115,10 @@ pub struct Overrides {
     /// address too, e.g. 127.0.0.1:9090 [default: off].
     #[arg(long)]
     pub admin_listen: Option<String>,
+    /// Threads serving the front door, each with its own event loop and upstream
+    /// connections; 0: one per CPU core [default: 0].
+    #[arg(long, env = "TASKLIFT_WORKERS")]
+    pub workers: Option<usize>,
     /// A stdio upstream: the command to run, after `--` (e.g. `-- npx -y some-mcp-server`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -152,6 +156,9 @@ impl Overrides {
         }
         if let Some(v) = &self.admin_listen {
             raw.admin.listen = v.clone();
+        }
+        if let Some(v) = self.workers {
+            raw.server.workers = v;
         }
         if !self.command.is_empty() && self.upstream.is_some() {
             return Err(ConfigError::Invalid {

@@ -16,6 +16,7 @@
 //!   stdio child processes.
 //! - [`store`]: the `TaskStore` trait, its sled and PostgreSQL implementations.
 //! - [`auth`]: principals. [`config`]: configuration (a leaf). [`app`]: wiring and shutdown.
+//! - [`workers`]: the front door's threads (thread-per-core), a leaf.
 //! - [`admin`]: the admin listener (read-only status page, metrics, health).
 //! - [`observe`]: the counters behind `/metrics`, and trace context propagation.
 //! - [`reply`]: what a handler answers; protocol types live in `tasklift_protocol`.
@@ -37,3 +38,4 @@ pub mod tasks;
 pub mod tls;
 pub mod tools;
 pub mod upstream;
+pub mod workers;

@@ -73,7 +73,13 @@ fn main() -> ExitCode {
                 }
             };
             init_tracing(cli.log_format, "info");
-            report(runtime().block_on(serve(cfg)))
+            // The front door's other workers are threads of their own (src/workers.rs);
+            // this one is worker 0 and runs the rest of tasklift beside it.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            report(rt.block_on(serve(cfg)))
         }
         Command::Store { cmd } => {
             init_tracing(cli.log_format, "warn");
@@ -116,6 +122,8 @@ fn main() -> ExitCode {
     }
 }
 
+/// The runtime of `demo` and `demo-server` (`serve` has its own, see above).
+#[cfg(feature = "demo")]
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -124,6 +124,9 @@ pub struct RawServer {
     /// 2026-07-28 requires the header. fastmcp-tasks 4.1 omits it; each client that
     /// relies on this is logged once.
     pub lenient_task_name_header: bool,
+    /// Threads that serve the front door, each with its own event loop and its own
+    /// upstream connections (thread-per-core); 0: one per CPU core.
+    pub workers: usize,
 }
 
 impl Default for RawServer {
@@ -137,6 +140,7 @@ impl Default for RawServer {
             shutdown_grace: "10s".into(),
             header_read_timeout: "30s".into(),
             lenient_task_name_header: false,
+            workers: 0,
         }
     }
 }

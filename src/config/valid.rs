@@ -45,6 +45,8 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Accept `tasks/*` without `Mcp-Name`.
     pub lenient_task_name_header: bool,
+    /// Front-door threads (at least 1; `server.workers = 0` resolved to the cores).
+    pub workers: usize,
 }
 
 /// Validated `[admin]`.

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use super::*;
 
+/// The most front-door threads `server.workers` may ask for.
+const MAX_WORKERS: usize = 256;
+
 impl RawConfig {
     /// Read a TOML file.
     pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
@@ -178,6 +181,16 @@ impl RawConfig {
                     &s.header_read_timeout,
                 )?,
                 lenient_task_name_header: s.lenient_task_name_header,
+                workers: match s.workers {
+                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    n if n > MAX_WORKERS => {
+                        return Err(invalid(
+                            "server.workers",
+                            format!("must be at most {MAX_WORKERS} (0: one per CPU core)"),
+                        ))
+                    }
+                    n => n,
+                },
             },
             store: self.store_config()?,
             tasks,

@@ -100,6 +100,10 @@ fn check_config_rejects_bad_values_with_exit_64_naming_the_key() {
         ),
         ("[[upstreams]]\nurl = \"ftp://example/mcp\"\n", "upstreams[0].url"),
         ("[server]\nlisten_on = \"x\"\n", "listen_on"),
+        (
+            "[server]\nworkers = 1000\n[[upstreams]]\nurl = \"http://127.0.0.1:9000/mcp\"\n",
+            "server.workers",
+        ),
     ] {
         let file = write(dir.path(), "bad.toml", body);
         let out = run(&["check-config", &file], Duration::from_secs(30));

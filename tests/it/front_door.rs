@@ -417,3 +417,103 @@ async fn a_client_too_slow_to_send_its_headers_is_cut_off() {
     );
     h.stop().await;
 }
+
+/// `server.workers = 4`: the front door runs on four threads that share one
+/// listening socket. Calls that become tasks on one connection are polled to
+/// their own results on others (whichever worker accepted them), and fast calls
+/// answer on every connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_front_door_workers_serve_every_connection() {
+    let up = FixtureServer::new()
+        .tool(
+            Tool::new("slow")
+                .sleep(std::time::Duration::from_millis(400))
+                .reply(|a| format!("slow {}", a["n"])),
+        )
+        .tool(Tool::new("fast").reply(|a| format!("fast {}", a["n"])));
+    let h = Harness::start(up, |c| {
+        c.server.workers = 4;
+        c.tasks.threshold = "100ms".into();
+    })
+    .await;
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..24 {
+        let url = h.url.clone();
+        calls.spawn(async move {
+            // A client of its own: its own connections.
+            let c = tasklift::tools::client::Client::new(&url).unwrap();
+            let a = c.call_tool("fast", json!({"n": n})).await.unwrap();
+            assert_eq!(a.result["content"][0]["text"], format!("fast {n}"));
+            let a = c.call_tool("slow", json!({"n": n})).await.unwrap();
+            assert_eq!(a.result["resultType"], "task", "{}", a.result);
+            let id = a.result["taskId"].as_str().unwrap().to_string();
+            let poller = tasklift::tools::client::Client::new(&url).unwrap();
+            let t = wait_terminal(&poller, &id, std::time::Duration::from_secs(20)).await;
+            assert_eq!(t["status"], "completed", "{t}");
+            assert_eq!(t["result"]["content"][0]["text"], format!("slow {n}"));
+        });
+    }
+    while let Some(r) = calls.join_next().await {
+        r.unwrap();
+    }
+    h.stop().await;
+}
+
+/// What an operator sees of `--workers 3` in `top -H`: two `tasklift-wN`
+/// threads beside the main one (worker 0), and calls answered through them.
+#[tokio::test]
+async fn a_tasklift_process_runs_the_workers_it_was_given() {
+    let up = FixtureServer::new()
+        .tool(Tool::new("echo"))
+        .start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = up.url();
+    let p = crate::proc::Proc::start(
+        &[
+            "serve",
+            "--upstream",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--workers",
+            "3",
+        ],
+        "with three workers",
+    )
+    .await;
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", p.child.id()))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .filter(|c| c.starts_with("tasklift-w"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["tasklift-w1", "tasklift-w2"], "{}", p.logs());
+    for _ in 0..8 {
+        let c = tasklift::tools::client::Client::new(&p.url).unwrap();
+        let a = c.call_tool("echo", json!({})).await.unwrap();
+        assert!(a.result.get("content").is_some(), "{}", a.result);
+    }
+}
+
+/// Several workers share one socket bound once: a port another process holds
+/// still stops tasklift at start, naming the address.
+#[tokio::test]
+async fn a_taken_port_fails_the_start_with_several_workers() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut raw = config("http://127.0.0.1:9/mcp", dir.path());
+    raw.server.listen = addr.to_string();
+    raw.server.workers = 3;
+    let err = match tasklift::app::start(raw.validate().unwrap()).await {
+        Ok(_) => panic!("tasklift started on a port in use"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains(&addr.to_string()), "{err}");
+}

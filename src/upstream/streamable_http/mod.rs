@@ -74,8 +74,9 @@ struct Shared {
     cfg: UpstreamConfig,
     /// The endpoint.
     url: http::Uri,
-    /// Pooled HTTP/1 client (http and https).
-    client: HttpClient,
+    /// Pooled HTTP/1 clients (http and https), one per front-door worker: a call
+    /// uses its worker's, so its connection's driver runs on the same thread.
+    clients: Vec<HttpClient>,
     /// Cached era, once known.
     era: RwLock<Option<Era>>,
     /// Serialises era detection so one probe runs at a time.
@@ -149,6 +150,12 @@ struct Asking {
 impl HttpUpstream {
     /// Build the client for an upstream. Fails if a configured CA file is unreadable.
     pub fn new(cfg: UpstreamConfig) -> Result<Self, UpstreamError> {
+        Self::with_pools(cfg, 1)
+    }
+
+    /// The same, with a connection pool for each of `pools` front-door workers
+    /// (`crate::workers`).
+    pub fn with_pools(cfg: UpstreamConfig, pools: usize) -> Result<Self, UpstreamError> {
         let url = cfg
             .url()
             .cloned()
@@ -156,7 +163,9 @@ impl HttpUpstream {
                 name: cfg.name.clone(),
                 message: "not an HTTP upstream".into(),
             })?;
-        let client = build_client(&cfg)?;
+        let clients = (0..pools.max(1))
+            .map(|_| build_client(&cfg))
+            .collect::<Result<_, _>>()?;
         let era = match cfg.era {
             EraSetting::Auto => None,
             EraSetting::Modern => Some(Era::Modern),
@@ -167,7 +176,7 @@ impl HttpUpstream {
                 unreachable: Mutex::new(None),
                 cfg,
                 url,
-                client,
+                clients,
                 era: RwLock::new(era),
                 detecting: tokio::sync::Mutex::new(()),
                 sessions: DashMap::new(),
@@ -269,7 +278,8 @@ impl Shared {
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| self.unreachable(e))?;
-        let resp = self.client.request(req).await.map_err(|e| {
+        let client = &self.clients[crate::workers::current() % self.clients.len()];
+        let resp = client.request(req).await.map_err(|e| {
             let mut msg = e.to_string();
             let mut src = std::error::Error::source(&e);
             while let Some(s) = src {
