@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::input::{check_allowed, InputKeys};
 use crate::config::ToolPolicy;
+use crate::store::{StoreError, TaskRecord, TaskStore};
 use crate::upstream::{CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
 use tasklift_protocol::jsonrpc::{Outcome, Request};
 use tasklift_protocol::mcp::{self, method};
@@ -64,6 +65,8 @@ pub(super) struct SyncCall {
     pub cache_hint: Option<(u64, String)>,
     /// When the threshold passes, if a task may be created.
     pub threshold_at: Option<tokio::time::Instant>,
+    /// The task's record, being written ahead of the threshold (see [`Ahead`]).
+    pub ahead: Option<Ahead>,
     /// Latest progress, for the task's first statusMessage.
     pub last_progress: Option<String>,
     /// Upstream name (for errors).
@@ -87,6 +90,70 @@ pub(super) struct SyncCall {
         tasklift_protocol::jsonrpc::Request,
         CallContext,
     )>,
+}
+
+/// How long before the threshold a call's task record is written: the durable
+/// create (a sled flush, or a PostgreSQL commit) is then done by the time the
+/// threshold passes, and the handle leaves without waiting on the store. Calls
+/// that end within this window pay a create and a delete, off their path.
+pub(super) const WRITE_AHEAD: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// A task record written durably ahead of the threshold, before anyone holds its
+/// id. At the threshold it becomes the task ([`Ahead::written`]); dropped unused
+/// (the call ended first, parked for input, or its client left), it is deleted.
+/// A crash in between leaves a record no client knows, which the restart fails
+/// and expiry removes.
+pub(super) struct Ahead {
+    rec: TaskRecord,
+    write: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
+    store: Arc<dyn TaskStore>,
+}
+
+impl Ahead {
+    /// Start writing `rec`.
+    pub(super) fn start(store: &Arc<dyn TaskStore>, rec: TaskRecord) -> Self {
+        let (s, r) = (store.clone(), rec.clone());
+        let write = tokio::spawn(async move { s.create(&r).await });
+        Self {
+            rec,
+            write: Some(write),
+            store: store.clone(),
+        }
+    }
+
+    /// The record once it is durable; `None` if the store refused it (the caller
+    /// then creates the task the usual way, and reports that failure).
+    pub(super) async fn written(mut self) -> Option<TaskRecord> {
+        let write = self.write.take()?;
+        match write.await {
+            Ok(Ok(())) => Some(self.rec.clone()),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not write a task record ahead of the threshold");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        let Some(write) = self.write.take() else {
+            return;
+        };
+        // Not on a runtime any more (tasklift is exiting): the restart fails it.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, id) = (self.store.clone(), self.rec.id.clone());
+        rt.spawn(async move {
+            if let Ok(Ok(())) = write.await {
+                if let Err(e) = store.delete(&id).await {
+                    tracing::warn!(task.id = %id, error = %e, "could not delete an unused task record");
+                }
+            }
+        });
+    }
 }
 
 /// A call waiting for the client's retry with answers.

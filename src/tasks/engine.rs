@@ -317,6 +317,7 @@ impl Engine {
             threshold_at: task
                 .as_ref()
                 .map(|t| tokio::time::Instant::now() + t.policy.threshold),
+            ahead: None,
             last_progress: None,
             upstream: upstream.name().to_string(),
             caps: meta

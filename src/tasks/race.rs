@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::call::{
-    admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, Driver, Parked,
-    SyncCall, TaskSpec,
+    admit_request, finalize_result, is_progress_for, sleep_until_opt, Ahead, Control, Driver,
+    Parked, SyncCall, TaskSpec, WRITE_AHEAD,
 };
 use super::engine::Engine;
 use super::input::{request_binding, StateClaims};
@@ -50,7 +50,7 @@ impl Engine {
     pub(super) async fn drive(self: &Arc<Self>, mut sc: SyncCall, task: Option<TaskSpec>) -> Reply {
         // Phase 1 runs in the request's own future: if the client goes away, hyper
         // drops it, and dropping the call cancels it upstream.
-        let first = match self.step(&mut sc, None).await {
+        let first = match self.step(&mut sc, None, task.as_ref()).await {
             Step::Final(v) => return Reply::Json(v),
             Step::Threshold => match self
                 .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
@@ -83,7 +83,7 @@ impl Engine {
                             tracing::debug!("client went away; cancelling the upstream call");
                             return; // dropping `sc` cancels upstream
                         }
-                        step = engine.step(&mut sc, Some(last_send)) => step,
+                        step = engine.step(&mut sc, Some(last_send), task.as_ref()) => step,
                     };
                     let item = match step {
                         Step::Final(v) => StreamItem::Message(v),
@@ -149,6 +149,7 @@ impl Engine {
         &self,
         sc: &mut SyncCall,
         last_send: Option<tokio::time::Instant>,
+        task: Option<&TaskSpec>,
     ) -> Step {
         loop {
             // A threshold already due wins over whatever the upstream sent meanwhile:
@@ -166,6 +167,11 @@ impl Engine {
                 (None, None) => tokio::time::Instant::now() + self.keepalive,
             };
             let threshold_at = sc.threshold_at;
+            // The task's record is written WRITE_AHEAD before the threshold.
+            let ahead_at = match (threshold_at, task) {
+                (Some(t), Some(_)) if sc.ahead.is_none() => t.checked_sub(WRITE_AHEAD).or(Some(t)),
+                _ => None,
+            };
             tokio::select! {
                 biased;
                 ev = Self::next_event(sc) => match ev {
@@ -223,6 +229,12 @@ impl Engine {
                 _ = sleep_until_opt(threshold_at) => {
                     return Step::Threshold;
                 }
+                _ = sleep_until_opt(ahead_at) => {
+                    if let (Some(spec), Some(t)) = (task, threshold_at) {
+                        let rec = self.new_record(sc, spec, t);
+                        sc.ahead = Some(Ahead::start(self.store(), rec));
+                    }
+                }
                 _ = tokio::time::sleep_until(keepalive_at) => return Step::KeepAlive,
             }
         }
@@ -236,6 +248,9 @@ impl Engine {
         task: Option<TaskSpec>,
         reqs: Vec<ServerRequest>,
     ) -> Value {
+        // A parked call becomes a task only after the client's retry, with a record
+        // of its own then: the one written ahead goes.
+        sc.ahead = None;
         let mut waiting = HashMap::new();
         for r in reqs {
             let key = sc.input_keys.next(&r);
@@ -351,24 +366,32 @@ impl Engine {
         sc: &mut SyncCall,
         spec: &TaskSpec,
     ) -> Option<Value> {
-        let (tool, policy) = (&spec.tool, &spec.policy);
+        let tool = &spec.tool;
         sc.threshold_at = None;
-        let now = self.clock().now_ms();
-        let ttl_ms = policy.ttl.as_millis() as u64;
-        let mut rec = TaskRecord::new(NewTask {
-            id: uuid::Uuid::new_v4().to_string(),
-            owner: sc.owner.clone(),
-            upstream: sc.upstream.clone(),
-            tool: tool.to_string(),
-            created_at_ms: now,
-            ttl_ms,
-            poll_interval_ms: policy.poll_interval.as_millis() as u64,
-        });
-        rec.status_message = sc.last_progress.clone();
-        if let Err(e) = self.store().create(&rec).await {
-            tracing::error!(error = %e, "cannot store a new task; the call stays synchronous");
-            return None;
-        }
+        let ahead = match sc.ahead.take() {
+            Some(a) => a.written().await,
+            None => None,
+        };
+        let rec = match ahead {
+            Some(mut rec) => {
+                // Progress that came while the record was written ahead.
+                if rec.status_message != sc.last_progress {
+                    rec.status_message = sc.last_progress.clone();
+                    if let Err(e) = self.store().put(&rec).await {
+                        tracing::warn!(task.id = %rec.id, error = %e, "could not store the task's latest progress");
+                    }
+                }
+                rec
+            }
+            None => {
+                let rec = self.new_record(sc, spec, tokio::time::Instant::now());
+                if let Err(e) = self.store().create(&rec).await {
+                    tracing::error!(error = %e, "cannot store a new task; the call stays synchronous");
+                    return None;
+                }
+                rec
+            }
+        };
         let (control_tx, control_rx) = mpsc::channel::<Control>(16);
         self.running.insert(rec.id.clone(), control_tx);
         self.metrics().task_created();
@@ -391,6 +414,24 @@ impl Engine {
         self.drivers
             .spawn(engine.own(rec, owner, control_rx).instrument(span));
         Some(jsonrpc::response(sc.id.as_ref(), &Ok(handle)))
+    }
+}
+
+impl Engine {
+    /// The record of the task `sc` becomes at `at` (its threshold, or now).
+    fn new_record(&self, sc: &SyncCall, spec: &TaskSpec, at: tokio::time::Instant) -> TaskRecord {
+        let until = at.saturating_duration_since(tokio::time::Instant::now());
+        let mut rec = TaskRecord::new(NewTask {
+            id: uuid::Uuid::new_v4().to_string(),
+            owner: sc.owner.clone(),
+            upstream: sc.upstream.clone(),
+            tool: spec.tool.clone(),
+            created_at_ms: self.clock().now_ms() + until.as_millis() as u64,
+            ttl_ms: spec.policy.ttl.as_millis() as u64,
+            poll_interval_ms: spec.policy.poll_interval.as_millis() as u64,
+        });
+        rec.status_message = sc.last_progress.clone();
+        rec
     }
 }
 

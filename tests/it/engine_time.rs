@@ -112,6 +112,17 @@ fn setup(
     Arc<AtomicUsize>,
     tempfile::TempDir,
 ) {
+    setup_with(Duration::from_secs(delay_secs))
+}
+
+fn setup_with(
+    delay: Duration,
+) -> (
+    Arc<Engine>,
+    Arc<dyn Upstream>,
+    Arc<AtomicUsize>,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn TaskStore> = Arc::new(SledStore::open(dir.path(), 64 * 1024).unwrap());
     let engine = Engine::new(
@@ -120,7 +131,7 @@ fn setup(
     );
     let cancelled = Arc::new(AtomicUsize::new(0));
     let up: Arc<dyn Upstream> = Arc::new(Timed {
-        delay: Duration::from_secs(delay_secs),
+        delay,
         cancelled: cancelled.clone(),
     });
     (engine, up, cancelled, dir)
@@ -241,4 +252,42 @@ async fn a_finished_task_is_kept_for_its_ttl_then_deleted() {
     assert_eq!(engine.sweep().await.unwrap(), 1);
     let e = get(&engine, &id).await.unwrap_err();
     assert_eq!(e.code, -32602);
+}
+
+/// A task's record is written 10 ms ahead of its threshold, so the handle does
+/// not wait on the store. A call that ends inside that window answers as usual,
+/// and the record written for it is deleted: no task nobody holds is left.
+#[tokio::test(start_paused = true)]
+async fn a_call_ending_just_before_its_threshold_leaves_no_record() {
+    let (engine, up, _, _dir) = setup_with(Duration::from_millis(1995));
+    let r = json_reply(
+        engine
+            .call_tool(up.clone(), &policy(2, 60), call(true), ctx())
+            .await,
+    );
+    assert_eq!(r["result"]["content"][0]["text"], "done", "{r}");
+    // The delete runs beside the answer, after the write it undoes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = engine.health().await.unwrap().tasks;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} record(s) left by a call that never became a task"
+        );
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A call past its threshold still becomes a task, on the record written ahead.
+    let r = json_reply(
+        engine
+            .call_tool(up, &policy(1, 60), call(true), ctx())
+            .await,
+    );
+    let id = r["result"]["taskId"].as_str().unwrap().to_string();
+    let t = get(&engine, &id).await.unwrap();
+    assert_eq!(t["status"], "working", "{t}");
+    assert_eq!(engine.health().await.unwrap().tasks, 1);
 }
