@@ -133,6 +133,16 @@ impl Report {
                 pass: None,
             });
         }
+        if let Some(s) = self.per_rep(plan::STDIO, "tasklift", |s, h| s.rps / h.rps) {
+            let (value, spread) = ratio(s);
+            v.push(Verdict {
+                what: "pass-through, stdio upstream ÷ HTTP upstream".into(),
+                value,
+                spread,
+                target: "(reference)".into(),
+                pass: None,
+            });
+        }
         if let Some(s) = self.per_rep("nginx", "direct", |t, d| t.rps / d.rps) {
             let (value, spread) = ratio(s);
             v.push(Verdict {

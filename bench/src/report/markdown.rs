@@ -155,6 +155,10 @@ impl Report {
              - **tasklift**: `target/release/tasklift serve --config FILE` in front of the upstream (era detected \
              by `server/discover`: modern), threshold 2 s (the `sleep` tool 20 ms, for the tasks of `tasks/get`), \
              default limits, default logging (`info`). tasklift's runtime has 2 worker threads (one per core).\n\
+             - **{stdio}**: a second tasklift, configured the same, whose upstream is the same baseline server \
+             run by tasklift as its stdio child (`command = [\"tasklift-bench\", \"upstream\", \"--stdio\"]`: \
+             newline-delimited JSON-RPC on stdin/stdout, one process, every call multiplexed on it); its \
+             \"upstream\" CPU is the child's. Closed loop only.\n\
              - The machine has {cores} cores shared by the load generator, the upstream and the proxy: absolute \
              figures are small-machine figures, the ratios are what to compare.\n\
              - **Disturbed runs**: before each run the harness waits (up to {:.0} s) until the rest of the machine \
@@ -164,7 +168,8 @@ impl Report {
             args.quiet_wait.as_secs_f64(),
             args.max_other * 100.0,
             args.retries,
-            args.quiet_budget.as_secs_f64()
+            args.quiet_budget.as_secs_f64(),
+            stdio = plan::STDIO,
         );
         let _ = writeln!(s, "## Summary\n");
         let _ = writeln!(
