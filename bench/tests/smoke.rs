@@ -83,6 +83,16 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         md.contains("- completed: 300, errors: 0"),
         "memory scenario:\n{md}"
     );
+    // The summary weighs the run against every target that applies to it.
+    for row in [
+        "| pass-through, stdio upstream ÷ HTTP upstream |",
+        "| tasks/get ÷ direct tools/call throughput |",
+        "| RSS per running task, 300 running |",
+        "| idle RSS of tasklift (memory scenario, before the load) |",
+        "| tasklift binary size |",
+    ] {
+        assert!(md.contains(row), "no summary row {row}:\n{md}");
+    }
     let creation = md
         .lines()
         .find(|l| l.starts_with("| request → handle |"))

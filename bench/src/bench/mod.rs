@@ -18,7 +18,7 @@ use crate::plan::{
     skip, CREATION_THRESHOLD, GET_THRESHOLD, MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET, STDIO,
 };
 use crate::procs::{self, TempDir};
-use crate::report::Report;
+use crate::report::{Binary, Report};
 use crate::wire::{self, Endpoint};
 use crate::RunArgs;
 
@@ -52,6 +52,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             tasklift_bin.display()
         );
     }
+    // Its size now: the file may be rebuilt while the run goes on.
+    let binary = Binary::of(&tasklift_bin)?;
     let (soft, hard) = procs::nofile_limits();
     eprintln!("tasklift-bench: open files limit {soft} (hard {hard}); children raise theirs to the hard limit");
     let work = TempDir::new("run")?;
@@ -167,6 +169,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut rep = Report::new(&args);
     rep.started = Some(started);
+    rep.binary = Some(binary);
     rep.fsync = fsync_latency(work.path(), if args.quick { 10 } else { 50 })?;
     let (w, d, c) = (args.warmup, args.duration, args.concurrency);
     for r in 0..args.reps {

@@ -8,8 +8,9 @@ use crate::loadgen::quantile;
 use crate::plan;
 use crate::RunArgs;
 
-use super::figures::{creation_of, pass_text, CreationAll, Verdict};
-use super::Report;
+use super::figures::{creation_of, CreationAll};
+use super::verdicts::{grouped, pass_text, Verdict};
+use super::{Binary, Profile, Report};
 
 fn sh(cmd: &str, args: &[&str]) -> Option<String> {
     let out = std::process::Command::new(cmd).args(args).output().ok()?;
@@ -104,14 +105,20 @@ impl Report {
         let _ = writeln!(s, "| kernel | {kernel} |");
         let _ = writeln!(s, "| date | {date} |");
         let _ = writeln!(s, "| commit | `{commit}` (working tree as built) |");
-        let profile = if bin_s.contains("/release/") {
-            "release build"
-        } else if bin_s.contains("/debug/") {
-            "debug build: figures are not meaningful"
-        } else {
-            "build profile unknown"
+        let profile = match self.binary.as_ref().map(Binary::profile) {
+            Some(Profile::Release) => "release build",
+            Some(Profile::Debug) => "debug build: figures are not meaningful",
+            _ => "build profile unknown",
         };
         let _ = writeln!(s, "| tasklift version | {version} ({profile}, `{bin_s}`) |");
+        if let Some(b) = &self.binary {
+            let _ = writeln!(
+                s,
+                "| tasklift binary size | {} bytes ({:.2} MB) |",
+                grouped(b.bytes),
+                b.bytes as f64 / 1e6
+            );
+        }
         if let Some(n) = &nginx_v {
             let _ = writeln!(s, "| nginx version | {n} |");
         }

@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use crate::loadgen::quantile;
 use crate::plan;
 
-use super::figures::{creation_of, pass_text, Verdict};
+use super::figures::creation_of;
+use super::verdicts::{pass_text, Verdict};
 use super::Report;
 
 impl Report {
