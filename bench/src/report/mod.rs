@@ -1,5 +1,5 @@
 //! The figures: medians over repetitions, ratios against the targets of the
-//! benchmark issue, a table on stdout, `results.md`, and hand-written SVG charts.
+//! performance issue, a table on stdout, `results.md`, and hand-written SVG charts.
 //!
 //! This module has what a run records; `figures` summarises it, `verdicts` weighs
 //! it against the targets, `table`, `markdown` and `svg` write it out.
