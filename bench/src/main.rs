@@ -3,12 +3,14 @@
 //!
 //! ```text
 //! tasklift-bench [--duration 5s] [--warmup 1s] [--reps 3] [--concurrency 16] [--rate 2000]
-//!                [--tasks 10000] [--skip nginx,memory,churn,...] [--out docs/benchmarks] [--quick]
+//!                [--tasks 10000] [--skip nginx,stdio,memory,churn,...] [--out docs/benchmarks] [--quick]
 //! tasklift-bench upstream --listen 127.0.0.1:0      # the baseline upstream alone
+//! tasklift-bench upstream --stdio                   # the same on stdin/stdout
 //! ```
 //!
 //! Scenarios: pass-through throughput and latency (direct to the upstream, through
-//! nginx, through tasklift; closed loop and open loop at a fixed rate), `tasks/get`
+//! nginx, through tasklift; closed loop and open loop at a fixed rate), pass-through
+//! throughput of tasklift fronting the same upstream as a stdio child, `tasks/get`
 //! throughput, task creation (time to handle, time to a visible completion), memory
 //! per running task with 10,000 held calls, and the store churn example. Results go
 //! to stdout, `results.md`, `throughput.svg` and `latency.svg` in `--out`.
@@ -45,7 +47,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run the baseline upstream MCP server (prints `listening on ADDR`).
+    /// Run the baseline upstream MCP server (prints `listening on ADDR`), or with
+    /// `--stdio` serve it on stdin/stdout, as a stdio upstream of tasklift.
     Upstream {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -53,6 +56,9 @@ enum Cmd {
         /// Tokio worker threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        /// Speak newline-delimited JSON-RPC on stdin/stdout instead of HTTP.
+        #[arg(long, conflicts_with = "listen")]
+        stdio: bool,
     },
 }
 
@@ -89,7 +95,7 @@ pub struct RunArgs {
     /// Clients of the task-creation scenario.
     #[arg(long, default_value_t = 8)]
     pub creation_clients: usize,
-    /// Scenarios to leave out: nginx, open, tasks-get, creation, memory, churn.
+    /// Scenarios to leave out: nginx, stdio, open, tasks-get, creation, memory, churn.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// Where results.md and the SVG charts go.
@@ -136,7 +142,14 @@ pub struct RunArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Some(Cmd::Upstream { listen, threads }) => upstream::run(listen, threads),
+        Some(Cmd::Upstream {
+            stdio: true,
+            threads,
+            ..
+        }) => upstream::run_stdio(threads),
+        Some(Cmd::Upstream {
+            listen, threads, ..
+        }) => upstream::run(listen, threads),
         None => {
             let mut args = cli.run;
             if args.quick {

@@ -18,6 +18,8 @@ pub const MEMORY_THRESHOLD: Duration = Duration::from_millis(10);
 
 /// The label of `tasks/get` with the PostgreSQL store.
 pub const PG_GET: &str = "tasks/get (PostgreSQL)";
+/// The label of pass-through with the upstream as tasklift's stdio child.
+pub const STDIO: &str = "tasklift (stdio upstream)";
 
 /// Whether `--skip` names this scenario.
 pub fn skip(args: &RunArgs, what: &str) -> bool {
@@ -31,6 +33,9 @@ pub fn order(args: &RunArgs) -> Vec<String> {
         v.push("nginx".into());
     }
     v.push("tasklift".into());
+    if !skip(args, "stdio") {
+        v.push(STDIO.into());
+    }
     if !skip(args, "tasks-get") {
         v.push("tasks/get".into());
     }

@@ -237,6 +237,13 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 /// `pid` and its direct children (nginx's master and workers).
 pub fn with_children(pid: u32) -> Vec<u32> {
     let mut v = vec![pid];
+    v.extend(children(pid));
+    v
+}
+
+/// The direct children of `pid` (a stdio upstream tasklift runs).
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut v = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
             let Some(child) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {

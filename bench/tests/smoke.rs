@@ -1,7 +1,8 @@
 //! A smoke run of the benchmark harness (`tasklift-bench --quick`): it starts the
-//! baseline upstream and tasklift as processes, drives every scenario but nginx and
-//! the store churn briefly, and writes its report. No timing is asserted, only that
-//! each scenario ran, answered and failed nothing.
+//! baseline upstream and tasklift as processes (one with the upstream as its stdio
+//! child), drives every scenario but nginx and the store churn briefly, and writes
+//! its report. No timing is asserted, only that each scenario ran, answered and
+//! failed nothing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -51,6 +52,7 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
     for label in [
         "direct",
         "tasklift",
+        "tasklift (stdio upstream)",
         "tasks/get",
         "direct @500/s",
         "tasklift @500/s",
@@ -81,6 +83,16 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         md.contains("- completed: 300, errors: 0"),
         "memory scenario:\n{md}"
     );
+    // The summary weighs the run against every target that applies to it.
+    for row in [
+        "| pass-through, stdio upstream ÷ HTTP upstream |",
+        "| tasks/get ÷ direct tools/call throughput |",
+        "| RSS per running task, 300 running |",
+        "| idle RSS of tasklift (memory scenario, before the load) |",
+        "| tasklift binary size |",
+    ] {
+        assert!(md.contains(row), "no summary row {row}:\n{md}");
+    }
     let creation = md
         .lines()
         .find(|l| l.starts_with("| request → handle |"))

@@ -57,6 +57,44 @@ impl ScratchDb {
     }
 }
 
+/// What a tasklift instance fronts.
+pub(super) enum Via<'a> {
+    /// The baseline upstream over HTTP.
+    Http(&'a Endpoint),
+    /// A stdio upstream: the command tasklift runs as its child.
+    Stdio(Vec<String>),
+}
+
+impl Via<'_> {
+    /// The upstream's transport lines of tasklift's configuration.
+    fn toml(&self) -> String {
+        match self {
+            Via::Http(ep) => format!("url = \"{}\"\n", ep.url()),
+            Via::Stdio(cmd) => {
+                // JSON strings are valid TOML basic strings.
+                let words: Vec<String> = cmd.iter().map(|w| json!(w).to_string()).collect();
+                format!(
+                    "command = [{}]\nprocesses = 1\nshutdown_grace = \"1s\"\n",
+                    words.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// The command of the baseline upstream as a stdio child: this binary,
+/// `upstream --stdio`.
+pub(super) fn stdio_upstream(args: &RunArgs) -> anyhow::Result<Via<'static>> {
+    let me = std::env::current_exe()?;
+    Ok(Via::Stdio(vec![
+        me.display().to_string(),
+        "upstream".into(),
+        "--stdio".into(),
+        "--threads".into(),
+        args.upstream_threads.to_string(),
+    ]))
+}
+
 /// A running tasklift.
 pub struct Tasklift {
     proc_: Proc,
@@ -68,11 +106,12 @@ pub struct Tasklift {
 }
 
 impl Tasklift {
-    /// Start `tasklift serve` on a fresh store with `threshold` and per-tool rules,
-    /// and wait until `/readyz` says it can take calls.
+    /// Start `tasklift serve` in front of `upstream` on a fresh store with
+    /// `threshold` and per-tool rules, and wait until `/readyz` says it can take
+    /// calls.
     pub(super) async fn start(
         bin: &Path,
-        upstream: &Endpoint,
+        upstream: &Via<'_>,
         tag: &str,
         threshold: Duration,
         tools: &[(&str, Duration)],
@@ -102,12 +141,11 @@ poll_rate_limit = false
 [[upstreams]]
 name = "bench"
 path = "/mcp"
-url = "{url}"
-era = "auto"
+{transport}era = "auto"
 "#,
             data = dir.path().join("data").display(),
             threshold = threshold.as_millis(),
-            url = upstream.url(),
+            transport = upstream.toml(),
             store_url = store_url.unwrap_or(""),
         );
         for (tool, t) in tools {
@@ -134,13 +172,17 @@ era = "auto"
             log,
             _dir: dir,
         };
-        // The first call makes tasklift detect the upstream's era: it must be modern.
+        // The first call makes tasklift detect the upstream's era (a stdio child's
+        // at its start): it must be modern.
         let mut c = Conn::connect(&t.ep).await?;
         c.result(&wire::tool_call("fast", json!({}), true))
             .await
             .context("first tools/call through tasklift")?;
         let text = std::fs::read_to_string(&t.log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("detected upstream era")) {
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains("detected upstream era") || l.contains("child process ready"))
+        {
             if !line.contains("Modern") {
                 bail!("tasklift took the baseline upstream for a legacy server: {line}");
             }
@@ -150,6 +192,11 @@ era = "auto"
 
     pub(super) fn pid(&self) -> anyhow::Result<u32> {
         self.proc_.pid()
+    }
+
+    /// Fail if tasklift has exited.
+    pub(super) fn check_alive(&mut self) -> anyhow::Result<()> {
+        self.proc_.check_alive()
     }
 
     /// What the log holds: lines, warnings, errors, and the first few of those.

@@ -149,7 +149,7 @@ where
 
 pub(super) fn log_run(label: &str, s: &Sample) {
     eprintln!(
-        "  {label:<22} {:>9.0} req/s  p50 {:>6} µs  p99 {:>6} µs  max {:>7} µs  cpu: client {:>3.0}% proxy {:>3.0}% upstream {:>3.0}% other {:>3.0}%  errors {}{}",
+        "  {label:<26} {:>9.0} req/s  p50 {:>6} µs  p99 {:>6} µs  max {:>7} µs  cpu: client {:>3.0}% proxy {:>3.0}% upstream {:>3.0}% other {:>3.0}%  errors {}{}",
         s.rps,
         s.pct.p50,
         s.pct.p99,

@@ -15,10 +15,10 @@ use tokio::time::Instant;
 
 use crate::loadgen::{self, Workload};
 use crate::plan::{
-    skip, CREATION_THRESHOLD, GET_THRESHOLD, MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET,
+    skip, CREATION_THRESHOLD, GET_THRESHOLD, MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET, STDIO,
 };
 use crate::procs::{self, TempDir};
-use crate::report::Report;
+use crate::report::{Binary, Report};
 use crate::wire::{self, Endpoint};
 use crate::RunArgs;
 
@@ -29,7 +29,9 @@ mod memory;
 mod tasks;
 
 use churn::churn;
-use components::{find_nginx, start_nginx, start_upstream, ScratchDb, Tasklift};
+use components::{
+    find_nginx, start_nginx, start_upstream, stdio_upstream, ScratchDb, Tasklift, Via,
+};
 use measure::{log_run, measured, quiet_budget_left, wait_quiet, Cpu};
 use memory::memory;
 use tasks::{create_completed_tasks, creation};
@@ -50,6 +52,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             tasklift_bin.display()
         );
     }
+    // Its size now: the file may be rebuilt while the run goes on.
+    let binary = Binary::of(&tasklift_bin)?;
     let (soft, hard) = procs::nofile_limits();
     eprintln!("tasklift-bench: open files limit {soft} (hard {hard}); children raise theirs to the hard limit");
     let work = TempDir::new("run")?;
@@ -65,9 +69,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         eprintln!("nginx ({}) on {}", bin.display(), ep.url());
         nginx = Some((p, ep));
     }
+    let http = Via::Http(&up);
     let main = Tasklift::start(
         &tasklift_bin,
-        &up,
+        &http,
         "main",
         MAIN_THRESHOLD,
         &[("sleep", GET_THRESHOLD)],
@@ -75,6 +80,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     )
     .await?;
     eprintln!("tasklift on {} (threshold 2s; sleep: 20ms)", main.ep.url());
+    // The same, in front of the baseline upstream as its stdio child.
+    let mut stdio = None;
+    if !skip(&args, "stdio") {
+        let tl = Tasklift::start(
+            &tasklift_bin,
+            &stdio_upstream(&args)?,
+            "stdio",
+            MAIN_THRESHOLD,
+            &[("sleep", GET_THRESHOLD)],
+            None,
+        )
+        .await?;
+        eprintln!("tasklift with a stdio upstream on {}", tl.ep.url());
+        stdio = Some(tl);
+    }
 
     // The same tasks/get and creation scenarios with the PostgreSQL store, on a
     // scratch database dropped at the end.
@@ -86,7 +106,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(db) = &scratch {
         let get = Tasklift::start(
             &tasklift_bin,
-            &up,
+            &http,
             "pg-main",
             MAIN_THRESHOLD,
             &[("sleep", GET_THRESHOLD)],
@@ -100,7 +120,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
         let creation = Tasklift::start(
             &tasklift_bin,
-            &up,
+            &http,
             "pg-creation",
             CREATION_THRESHOLD,
             &[],
@@ -137,7 +157,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(
             Tasklift::start(
                 &tasklift_bin,
-                &up,
+                &http,
                 "creation",
                 CREATION_THRESHOLD,
                 &[],
@@ -149,6 +169,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut rep = Report::new(&args);
     rep.started = Some(started);
+    rep.binary = Some(binary);
     rep.fsync = fsync_latency(work.path(), if args.quick { 10 } else { 50 })?;
     let (w, d, c) = (args.warmup, args.duration, args.concurrency);
     for r in 0..args.reps {
@@ -174,7 +195,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             upstream: up_cpu.clone(),
         };
         targets.push(("tasklift", &main.ep, tl_cpu.clone()));
-        for (label, ep, cpu) in &targets {
+        // The closed loop also runs tasklift with the stdio upstream, whose CPU is
+        // its child's (looked up each time: a child tasklift restarted is new).
+        let mut closed = targets.clone();
+        if let Some(tl) = &stdio {
+            let pid = tl.pid()?;
+            let cpu = Cpu {
+                proxy: vec![pid],
+                upstream: procs::children(pid),
+            };
+            if cpu.upstream.is_empty() {
+                bail!("{STDIO}: tasklift runs no child process");
+            }
+            closed.push((STDIO, &tl.ep, cpu));
+        }
+        for (label, ep, cpu) in &closed {
             let s = measured(&args, cpu, || loadgen::closed(ep, fast.clone(), c, w, d)).await?;
             log_run(label, &s);
             rep.push(label, s);
@@ -237,8 +272,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             rep.creation_pg.push(cr);
         }
         upstream.check_alive()?;
+        if let Some(tl) = &mut stdio {
+            tl.check_alive()?;
+        }
     }
     rep.logs.push(main.log_summary("main"));
+    if let Some(tl) = stdio.take() {
+        rep.logs.push(tl.log_summary("stdio"));
+    }
     if let Some(t) = &creation_tl {
         rep.logs.push(t.log_summary("creation"));
     }
@@ -254,7 +295,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     if !skip(&args, "memory") {
-        let tl = Tasklift::start(&tasklift_bin, &up, "memory", MEMORY_THRESHOLD, &[], None).await?;
+        let tl =
+            Tasklift::start(&tasklift_bin, &http, "memory", MEMORY_THRESHOLD, &[], None).await?;
         if quiet_budget_left(&args) {
             wait_quiet(args.max_other, args.quiet_wait).await;
         }

@@ -8,8 +8,9 @@ use crate::loadgen::quantile;
 use crate::plan;
 use crate::RunArgs;
 
-use super::figures::{creation_of, pass_text, CreationAll, Verdict};
-use super::Report;
+use super::figures::{creation_of, CreationAll};
+use super::verdicts::{grouped, pass_text, Verdict};
+use super::{Binary, Profile, Report};
 
 fn sh(cmd: &str, args: &[&str]) -> Option<String> {
     let out = std::process::Command::new(cmd).args(args).output().ok()?;
@@ -104,14 +105,20 @@ impl Report {
         let _ = writeln!(s, "| kernel | {kernel} |");
         let _ = writeln!(s, "| date | {date} |");
         let _ = writeln!(s, "| commit | `{commit}` (working tree as built) |");
-        let profile = if bin_s.contains("/release/") {
-            "release build"
-        } else if bin_s.contains("/debug/") {
-            "debug build: figures are not meaningful"
-        } else {
-            "build profile unknown"
+        let profile = match self.binary.as_ref().map(Binary::profile) {
+            Some(Profile::Release) => "release build",
+            Some(Profile::Debug) => "debug build: figures are not meaningful",
+            _ => "build profile unknown",
         };
         let _ = writeln!(s, "| tasklift version | {version} ({profile}, `{bin_s}`) |");
+        if let Some(b) = &self.binary {
+            let _ = writeln!(
+                s,
+                "| tasklift binary size | {} bytes ({:.2} MB) |",
+                grouped(b.bytes),
+                b.bytes as f64 / 1e6
+            );
+        }
         if let Some(n) = &nginx_v {
             let _ = writeln!(s, "| nginx version | {n} |");
         }
@@ -155,6 +162,10 @@ impl Report {
              - **tasklift**: `target/release/tasklift serve --config FILE` in front of the upstream (era detected \
              by `server/discover`: modern), threshold 2 s (the `sleep` tool 20 ms, for the tasks of `tasks/get`), \
              default limits, default logging (`info`). tasklift's runtime has 2 worker threads (one per core).\n\
+             - **{stdio}**: a second tasklift, configured the same, whose upstream is the same baseline server \
+             run by tasklift as its stdio child (`command = [\"tasklift-bench\", \"upstream\", \"--stdio\"]`: \
+             newline-delimited JSON-RPC on stdin/stdout, one process, every call multiplexed on it); its \
+             \"upstream\" CPU is the child's. Closed loop only.\n\
              - The machine has {cores} cores shared by the load generator, the upstream and the proxy: absolute \
              figures are small-machine figures, the ratios are what to compare.\n\
              - **Disturbed runs**: before each run the harness waits (up to {:.0} s) until the rest of the machine \
@@ -164,7 +175,8 @@ impl Report {
             args.quiet_wait.as_secs_f64(),
             args.max_other * 100.0,
             args.retries,
-            args.quiet_budget.as_secs_f64()
+            args.quiet_budget.as_secs_f64(),
+            stdio = plan::STDIO,
         );
         let _ = writeln!(s, "## Summary\n");
         let _ = writeln!(

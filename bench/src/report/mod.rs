@@ -1,10 +1,10 @@
 //! The figures: medians over repetitions, ratios against the targets of the
-//! benchmark issue, a table on stdout, `results.md`, and hand-written SVG charts.
+//! performance issue, a table on stdout, `results.md`, and hand-written SVG charts.
 //!
-//! This module has what a run records; `figures` summarises it and weighs it
-//! against the targets, `table`, `markdown` and `svg` write it out.
+//! This module has what a run records; `figures` summarises it, `verdicts` weighs
+//! it against the targets, `table`, `markdown` and `svg` write it out.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
@@ -18,6 +18,7 @@ mod figures;
 mod markdown;
 mod svg;
 mod table;
+mod verdicts;
 
 /// One load run.
 #[derive(Clone, Default)]
@@ -159,6 +160,47 @@ pub struct Churn {
     pub seconds: f64,
 }
 
+/// The tasklift binary measured.
+pub struct Binary {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its size in bytes, when the run started.
+    pub bytes: u64,
+}
+
+/// The build profile a binary's path names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Profile {
+    Release,
+    Debug,
+    Unknown,
+}
+
+impl Binary {
+    /// `path` and its size now.
+    pub fn of(path: &Path) -> anyhow::Result<Self> {
+        let bytes = std::fs::metadata(path)
+            .with_context(|| format!("the size of {}", path.display()))?
+            .len();
+        Ok(Self {
+            path: path.to_path_buf(),
+            bytes,
+        })
+    }
+
+    /// Its build profile, from the cargo target directory in its path.
+    pub(super) fn profile(&self) -> Profile {
+        let p = self.path.display().to_string();
+        if p.contains("/release/") {
+            Profile::Release
+        } else if p.contains("/debug/") {
+            Profile::Debug
+        } else {
+            Profile::Unknown
+        }
+    }
+}
+
 /// Everything measured.
 pub struct Report {
     /// Load runs by label.
@@ -179,6 +221,8 @@ pub struct Report {
     pub started: Option<SystemTime>,
     /// Latency of a small write + fdatasync in the temp directory, sorted (µs).
     pub fsync: Vec<u32>,
+    /// The tasklift binary.
+    pub binary: Option<Binary>,
     order: Vec<String>,
 }
 
@@ -195,6 +239,7 @@ impl Report {
             main_mem: None,
             started: None,
             fsync: Vec::new(),
+            binary: None,
             order: plan::order(args),
         }
     }

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::loadgen::quantile;
+use crate::plan;
 use crate::RunArgs;
 
 use super::figures::{summarize, Summary};
@@ -10,10 +11,14 @@ use super::Report;
 
 impl Report {
     pub(super) fn throughput_svg(&self, args: &RunArgs) -> String {
-        let labels: Vec<&str> = ["direct", "nginx", "tasklift", "tasks/get"]
+        // Each label keeps its colour whichever others a run skipped.
+        let all = ["direct", "nginx", "tasklift", plan::STDIO, "tasks/get"];
+        let colors = ["#7f8c8d", "#2e86de", "#e67e22", "#c0392b", "#27ae60"];
+        let (labels, colors): (Vec<&str>, Vec<&str>) = all
             .into_iter()
-            .filter(|l| self.samples.contains_key(*l))
-            .collect();
+            .zip(colors)
+            .filter(|(l, _)| self.samples.contains_key(*l))
+            .unzip();
         let sums: Vec<Summary> = labels
             .iter()
             .map(|l| summarize(&self.samples[*l]))
@@ -23,7 +28,6 @@ impl Report {
         let plot_h = h - bottom - topm;
         let bw = (w - left - 20.0) / labels.len().max(1) as f64;
         let y = |v: f64| topm + plot_h * (1.0 - v / top);
-        let colors = ["#7f8c8d", "#2e86de", "#e67e22", "#27ae60"];
         let mut s = String::new();
         let _ = writeln!(
             s,
@@ -57,7 +61,7 @@ impl Report {
                 s,
                 r#"<rect x="{x:.1}" y="{yy:.1}" width="{bwid:.1}" height="{:.1}" fill="{}"/>"#,
                 topm + plot_h - yy,
-                colors[i % colors.len()]
+                colors[i]
             );
             let cx = x + bwid / 2.0;
             let _ = writeln!(
@@ -78,11 +82,17 @@ impl Report {
                 y(m.rps.max) - 5.0,
                 m.p99.med / 1000.0
             );
+            // A long label on two lines: "tasklift (stdio upstream)".
+            let (first, second) = match l.split_once(" (") {
+                Some((a, b)) => (a.to_string(), format!("({b}")),
+                None => (l.to_string(), String::new()),
+            };
             let _ = writeln!(
                 s,
-                r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="13">{}</text>"#,
+                r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="13">{}<tspan x="{cx:.1}" dy="15">{}</tspan></text>"#,
                 h - bottom + 18.0,
-                xml(l)
+                xml(&first),
+                xml(&second)
             );
         }
         let _ = writeln!(

@@ -1,11 +1,7 @@
-//! The baseline upstream: a minimal 2026-07-28 MCP server over plain HTTP/1.1.
-//!
-//! `POST /mcp` answers `server/discover`, `tools/list` and `tools/call` for three
-//! tools: `fast` (a small fixed result at once), `sleep` (`{"ms": N}`, answers after N
-//! ms) and `hold` (answers when `POST /release` is called, or after `{"max_ms": N}`,
-//! default 10 minutes). `GET /stats` reports calls, held requests and open
-//! connections as JSON. It is stateless and answers every request with one JSON
-//! body, as a modern server may.
+//! The baseline upstream over plain HTTP/1.1: `POST /mcp` answers the MCP
+//! methods, `POST /release` releases every held call, `GET /stats` reports calls,
+//! held requests and open connections as JSON. It is stateless and answers every
+//! request with one JSON body, as a modern server may.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,6 +19,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+use super::{answer_of, call_of, response, text_result, Call};
 
 #[derive(Default)]
 struct Stats {
@@ -109,21 +107,19 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
     r
 }
 
-fn rpc_result(id: &Value, result: Value) -> Response<Full<Bytes>> {
-    let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
-    json_response(
-        StatusCode::OK,
-        serde_json::to_vec(&body).expect("serializes"),
-    )
-}
-
-fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response<Full<Bytes>> {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-    json_response(status, serde_json::to_vec(&body).expect("serializes"))
-}
-
-fn text_result(text: &str) -> Value {
-    json!({"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": false})
+/// A JSON-RPC answer as an HTTP response: 200, or `error_status` for an error.
+fn rpc(
+    error_status: StatusCode,
+    id: &Value,
+    outcome: Result<Value, (i64, String)>,
+) -> Response<Full<Bytes>> {
+    let status = if outcome.is_ok() {
+        StatusCode::OK
+    } else {
+        error_status
+    };
+    let body = serde_json::to_vec(&response(id, outcome)).expect("serializes");
+    json_response(status, body)
 }
 
 async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -147,11 +143,19 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
             let bytes = match req.into_body().collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(_) => {
-                    return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, -32700, "bad body")
+                    return rpc(
+                        StatusCode::BAD_REQUEST,
+                        &Value::Null,
+                        Err((-32700, "bad body".into())),
+                    )
                 }
             };
             let Ok(msg) = serde_json::from_slice::<Value>(&bytes) else {
-                return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, -32700, "Parse error");
+                return rpc(
+                    StatusCode::BAD_REQUEST,
+                    &Value::Null,
+                    Err((-32700, "Parse error".into())),
+                );
             };
             let Some(id) = msg.get("id").cloned() else {
                 // A notification.
@@ -160,27 +164,9 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
                 return r;
             };
             let method = msg["method"].as_str().unwrap_or_default();
-            match method {
-                "server/discover" => rpc_result(
-                    &id,
-                    json!({
-                        "resultType": "complete",
-                        "supportedVersions": ["2026-07-28"],
-                        "capabilities": {"tools": {}},
-                        "ttlMs": 0,
-                        "cacheScope": "public",
-                        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "tasklift-bench-upstream", "version": env!("CARGO_PKG_VERSION")}},
-                    }),
-                ),
-                "ping" => rpc_result(&id, json!({"resultType": "complete"})),
-                "tools/list" => rpc_result(&id, tools_list()),
-                "tools/call" => call(state, &id, &msg["params"]).await,
-                _ => rpc_error(
-                    StatusCode::NOT_FOUND,
-                    &id,
-                    -32601,
-                    &format!("Method not found: {method}"),
-                ),
+            match answer_of(method) {
+                Some(outcome) => rpc(StatusCode::NOT_FOUND, &id, outcome),
+                None => call(state, &id, &msg["params"]).await,
             }
         }
         _ => {
@@ -191,49 +177,24 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
     }
 }
 
-fn tools_list() -> Value {
-    let obj = |props: Value| json!({"type": "object", "properties": props});
-    json!({
-        "resultType": "complete",
-        "ttlMs": 0,
-        "cacheScope": "public",
-        "tools": [
-            {"name": "fast", "description": "A small fixed result at once", "inputSchema": obj(json!({}))},
-            {"name": "sleep", "description": "Answers after `ms` milliseconds", "inputSchema": obj(json!({"ms": {"type": "integer"}}))},
-            {"name": "hold", "description": "Answers when the harness releases it", "inputSchema": obj(json!({"max_ms": {"type": "integer"}}))},
-        ]
-    })
-}
-
 async fn call(state: &State, id: &Value, params: &Value) -> Response<Full<Bytes>> {
     state.stats.calls.fetch_add(1, Ordering::Relaxed);
-    let args = &params["arguments"];
-    match params["name"].as_str().unwrap_or_default() {
-        "fast" => rpc_result(id, text_result("ok")),
-        "sleep" => {
-            let ms = args["ms"].as_u64().unwrap_or(0);
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            rpc_result(id, text_result("slept"))
+    let outcome = match call_of(params) {
+        Call::Now(outcome) => outcome,
+        Call::Sleep(d) => {
+            tokio::time::sleep(d).await;
+            Ok(text_result("slept"))
         }
-        "hold" => {
-            let max = Duration::from_millis(args["max_ms"].as_u64().unwrap_or(600_000));
+        Call::Hold(max) => {
             let mut rx = state.release.subscribe();
             let _held = Gauge::up(&state.stats.held, &state.stats.held_peak);
             let released = tokio::time::timeout(max, rx.changed()).await.is_ok();
-            rpc_result(
-                id,
-                text_result(if released {
-                    "released"
-                } else {
-                    "held until max_ms"
-                }),
-            )
+            Ok(text_result(if released {
+                "released"
+            } else {
+                "held until max_ms"
+            }))
         }
-        other => rpc_error(
-            StatusCode::OK,
-            id,
-            -32602,
-            &format!("Unknown tool: {other}"),
-        ),
-    }
+    };
+    rpc(StatusCode::OK, id, outcome)
 }
