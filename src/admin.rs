@@ -343,7 +343,7 @@ th{background:#eef}td.num{text-align:right}td.id{font-family:monospace}\
 /// the environment is never shown).
 fn transport(t: &Transport) -> String {
     match t {
-        Transport::Http { url } => {
+        Transport::Http { url, .. } => {
             let host = url.host().unwrap_or("");
             let port = url.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
             format!(
@@ -459,7 +459,7 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(
-            transport(&Transport::Http { url }),
+            transport(&Transport::Http { url, http2: false }),
             "https://reports.internal:8443/mcp"
         );
     }

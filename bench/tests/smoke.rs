@@ -87,7 +87,9 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
     for row in [
         "| pass-through, stdio upstream ÷ HTTP upstream |",
         "| tasks/get ÷ direct tools/call throughput |",
-        "| RSS per running task, 300 running |",
+        "| RSS per running task, 300 running, HTTP/2 upstream |",
+        "| RSS per running task, 300 running, HTTP/1.1 upstream |",
+        "| 300 concurrent slow calls complete, HTTP/2 upstream |",
         "| idle RSS of tasklift (memory scenario, before the load) |",
         "| tasklift binary size |",
     ] {

@@ -315,6 +315,9 @@ pub struct RawUpstream {
     pub list_cache_scope: String,
     /// Extra CA certificates (PEM) trusted for an `https://` upstream, besides the system's.
     pub ca_file: String,
+    /// Speak HTTP/2 to a `url` upstream (prior knowledge on `http://`, ALPN on
+    /// `https://`): every call shares a few connections instead of holding one.
+    pub http2: bool,
     /// Per-tool rules, by tool name.
     pub tools: BTreeMap<String, RawToolRule>,
 }
@@ -342,6 +345,7 @@ impl Default for RawUpstream {
             list_ttl_ms: 0,
             list_cache_scope: "private".into(),
             ca_file: String::new(),
+            http2: false,
             tools: BTreeMap::new(),
         }
     }

@@ -189,6 +189,8 @@ pub enum Transport {
     Http {
         /// Endpoint URL.
         url: http::Uri,
+        /// HTTP/2 only (`http2 = true`).
+        http2: bool,
     },
     /// Child processes spoken to over stdin/stdout.
     Stdio(StdioConfig),
@@ -219,7 +221,7 @@ impl UpstreamConfig {
     /// The HTTP URL, for HTTP upstreams.
     pub fn url(&self) -> Option<&http::Uri> {
         match &self.transport {
-            Transport::Http { url } => Some(url),
+            Transport::Http { url, .. } => Some(url),
             Transport::Stdio(_) => None,
         }
     }
@@ -227,7 +229,7 @@ impl UpstreamConfig {
     /// Where the upstream is, for logs.
     pub fn location(&self) -> String {
         match &self.transport {
-            Transport::Http { url } => url.to_string(),
+            Transport::Http { url, .. } => url.to_string(),
             Transport::Stdio(s) => format!("stdio: {}", s.command.join(" ")),
         }
     }

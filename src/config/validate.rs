@@ -274,9 +274,18 @@ fn validate_upstream(
                     ))
                 }
             }
-            Transport::Http { url }
+            Transport::Http {
+                url,
+                http2: u.http2,
+            }
         }
         (true, false) => {
+            if u.http2 {
+                return Err(invalid(
+                    key("http2"),
+                    "is for url upstreams; a stdio child has no HTTP",
+                ));
+            }
             if u.processes == 0 {
                 return Err(invalid(key("processes"), "must be at least 1"));
             }

@@ -104,6 +104,10 @@ fn check_config_rejects_bad_values_with_exit_64_naming_the_key() {
             "[server]\nworkers = 1000\n[[upstreams]]\nurl = \"http://127.0.0.1:9000/mcp\"\n",
             "server.workers",
         ),
+        (
+            "[[upstreams]]\ncommand = [\"some-server\"]\nhttp2 = true\n",
+            "upstreams[0].http2",
+        ),
     ] {
         let file = write(dir.path(), "bad.toml", body);
         let out = run(&["check-config", &file], Duration::from_secs(30));

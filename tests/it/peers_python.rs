@@ -52,6 +52,9 @@ enum Mode {
     Json,
     /// A command tasklift runs, over stdin/stdout.
     Stdio,
+    /// Stateful Streamable HTTP served by Hypercorn, which tasklift speaks HTTP/2
+    /// to (`http2 = true`: h2c, prior knowledge).
+    H2,
 }
 
 use Mode::*;
@@ -108,6 +111,7 @@ impl Mode {
             Stateless => "stateless",
             Json => "json",
             Stdio => "stdio",
+            H2 => "h2",
         }
     }
 }
@@ -230,7 +234,11 @@ async fn bed(sdk: Sdk, mode: Mode, tweak: impl FnOnce(&mut RawConfig)) -> Option
         });
     }
     let server = PyServer::start(&python, sdk.script(), mode).await;
-    let h = Harness::front(FixtureServer::new(), &server.url, dir, tweak).await;
+    let h = Harness::front(FixtureServer::new(), &server.url, dir, |c| {
+        c.upstreams[0].http2 = mode == H2;
+        tweak(c)
+    })
+    .await;
     Some(Bed {
         h,
         server: Some(server),
@@ -629,6 +637,31 @@ async fn v1_http_elicitation_before_and_after_the_handle() {
 #[tokio::test]
 async fn v1_http_sampling_on_the_get_stream_before_and_after_the_handle() {
     sampling(Http).await
+}
+
+// ---------------------------------------------------------------------------
+// mcp 1.30 FastMCP, stateful Streamable HTTP served by Hypercorn over HTTP/2
+// (h2c with prior knowledge: a call that fell back to HTTP/1.1 would fail)
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn v1_h2_list_fast_call_errors_and_a_2mb_result() {
+    basics(V1, H2).await
+}
+
+#[tokio::test]
+async fn v1_h2_slow_call_progress_and_cancel() {
+    slow_and_cancel(V1, H2).await
+}
+
+#[tokio::test]
+async fn v1_h2_elicitation_before_and_after_the_handle() {
+    elicitation(V1, H2).await
+}
+
+#[tokio::test]
+async fn v1_h2_sampling_on_the_get_stream_before_and_after_the_handle() {
+    sampling(H2).await
 }
 
 // ---------------------------------------------------------------------------

@@ -355,3 +355,70 @@ async fn an_auth_failure_while_probing_does_not_settle_the_era() {
     assert!(mock.received("initialize").is_empty());
     h.stop().await;
 }
+
+/// `http2 = true`: tasklift speaks HTTP/2 (h2c, prior knowledge) to the upstream,
+/// and concurrent calls, fast ones and ones that become tasks, share one
+/// connection per front-door worker instead of holding one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_upstream_carries_concurrent_calls_on_a_connection_per_worker() {
+    let up = FixtureServer::new().modern().tool(Tool::new("echo")).tool(
+        Tool::new("slow")
+            .sleep(Duration::from_millis(500))
+            .reply(|a| format!("slow {}", a["n"])),
+    );
+    let stats = up.stats();
+    let h = Harness::start(up, |c| {
+        c.server.workers = 2;
+        c.upstreams[0].http2 = true;
+    })
+    .await;
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..30 {
+        let c = h.client();
+        calls.spawn(async move {
+            let a = c.call_tool("echo", json!({})).await.unwrap();
+            assert_eq!(a.result["content"][0]["text"], "echo done");
+            let a = c.call_tool("slow", json!({"n": n})).await.unwrap();
+            assert_eq!(a.result["resultType"], "task", "{}", a.result);
+            let id = a.result["taskId"].as_str().unwrap().to_string();
+            let t = wait_terminal(&c, &id, Duration::from_secs(20)).await;
+            assert_eq!(
+                t["result"]["content"][0]["text"],
+                format!("slow {n}"),
+                "{t}"
+            );
+        });
+    }
+    while let Some(r) = calls.join_next().await {
+        r.unwrap();
+    }
+    assert!(
+        stats.http2_requests.load(Ordering::Relaxed) >= 60,
+        "every call went over HTTP/2"
+    );
+    let conns = stats.connections.load(Ordering::Relaxed);
+    assert!(
+        (1..=2).contains(&conns),
+        "30 concurrent slow calls over {conns} connections, not one per worker"
+    );
+    h.stop().await;
+}
+
+/// A 2025-era upstream over HTTP/2: its sessions, their GET streams and the
+/// DELETE at the end all ride the shared connection.
+#[tokio::test]
+async fn a_legacy_upstream_works_over_http2() {
+    let up = fixture().tool(Tool::new("slow").sleep(Duration::from_millis(600)));
+    let stats = up.stats();
+    let h = Harness::start(up, |c| c.upstreams[0].http2 = true).await;
+    let c = h.client();
+    let a = c.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "echo done");
+    let a = c.call_tool("slow", json!({})).await.unwrap();
+    let id = a.result["taskId"].as_str().unwrap().to_string();
+    let t = wait_terminal(&c, &id, Duration::from_secs(20)).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert_eq!(h.received("initialize").len(), 1);
+    assert!(stats.http2_requests.load(Ordering::Relaxed) >= 3);
+    h.stop().await;
+}

@@ -59,8 +59,10 @@ impl ScratchDb {
 
 /// What a tasklift instance fronts.
 pub(super) enum Via<'a> {
-    /// The baseline upstream over HTTP.
+    /// The baseline upstream over HTTP/1.1.
     Http(&'a Endpoint),
+    /// The same upstream over HTTP/2 (`http2 = true`: h2c, prior knowledge).
+    Http2(&'a Endpoint),
     /// A stdio upstream: the command tasklift runs as its child.
     Stdio(Vec<String>),
 }
@@ -70,6 +72,7 @@ impl Via<'_> {
     fn toml(&self) -> String {
         match self {
             Via::Http(ep) => format!("url = \"{}\"\n", ep.url()),
+            Via::Http2(ep) => format!("url = \"{}\"\nhttp2 = true\n", ep.url()),
             Via::Stdio(cmd) => {
                 // JSON strings are valid TOML basic strings.
                 let words: Vec<String> = cmd.iter().map(|w| json!(w).to_string()).collect();

@@ -302,6 +302,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         let m = memory(&tl, &up, upstream.pid()?, args.tasks, args.memory_clients).await?;
         rep.logs.push(tl.log_summary("memory"));
+        drop(tl);
+        // The same with the upstream over HTTP/2, where every call shares a few
+        // connections instead of holding one each.
+        let tl = Tasklift::start(
+            &tasklift_bin,
+            &Via::Http2(&up),
+            "memory-h2",
+            MEMORY_THRESHOLD,
+            &[],
+            None,
+        )
+        .await?;
+        if quiet_budget_left(&args) {
+            wait_quiet(args.max_other, args.quiet_wait).await;
+        }
+        let h2 = memory(&tl, &up, upstream.pid()?, args.tasks, args.memory_clients).await?;
+        rep.logs.push(tl.log_summary("memory-h2"));
+        eprintln!(
+            "memory, HTTP/2 upstream: {} tasks, idle {} KiB, loaded {} KiB → {:.2} KiB per task; {} completed in {:.2}s, {} errors",
+            h2.tasks,
+            h2.idle.rss_kib,
+            h2.loaded.rss_kib,
+            h2.per_task_kib(),
+            h2.completed,
+            h2.drain.as_secs_f64(),
+            h2.errors
+        );
+        rep.memory_h2 = Some(h2);
         eprintln!(
             "memory: {} tasks, idle {} KiB, loaded {} KiB → {:.2} KiB per task; {} completed in {:.2}s, {} errors",
             m.tasks,

@@ -333,8 +333,12 @@ impl Report {
             creation_table(&mut s, &c);
             let _ = writeln!(s, "\nErrors: {}.\n", c.errors);
         }
-        if let Some(m) = &self.memory {
-            let _ = writeln!(s, "## Memory per running task\n");
+        for (via, m) in [
+            ("an HTTP/1.1 upstream", &self.memory),
+            ("an HTTP/2 upstream (`http2 = true`)", &self.memory_h2),
+        ] {
+            let Some(m) = m else { continue };
+            let _ = writeln!(s, "## Memory per running task, {via}\n");
             let _ = writeln!(
                 s,
                 "A fresh tasklift (threshold {} ms). RSS (`VmRSS` of /proc/PID/status) and PSS (/proc/PID/smaps_rollup) \
@@ -370,8 +374,9 @@ impl Report {
                 s,
                 "\n- per running task: **{:.2} KiB RSS**, {:.2} KiB PSS (for comparison, the upstream, a plain hyper \
                  server, grows by {:.2} KiB per held request and its connection)\n\
-                 - held at the upstream: {}; connections open at the upstream meanwhile: {} (each running call \
-                 holds one HTTP/1.1 connection from tasklift to the upstream)\n\
+                 - held at the upstream: {}; connections open at the upstream meanwhile: {} (over HTTP/1.1 each \
+                 running call holds a connection from tasklift to the upstream; over HTTP/2 they share one per \
+                 front-door worker)\n\
                  - all {} handles back in {:.2} s\n\
                  - release → all `completed` (polled through `tasks/get`): {:.2} s\n\
                  - completed: {}, errors: {}{}\n",

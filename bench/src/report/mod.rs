@@ -211,6 +211,8 @@ pub struct Report {
     pub creation_pg: Vec<Creation>,
     /// The memory scenario.
     pub memory: Option<Memory>,
+    /// The memory scenario with the upstream over HTTP/2.
+    pub memory_h2: Option<Memory>,
     /// Store churn.
     pub churn: Option<Churn>,
     /// What the tasklift instances logged.
@@ -234,6 +236,7 @@ impl Report {
             creation: Vec::new(),
             creation_pg: Vec::new(),
             memory: None,
+            memory_h2: None,
             churn: None,
             logs: Vec::new(),
             main_mem: None,

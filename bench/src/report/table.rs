@@ -95,10 +95,11 @@ impl Report {
                 c.errors
             );
         }
-        if let Some(m) = &self.memory {
+        for (via, m) in [("HTTP/1.1", &self.memory), ("HTTP/2", &self.memory_h2)] {
+            let Some(m) = m else { continue };
             let _ = writeln!(
                 t,
-                "\nmemory: {} running tasks: RSS idle {} KiB → {} KiB ({:.2} KiB/task), PSS {} → {} KiB ({:.2} KiB/task); \
+                "\nmemory, {via} upstream: {} running tasks: RSS idle {} KiB → {} KiB ({:.2} KiB/task), PSS {} → {} KiB ({:.2} KiB/task); \
                  fds {} → {}; handles in {:.2} s; drained in {:.2} s; {} completed, {} errors",
                 m.tasks,
                 m.idle.rss_kib,

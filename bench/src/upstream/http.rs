@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -91,10 +91,11 @@ async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(handle(&state, req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+            // HTTP/1.1, or HTTP/2 with prior knowledge (tasklift's `http2 = true`),
+            // with no cap on concurrent streams: the memory scenario holds 10,000.
+            let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            b.http2().max_concurrent_streams(None);
+            let _ = b.serve_connection(TokioIo::new(stream), svc).await;
         });
     }
 }

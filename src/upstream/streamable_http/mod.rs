@@ -40,7 +40,7 @@ use super::{
     discover_from_initialize, listen_modern, wire_message, CallContext, CallEvent, Era, Listening,
     Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
-use crate::config::{EraSetting, UpstreamConfig};
+use crate::config::{EraSetting, Transport, UpstreamConfig};
 use tasklift_protocol::jsonrpc::{self, Outcome, Request};
 use tasklift_protocol::mcp::{self, MODERN_VERSION};
 
@@ -199,14 +199,27 @@ fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(cfg.connect_timeout));
+    let http2 = matches!(cfg.transport, Transport::Http { http2: true, .. });
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(https))
+        .https_or_http();
+    let https = if http2 {
+        https.enable_http2().wrap_connector(http)
+    } else {
+        https.enable_http1().wrap_connector(http)
+    };
+    let mut client = Client::builder(TokioExecutor::new());
+    client.pool_idle_timeout(Duration::from_secs(30));
+    if http2 {
+        // One connection carries every call (h2 prior knowledge on http://, ALPN
+        // h2 on https://); pings find a connection that died while calls wait.
+        client
+            .http2_only(true)
+            .timer(hyper_util::rt::TokioTimer::new())
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .http2_keep_alive_while_idle(false);
+    }
+    Ok(client.build(https))
 }
 
 /// A response as read: status, headers and the body still streaming.

@@ -3,11 +3,13 @@
 The SDK does the protocol; this file only declares tools, the way a user of the SDK
 would. tasklift's integration tests (tests/it/peers_python.rs) put it behind tasklift.
 
-    python v1_server.py [--mode http|stateless|json|stdio] [--port N]
+    python v1_server.py [--mode http|stateless|json|stdio|h2] [--port N]
 
 Modes: `http` is stateful Streamable HTTP (the SDK's default), `stateless` sets
 `stateless_http=True`, `json` sets `json_response=True` (stateful, plain JSON
-answers), `stdio` serves on stdin/stdout. HTTP modes serve at /mcp on 127.0.0.1.
+answers), `stdio` serves on stdin/stdout, `h2` is `http` served by Hypercorn,
+which also speaks HTTP/2 over cleartext (prior knowledge). HTTP modes serve at
+/mcp on 127.0.0.1.
 
 Tools:
 - `echo(text)`: the text back, at once.
@@ -124,12 +126,21 @@ def build(mode: str, port: int) -> FastMCP:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["http", "stateless", "json", "stdio"], default="http")
+    p.add_argument("--mode", choices=["http", "stateless", "json", "stdio", "h2"], default="http")
     p.add_argument("--port", type=int, default=8000)
     args = p.parse_args()
     mcp = build(args.mode, args.port)
     if args.mode == "stdio":
         mcp.run("stdio")
+    elif args.mode == "h2":
+        import hypercorn.asyncio
+        from hypercorn.config import Config
+
+        config = Config()
+        config.bind = [f"127.0.0.1:{args.port}"]
+        config.loglevel = "WARNING"
+        print(f"py-v1-peer: serving h2 on 127.0.0.1:{args.port}", file=sys.stderr, flush=True)
+        anyio.run(hypercorn.asyncio.serve, mcp.streamable_http_app(), config)
     else:
         print(f"py-v1-peer: serving {args.mode} on 127.0.0.1:{args.port}", file=sys.stderr, flush=True)
         mcp.run("streamable-http")
