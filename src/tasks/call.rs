@@ -185,7 +185,38 @@ pub(super) struct Driver {
     /// Input keys handed out so far.
     pub input_keys: super::input::InputKeys,
     /// The original request, for retrying a modern upstream with answers.
-    pub origin: Option<(Arc<dyn Upstream>, Request, CallContext)>,
+    pub origin: Option<Origin>,
+}
+
+/// A running task's original request and where it went, kept to retry it upstream
+/// with MRTR answers. The request is kept as its JSON text: parsed, every object
+/// in it (params, arguments, `_meta`, clientInfo, capabilities, ...) is a map of
+/// its own, about ten times the text's size, held for the task's whole life.
+pub(super) struct Origin {
+    /// The upstream the call went to.
+    pub upstream: Arc<dyn Upstream>,
+    /// The request, serialized (without its id).
+    request: Box<[u8]>,
+    /// Who called, and what goes upstream with the call.
+    pub ctx: CallContext,
+}
+
+impl Origin {
+    pub(super) fn new(upstream: Arc<dyn Upstream>, req: &Request, ctx: CallContext) -> Self {
+        Self {
+            upstream,
+            request: req.to_vec_with_id(None).into_boxed_slice(),
+            ctx,
+        }
+    }
+
+    /// The request again.
+    pub(super) fn request(&self) -> Request {
+        serde_json::from_slice(&self.request)
+            .ok()
+            .and_then(|v| Request::from_value(v).ok())
+            .expect("a request tasklift serialized parses back")
+    }
 }
 
 impl Driver {

@@ -280,8 +280,8 @@ impl Engine {
 
     /// Retry the original call upstream with a round's answers and `requestState`.
     async fn retry(&self, o: &mut Driver, round: &mut Round) -> Result<(), RpcError> {
-        let (up, req, ctx) = o.origin.as_ref().expect("rounds need the original request");
-        let mut r = req.clone();
+        let origin = o.origin.as_ref().expect("rounds need the original request");
+        let mut r = origin.request();
         r.params.insert(
             "inputResponses".into(),
             Value::Object(std::mem::take(&mut round.answers)),
@@ -294,7 +294,13 @@ impl Engine {
             round = round.n,
             "retrying the call upstream with the client's answers"
         );
-        o.call = Some(up.call(&r, ctx).await.map_err(|e| e.to_rpc())?);
+        o.call = Some(
+            origin
+                .upstream
+                .call(&r, &origin.ctx)
+                .await
+                .map_err(|e| e.to_rpc())?,
+        );
         Ok(())
     }
 }

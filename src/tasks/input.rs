@@ -126,6 +126,9 @@ impl StateSealer {
     }
 }
 
+/// Every capability [`required_capability`] names.
+const ASKABLE: [&str; 3] = ["elicitation", "sampling", "roots"];
+
 /// The capability a client must declare to be shown a server-to-client request, or
 /// `None` if the method is not one a client can be asked.
 pub fn required_capability(method: &str) -> Option<&'static str> {
@@ -152,6 +155,18 @@ pub fn check_allowed(caps: &Value, method: &str) -> Result<(), RpcError> {
             format!("tasklift does not relay {method} to clients"),
         )),
     }
+}
+
+/// The part of a client's capabilities [`check_allowed`] reads, for a running task
+/// to keep: each capability an upstream's request may need, when declared (as
+/// `true`). A client that declares none of them costs the task no allocation.
+pub fn askable(caps: &Value) -> Value {
+    let declared: serde_json::Map<String, Value> = ASKABLE
+        .iter()
+        .filter(|cap| caps.get(**cap).is_some_and(|v| !v.is_null()))
+        .map(|cap| (cap.to_string(), Value::Bool(true)))
+        .collect();
+    Value::Object(declared)
 }
 
 /// What a `requestState` is bound to: method, tool name (or prompt name or URI), and

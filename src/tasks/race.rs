@@ -13,10 +13,10 @@ use tracing::Instrument;
 
 use super::call::{
     admit_request, finalize_result, is_progress_for, sleep_until_opt, Ahead, Control, Driver,
-    Parked, SyncCall, TaskSpec, WRITE_AHEAD,
+    Origin, Parked, SyncCall, TaskSpec, WRITE_AHEAD,
 };
 use super::engine::Engine;
-use super::input::{request_binding, StateClaims};
+use super::input::{askable, request_binding, StateClaims};
 use super::{create_task_result, progress_message};
 use crate::reply::{Reply, StreamItem};
 use crate::store::{NewTask, TaskRecord};
@@ -405,9 +405,12 @@ impl Engine {
             call: Some(std::mem::replace(&mut sc.call, UpstreamCall::finished())),
             backlog: std::mem::take(&mut sc.backlog),
             token: sc.token.clone(),
-            caps: sc.caps.clone(),
+            caps: askable(&sc.caps),
             input_keys: std::mem::take(&mut sc.input_keys),
-            origin: sc.origin.take(),
+            origin: sc
+                .origin
+                .take()
+                .map(|(up, req, ctx)| Origin::new(up, &req, ctx)),
         };
         let engine = self.clone();
         let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);

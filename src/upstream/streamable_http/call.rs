@@ -23,7 +23,17 @@ impl Shared {
     pub(super) fn start(self: &Arc<Self>, req: &Request, ctx: &CallContext) -> UpstreamCall {
         let (tx, rx) = mpsc::channel(64);
         let info: Arc<Mutex<Option<CancelInfo>>> = Arc::default();
-        let task = tokio::spawn(self.clone().run(req.clone(), ctx.clone(), tx, info.clone()));
+        let modern = matches!(*self.era.read().expect("era lock"), Some(Era::Modern));
+        let task = if modern {
+            // The request goes as bytes: the reader keeps no copy of its JSON tree
+            // for as long as the call runs.
+            let id = self.upstream_id();
+            let body = req.to_vec_with_id(Some(&id));
+            let headers = modern_headers(req);
+            tokio::spawn(self.clone().run_modern(body, headers, ctx.clone(), id, tx))
+        } else {
+            tokio::spawn(self.clone().run(req.clone(), ctx.clone(), tx, info.clone()))
+        };
         let shared = self.clone();
         let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
             let Some(ci) = info.lock().expect("cancel lock").take() else {
@@ -66,12 +76,9 @@ impl Shared {
         match era {
             Era::Modern => {
                 let body = req.to_vec_with_id(Some(&id));
-                match self.post(body, modern_headers(&req), &ctx).await {
-                    Ok(ans) => self.pump(ans, id, tx, None).await,
-                    Err(e) => {
-                        let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
-                    }
-                }
+                let headers = modern_headers(&req);
+                drop(req);
+                self.run_modern(body, headers, ctx, id, tx).await
             }
             Era::Legacy => {
                 let body = serde_json::to_vec(&wire_message(&req, &Era::Legacy, Some(&id)))
@@ -119,6 +126,25 @@ impl Shared {
                     session.last_used.store(self.now_ms(), Ordering::Relaxed);
                     return;
                 }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// One POST to a modern upstream and its answer, from the serialized request.
+    async fn run_modern(
+        self: Arc<Self>,
+        body: Vec<u8>,
+        headers: HeaderMap,
+        ctx: CallContext,
+        id: Value,
+        tx: mpsc::Sender<CallEvent>,
+    ) {
+        match self.post(body, headers, &ctx).await {
+            Ok(ans) => self.pump(ans, id, tx, None).await,
+            Err(e) => {
+                let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
             }
         }
     }
