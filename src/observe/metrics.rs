@@ -155,6 +155,11 @@ impl Metrics {
             .find(|k| **k == method)
             .copied()
             .unwrap_or("other");
+        // A read lock once the counter exists: every front-door worker counts here.
+        if let Some(c) = self.requests.get(&(m, outcome)) {
+            c.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.requests
             .entry((m, outcome))
             .or_default()
@@ -171,11 +176,15 @@ impl Metrics {
 
     /// Start counting an upstream call.
     pub fn call_started(&self, upstream: &str) -> CallMeter {
-        let figures = self
-            .upstreams
-            .entry(upstream.to_string())
-            .or_default()
-            .clone();
+        // Known upstreams take a read lock and allocate nothing.
+        let figures = match self.upstreams.get(upstream) {
+            Some(f) => f.clone(),
+            None => self
+                .upstreams
+                .entry(upstream.to_string())
+                .or_default()
+                .clone(),
+        };
         figures.in_flight.fetch_add(1, Ordering::Relaxed);
         CallMeter {
             figures,
