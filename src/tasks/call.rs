@@ -276,7 +276,7 @@ impl UpstreamCall {
     pub(super) fn finished() -> Self {
         let (_tx, rx) = mpsc::channel(1);
         UpstreamCall {
-            events: rx,
+            events: rx.into(),
             canceller: crate::upstream::Canceller::none(),
         }
     }

@@ -2,6 +2,9 @@
 //! `UpstreamCall` (events and `Canceller`), the `CallEvent`s it yields, and the
 //! `ServerRequest`s a legacy upstream sends the client meanwhile.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -97,11 +100,65 @@ impl Drop for ServerRequest {
     }
 }
 
+/// The events of one upstream call, in order; the last is `Done`. They come from a
+/// reader task over a channel, or from the call's request itself, run in whatever
+/// task reads them (the caller's, then a task's driver): a modern upstream's call
+/// needs no task and no channel of its own unless its answer streams.
+pub struct Events(Source);
+
+enum Source {
+    /// A reader task sends them.
+    Channel(mpsc::Receiver<CallEvent>),
+    /// The request is still on its way; it ends in its answer or a stream.
+    Pending(Pin<Box<dyn Future<Output = First> + Send>>),
+    /// The answer, until it is read (then `None`: the call is over).
+    Answered(Option<Outcome>),
+}
+
+/// How a call run in its reader's task first ends.
+pub enum First {
+    /// With its answer.
+    Done(Outcome),
+    /// With a stream of events, read by a task of its own from here on.
+    Stream(mpsc::Receiver<CallEvent>),
+}
+
+impl Events {
+    /// Events of `request`, run by whoever reads them.
+    pub fn inline(request: impl Future<Output = First> + Send + 'static) -> Self {
+        Self(Source::Pending(Box::pin(request)))
+    }
+
+    /// The next event; `None` once the call is over, or when it broke without an
+    /// answer. Cancel-safe: a dropped `recv` loses nothing (the request it was
+    /// running is kept here).
+    pub async fn recv(&mut self) -> Option<CallEvent> {
+        loop {
+            match &mut self.0 {
+                Source::Channel(rx) => return rx.recv().await,
+                Source::Answered(o) => return o.take().map(CallEvent::Done),
+                Source::Pending(request) => {
+                    self.0 = match request.as_mut().await {
+                        First::Done(o) => Source::Answered(Some(o)),
+                        First::Stream(rx) => Source::Channel(rx),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl From<mpsc::Receiver<CallEvent>> for Events {
+    fn from(rx: mpsc::Receiver<CallEvent>) -> Self {
+        Self(Source::Channel(rx))
+    }
+}
+
 /// An in-flight upstream request. Dropping it cancels the request upstream.
 pub struct UpstreamCall {
-    /// Events in order; the last is `Done`. A channel that closes without `Done`
-    /// means the upstream broke mid-call.
-    pub events: mpsc::Receiver<CallEvent>,
+    /// Events in order; the last is `Done`. Events that end without `Done`
+    /// mean the upstream broke mid-call.
+    pub events: Events,
     /// Cancels the request when dropped (or when `cancel` is called).
     pub canceller: Canceller,
 }
@@ -109,10 +166,8 @@ pub struct UpstreamCall {
 impl UpstreamCall {
     /// A call that failed before it started.
     pub fn failed(e: RpcError) -> Self {
-        let (tx, rx) = mpsc::channel(1);
-        let _ = tx.try_send(CallEvent::Done(Err(e)));
         Self {
-            events: rx,
+            events: Events(Source::Answered(Some(Err(e)))),
             canceller: Canceller::none(),
         }
     }

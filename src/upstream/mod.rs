@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use tasklift_protocol::jsonrpc::{Outcome, Request};
 
 pub use attribution::{attribute, related_task, unattributed, upstream_task_of};
-pub use call::{CallEvent, Canceller, ServerRequest, UpstreamCall};
+pub use call::{CallEvent, Canceller, Events, First, ServerRequest, UpstreamCall};
 pub use context::{CallContext, ClientPeer};
 pub use era::{
     cancelled_notification, discover_from_initialize, legacy_request, modern_meta, wire_message,
@@ -151,7 +151,7 @@ pub async fn listen_modern(
         .cloned()
         .unwrap_or_default();
     let (tx, rx) = mpsc::channel(64);
-    let mut events = std::mem::replace(&mut call.events, mpsc::channel(1).1);
+    let mut events = std::mem::replace(&mut call.events, mpsc::channel(1).1.into());
     tokio::spawn(async move {
         while let Some(ev) = events.recv().await {
             if let CallEvent::Notification(n) = ev {

@@ -46,7 +46,7 @@ impl Upstream for Timed {
                 cancelled.fetch_add(1, Ordering::Relaxed);
             });
             Ok(UpstreamCall {
-                events: rx,
+                events: rx.into(),
                 canceller: Canceller::new(task.abort_handle(), Some(on_cancel)),
             })
         })

@@ -142,7 +142,7 @@ impl Upstream for Asking {
                 cancelled.fetch_add(1, Ordering::Relaxed);
             });
             Ok(UpstreamCall {
-                events: rx,
+                events: rx.into(),
                 canceller: Canceller::new(task.abort_handle(), Some(on_cancel)),
             })
         })

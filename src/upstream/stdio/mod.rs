@@ -329,7 +329,7 @@ impl Upstream for StdioUpstream {
                 }
             });
             Ok(UpstreamCall {
-                events,
+                events: events.into(),
                 canceller: Canceller::on_cancel(on_cancel),
             })
         })

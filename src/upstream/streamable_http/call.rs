@@ -12,28 +12,24 @@ use super::session::InFlight;
 use super::{modern_headers, Shared};
 use crate::upstream::{
     cancelled_notification, upstream_task_of, wire_message, CallContext, CallEvent, Canceller, Era,
-    UpstreamCall,
+    Events, First, UpstreamCall,
 };
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp;
 
 impl Shared {
-    /// Start one request, run by a task of its own ([`Shared::run`]). Cancelling the
-    /// call aborts that task and, on a legacy session, POSTs `notifications/cancelled`.
+    /// Start one request. To an upstream known to be modern it runs in the task
+    /// that reads its events ([`Shared::inline`]); otherwise in a task of its own
+    /// ([`Shared::run`]). Cancelling the call drops or aborts it (closing the HTTP
+    /// stream, which is cancellation on modern HTTP) and, on a legacy session, POSTs
+    /// `notifications/cancelled`.
     pub(super) fn start(self: &Arc<Self>, req: &Request, ctx: &CallContext) -> UpstreamCall {
+        if matches!(*self.era.read().expect("era lock"), Some(Era::Modern)) {
+            return self.inline(req, ctx);
+        }
         let (tx, rx) = mpsc::channel(64);
         let info: Arc<Mutex<Option<CancelInfo>>> = Arc::default();
-        let modern = matches!(*self.era.read().expect("era lock"), Some(Era::Modern));
-        let task = if modern {
-            // The request goes as bytes: the reader keeps no copy of its JSON tree
-            // for as long as the call runs.
-            let id = self.upstream_id();
-            let body = req.to_vec_with_id(Some(&id));
-            let headers = modern_headers(req);
-            tokio::spawn(self.clone().run_modern(body, headers, ctx.clone(), id, tx))
-        } else {
-            tokio::spawn(self.clone().run(req.clone(), ctx.clone(), tx, info.clone()))
-        };
+        let task = tokio::spawn(self.clone().run(req.clone(), ctx.clone(), tx, info.clone()));
         let shared = self.clone();
         let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
             let Some(ci) = info.lock().expect("cancel lock").take() else {
@@ -52,8 +48,45 @@ impl Shared {
             });
         });
         UpstreamCall {
-            events: rx,
+            events: rx.into(),
             canceller: Canceller::new(task.abort_handle(), Some(on_cancel)),
+        }
+    }
+
+    /// A call to a modern upstream, run by whoever reads its events: no task and
+    /// no channel unless the answer is an SSE stream, which a reader task then
+    /// pumps (aborted if the call is cancelled). The request goes as bytes, so
+    /// nothing keeps its JSON tree for as long as the call runs.
+    fn inline(self: &Arc<Self>, req: &Request, ctx: &CallContext) -> UpstreamCall {
+        let id = self.upstream_id();
+        let body = req.to_vec_with_id(Some(&id));
+        let headers = modern_headers(req);
+        let (shared, ctx) = (self.clone(), ctx.clone());
+        let reader: Arc<Mutex<Option<tokio::task::AbortHandle>>> = Arc::default();
+        let streaming = reader.clone();
+        let request = async move {
+            let ans = match shared.post(body, headers, &ctx).await {
+                Ok(ans) => ans,
+                Err(e) => return First::Done(Err(e.to_rpc())),
+            };
+            match shared.answered(ans).await {
+                Ok(outcome) => First::Done(outcome),
+                Err(stream) => {
+                    let (tx, rx) = mpsc::channel(64);
+                    let task = tokio::spawn(async move { shared.pump(stream, id, tx, None).await });
+                    *streaming.lock().expect("reader lock") = Some(task.abort_handle());
+                    First::Stream(rx)
+                }
+            }
+        };
+        let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if let Some(task) = reader.lock().expect("reader lock").take() {
+                task.abort();
+            }
+        });
+        UpstreamCall {
+            events: Events::inline(request),
+            canceller: Canceller::on_cancel(on_cancel),
         }
     }
 

@@ -41,15 +41,9 @@ impl Shared {
         })
     }
 
-    /// Turn an answer into events on `tx`: notifications, then `Done`. Server-initiated
-    /// requests on a legacy stream are answered so the upstream is not left waiting.
-    pub(super) async fn pump(
-        self: &Arc<Self>,
-        ans: Answer,
-        id: Value,
-        tx: mpsc::Sender<CallEvent>,
-        session: Option<&Session>,
-    ) {
+    /// The outcome of an answer that is not a stream: an HTTP error, or a JSON body.
+    /// An SSE stream is handed back, for [`Shared::pump`].
+    pub(super) async fn answered(self: &Arc<Self>, ans: Answer) -> Result<Outcome, Answer> {
         let name = &self.cfg.name;
         let is_sse = ans
             .headers
@@ -74,18 +68,17 @@ impl Shared {
                     ),
                 )),
             };
-            let _ = tx.send(CallEvent::Done(outcome)).await;
-            return;
+            return Ok(outcome);
         }
-        if !is_sse {
-            let body = match self.read_all(ans.body).await {
-                Ok(b) => b,
-                Err(e) => {
-                    let _ = tx.send(CallEvent::Done(Err(e.to_rpc()))).await;
-                    return;
-                }
-            };
-            let outcome = match serde_json::from_slice::<Value>(&body)
+        if is_sse {
+            return Err(ans);
+        }
+        let body = match self.read_all(ans.body).await {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(e.to_rpc())),
+        };
+        Ok(
+            match serde_json::from_slice::<Value>(&body)
                 .ok()
                 .and_then(Msg::classify)
             {
@@ -94,10 +87,27 @@ impl Shared {
                     jsonrpc::UPSTREAM_ERROR,
                     format!("upstream {name} answered with a body that is not a JSON-RPC response"),
                 )),
-            };
-            let _ = tx.send(CallEvent::Done(outcome)).await;
-            return;
-        }
+            },
+        )
+    }
+
+    /// Turn an answer into events on `tx`: notifications, then `Done`. Server-initiated
+    /// requests on a legacy stream are answered so the upstream is not left waiting.
+    pub(super) async fn pump(
+        self: &Arc<Self>,
+        ans: Answer,
+        id: Value,
+        tx: mpsc::Sender<CallEvent>,
+        session: Option<&Session>,
+    ) {
+        let name = &self.cfg.name;
+        let ans = match self.answered(ans).await {
+            Ok(outcome) => {
+                let _ = tx.send(CallEvent::Done(outcome)).await;
+                return;
+            }
+            Err(stream) => stream,
+        };
         let stream = OwnStream {
             shared: self,
             id: &id,

@@ -170,7 +170,7 @@ pub async fn call_as_task(
     };
     tokio::spawn(driver.run(first, cancel_rx).in_current_span());
     Ok(UpstreamCall {
-        events,
+        events: events.into(),
         canceller: Canceller::on_cancel(Box::new(move || {
             let _ = cancel_tx.send(());
         })),
