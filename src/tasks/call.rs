@@ -271,6 +271,65 @@ pub(super) async fn sleep_until_opt(t: Option<tokio::time::Instant>) {
     }
 }
 
+/// How long before a threshold its precise timer takes over.
+const PRECISE_LAST: std::time::Duration = std::time::Duration::from_millis(3);
+
+/// Sleep until `t` (forever for `None`), on time. tokio's timer fires on a 1 ms
+/// wheel, a deadline rounded up to the next tick and measured from a truncated
+/// now, so it fires 0-2 ms late (the median threshold fired 1.4 ms late in
+/// tasklift-bench). The last few milliseconds are waited on a timerfd beside it,
+/// whichever fires first: on time in real use, and tokio's own under a paused
+/// test clock.
+pub(super) async fn sleep_until_precisely(t: Option<tokio::time::Instant>) {
+    let Some(t) = t else {
+        return std::future::pending().await;
+    };
+    if let Some(early) = t.checked_sub(PRECISE_LAST) {
+        tokio::time::sleep_until(early).await;
+    }
+    let coarse = tokio::time::sleep_until(t);
+    match precise(t.saturating_duration_since(tokio::time::Instant::now())) {
+        Some(fine) => {
+            tokio::select! {
+                _ = coarse => {}
+                _ = fine => {}
+            }
+        }
+        None => coarse.await,
+    }
+}
+
+/// A timer that fires `left` from now, to the microsecond; `None` if there is
+/// nothing to wait for or the system will not give one (tokio's then fires).
+#[cfg(target_os = "linux")]
+fn precise(left: std::time::Duration) -> Option<impl std::future::Future<Output = ()>> {
+    use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+    if left.is_zero() {
+        return None;
+    }
+    let fd = TimerFd::new(
+        ClockId::CLOCK_MONOTONIC,
+        TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+    )
+    .ok()?;
+    fd.set(Expiration::OneShot(left.into()), TimerSetTimeFlags::empty())
+        .ok()?;
+    // tokio deprecates its safe constructors because a mere `AsRawFd` may close
+    // its descriptor while registered; an `OwnedFd` moved into the `AsyncFd` is
+    // closed only when it is dropped, after being deregistered, which is the
+    // condition its `unsafe fn register` states.
+    #[allow(deprecated)]
+    let fd = tokio::io::unix::AsyncFd::new(std::os::fd::OwnedFd::from(fd)).ok()?;
+    Some(async move {
+        let _ = fd.readable().await;
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn precise(_: std::time::Duration) -> Option<std::future::Pending<()>> {
+    None
+}
+
 impl UpstreamCall {
     /// A placeholder for a call whose ownership moved elsewhere.
     pub(super) fn finished() -> Self {

@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::call::{
-    admit_request, finalize_result, is_progress_for, sleep_until_opt, Ahead, Control, Driver,
-    Origin, Parked, SyncCall, TaskSpec, WRITE_AHEAD,
+    admit_request, finalize_result, is_progress_for, sleep_until_opt, sleep_until_precisely, Ahead,
+    Control, Driver, Origin, Parked, SyncCall, TaskSpec, WRITE_AHEAD,
 };
 use super::engine::Engine;
 use super::input::{askable, request_binding, StateClaims};
@@ -226,7 +226,7 @@ impl Engine {
                         return Step::Final(jsonrpc::response(sc.id.as_ref(), &Err(broken(&sc.upstream))));
                     }
                 },
-                _ = sleep_until_opt(threshold_at) => {
+                _ = sleep_until_precisely(threshold_at) => {
                     return Step::Threshold;
                 }
                 _ = sleep_until_opt(ahead_at) => {
