@@ -310,10 +310,11 @@ impl Report {
             let h = &c.handle_sorted;
             let _ = writeln!(
                 s,
-                "\np99 − threshold: {:.3} ms. tasklift writes and flushes the `working` record before the handle \
-                 leaves, and a terminal state before `tasks/get` shows it, so each figure includes at least one \
-                 flush to disk (see the fsync line under Machine); the threshold timer itself fires on tokio's 1 ms \
-                 wheel. The completion figure also includes up to one 2 ms polling interval. Errors: {}{}.\n",
+                "\np99 − threshold: {:.3} ms. tasklift writes and flushes the `working` record 10 ms before the \
+                 threshold (so the handle does not wait on the disk), and flushes a terminal state before \
+                 `tasks/get` shows it (see the fsync line under Machine); the threshold's last 3 ms are timed by a \
+                 timerfd, not tokio's 1 ms wheel. The completion figure also includes up to one 2 ms polling \
+                 interval. Errors: {}{}.\n",
                 q(h, 0.99) - plan::CREATION_THRESHOLD.as_micros() as f64 / 1000.0,
                 c.errors,
                 c.first_error.map(|e| format!(" (first: `{e}`)")).unwrap_or_default()
