@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::call::{
-    admit_request, finalize_result, is_progress_for, sleep_until_opt, sleep_until_precisely, Ahead,
-    Control, Driver, Origin, Parked, SyncCall, TaskSpec, WRITE_AHEAD,
+    admit_request, finalize_result, is_progress_for, sleep_until_precisely, Ahead, Control, Driver,
+    Origin, Parked, SyncCall, TaskSpec, WRITE_AHEAD,
 };
 use super::engine::Engine;
 use super::input::{askable, request_binding, StateClaims};
@@ -167,10 +167,19 @@ impl Engine {
                 (None, None) => tokio::time::Instant::now() + self.keepalive,
             };
             let threshold_at = sc.threshold_at;
-            // The task's record is written WRITE_AHEAD before the threshold.
-            let ahead_at = match (threshold_at, task) {
-                (Some(t), Some(_)) if sc.ahead.is_none() => t.checked_sub(WRITE_AHEAD).or(Some(t)),
+            // One timer towards the threshold: first to write the task's record
+            // WRITE_AHEAD before it, then the threshold itself, on time.
+            let write_at = match (threshold_at, task) {
+                (Some(t), Some(spec)) if sc.ahead.is_none() => {
+                    Some((t.checked_sub(WRITE_AHEAD).unwrap_or(t), spec, t))
+                }
                 _ => None,
+            };
+            let towards_threshold = async {
+                match write_at {
+                    Some((w, _, _)) => tokio::time::sleep_until(w).await,
+                    None => sleep_until_precisely(threshold_at).await,
+                }
             };
             tokio::select! {
                 biased;
@@ -226,15 +235,13 @@ impl Engine {
                         return Step::Final(jsonrpc::response(sc.id.as_ref(), &Err(broken(&sc.upstream))));
                     }
                 },
-                _ = sleep_until_precisely(threshold_at) => {
-                    return Step::Threshold;
-                }
-                _ = sleep_until_opt(ahead_at) => {
-                    if let (Some(spec), Some(t)) = (task, threshold_at) {
+                _ = towards_threshold => match write_at {
+                    Some((_, spec, t)) => {
                         let rec = self.new_record(sc, spec, t);
                         sc.ahead = Some(Ahead::start(self.store(), rec));
                     }
-                }
+                    None => return Step::Threshold,
+                },
                 _ = tokio::time::sleep_until(keepalive_at) => return Step::KeepAlive,
             }
         }
