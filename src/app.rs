@@ -124,9 +124,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let mut upstreams: Vec<Arc<dyn Upstream>> = Vec::new();
     for u in &cfg.upstreams {
         let up: Arc<dyn Upstream> = match &u.transport {
-            Transport::Http { .. } => {
-                Arc::new(HttpUpstream::with_pools(u.clone(), cfg.server.workers)?)
-            }
+            Transport::Http { .. } => Arc::new(HttpUpstream::new(u.clone(), cfg.server.workers)?),
             Transport::Stdio(_) => Arc::new(StdioUpstream::start(u.clone())?),
         };
         upstreams.push(up.clone());

@@ -148,14 +148,10 @@ struct Asking {
 }
 
 impl HttpUpstream {
-    /// Build the client for an upstream. Fails if a configured CA file is unreadable.
-    pub fn new(cfg: UpstreamConfig) -> Result<Self, UpstreamError> {
-        Self::with_pools(cfg, 1)
-    }
-
-    /// The same, with a connection pool for each of `pools` front-door workers
-    /// (`crate::workers`).
-    pub fn with_pools(cfg: UpstreamConfig, pools: usize) -> Result<Self, UpstreamError> {
+    /// Build the clients for an upstream: a connection pool for each of `pools`
+    /// front-door workers (`crate::workers`). Fails if a configured CA file is
+    /// unreadable.
+    pub fn new(cfg: UpstreamConfig, pools: usize) -> Result<Self, UpstreamError> {
         let url = cfg
             .url()
             .cloned()
