@@ -14,6 +14,9 @@ use super::limits::LimitError;
 use super::Engine;
 use crate::store::{Settle, StoreError, StoreStats, TaskRecord, TaskStatus};
 
+/// The longest `tasks/update` waits for a running task's record to show the answers.
+const ANSWER_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Who asks about a task: a principal, on one upstream.
 #[derive(Debug, Clone, Copy)]
 pub struct Caller<'a> {
@@ -120,7 +123,12 @@ impl Engine {
 
     /// Give a task the client's answers to its input requests, by key. Keys that are
     /// not outstanding are ignored by the driver, as the extension says; answers to a
-    /// finished task are dropped.
+    /// finished task are dropped. For a task running here, the call returns once the
+    /// stored record shows the answers (their keys gone from `inputRequests`), so a
+    /// `tasks/get` right after the ack sees them; the extension allows the ack to come
+    /// first, but clients poll right after it. The same holds for a task another
+    /// replica runs, once that replica's write is announced. A driver that takes
+    /// longer than [`ANSWER_ACK_WAIT`] (a slow store) is not waited for.
     pub async fn update(
         &self,
         task_id: &str,
@@ -134,15 +142,44 @@ impl Engine {
         }
         match (sender, self.store().shared()) {
             (Some(s), _) => {
-                let _ = s.send(Control::Answer(answers)).await;
+                let (applied, seen) = tokio::sync::oneshot::channel();
+                if s.send(Control::Answer(answers, Some(applied)))
+                    .await
+                    .is_ok()
+                {
+                    let _ = tokio::time::timeout(ANSWER_ACK_WAIT, seen).await;
+                }
             }
             // Another replica runs the call: the answers wait for it in the
-            // database, and it is woken at once.
+            // database, and it is woken at once. Its write of the record is
+            // announced to every replica; the ack waits for it here too.
             (None, Some(shared)) => {
+                let mut changes = self.subscribe();
                 shared
                     .send_answers(task_id, &answers)
                     .await
                     .map_err(TaskError::Answers)?;
+                let keys: Vec<&String> = answers
+                    .keys()
+                    .filter(|k| rec.input_requests.contains_key(*k))
+                    .collect();
+                let shows_them = |r: &TaskRecord| {
+                    r.status().is_terminal()
+                        || keys.iter().all(|k| !r.input_requests.contains_key(*k))
+                };
+                if !keys.is_empty() {
+                    let _ = tokio::time::timeout(ANSWER_ACK_WAIT, async {
+                        use tokio::sync::broadcast::error::RecvError;
+                        loop {
+                            match changes.recv().await {
+                                Ok(r) if r.id == task_id && shows_them(&r) => return,
+                                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                                Err(RecvError::Closed) => return,
+                            }
+                        }
+                    })
+                    .await;
+                }
             }
             (None, None) => {}
         }

@@ -43,8 +43,10 @@ pub(super) struct TaskSpec {
 pub(super) enum Control {
     /// Stop the call.
     Stop(StopReason),
-    /// `tasks/update`: answers to outstanding input requests.
-    Answer(Map<String, Value>),
+    /// `tasks/update`: answers to outstanding input requests, and who to tell once
+    /// the record shows them (the sender is dropped then, or when they change
+    /// nothing).
+    Answer(Map<String, Value>, Option<tokio::sync::oneshot::Sender<()>>),
 }
 
 /// A request in its synchronous phase.

@@ -137,7 +137,9 @@ impl Engine {
                     }
                 },
                 Some(c) = control.recv() => match c {
-                    Control::Answer(answers) => {
+                    Control::Answer(answers, _applied) => {
+                        // `_applied` lives to the end of this arm: the caller of
+                        // tasks/update hears back once the record is written.
                         let mut changed = false;
                         for (k, v) in answers {
                             if let Some(r) = legacy.remove(&k) {

@@ -115,7 +115,7 @@ impl Engine {
                 for (id, answers) in found {
                     let sender = self.running.get(&id).map(|s| s.value().clone());
                     if let Some(s) = sender {
-                        let _ = s.send(Control::Answer(answers)).await;
+                        let _ = s.send(Control::Answer(answers, None)).await;
                     }
                 }
             }

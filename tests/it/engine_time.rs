@@ -8,10 +8,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tasklift::config::{ToolMode, ToolPolicy};
 use tasklift::reply::{Reply, StreamItem};
-use tasklift::store::{SledStore, TaskStore};
+use tasklift::store::{SledStore, StoreFuture, StoreStats, TaskRecord, TaskStore};
 use tasklift::tasks::{into_detailed_task, Caller, Engine, EngineSettings};
 use tasklift::upstream::{
-    CallContext, CallEvent, Canceller, Era, Upstream, UpstreamCall, UpstreamFuture,
+    CallContext, CallEvent, Canceller, Era, ServerRequest, Upstream, UpstreamCall, UpstreamFuture,
 };
 use tasklift_protocol::jsonrpc::{Request, RpcError};
 use tokio::sync::mpsc;
@@ -290,4 +290,183 @@ async fn a_call_ending_just_before_its_threshold_leaves_no_record() {
     let t = get(&engine, &id).await.unwrap();
     assert_eq!(t["status"], "working", "{t}");
     assert_eq!(engine.health().await.unwrap().tasks, 1);
+}
+
+/// A store whose writes take 50 ms (a slow disk, a distant database).
+struct SlowPuts(SledStore);
+
+impl TaskStore for SlowPuts {
+    fn create<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
+        self.0.create(rec)
+    }
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.0.get(id)
+    }
+    fn put<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.0.put(rec).await
+        })
+    }
+    fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        self.0.delete(id)
+    }
+    fn expired(&self, now_ms: u64, limit: usize) -> StoreFuture<'_, Vec<String>> {
+        self.0.expired(now_ms, limit)
+    }
+    fn unfinished(&self) -> StoreFuture<'_, Vec<TaskRecord>> {
+        self.0.unfinished()
+    }
+    fn list<'a>(
+        &'a self,
+        owner: &'a str,
+        upstream: &'a str,
+        now_ms: u64,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.0.list(owner, upstream, now_ms)
+    }
+    fn all(&self) -> StoreFuture<'_, Vec<TaskRecord>> {
+        self.0.all()
+    }
+    fn stats(&self) -> StoreFuture<'_, StoreStats> {
+        self.0.stats()
+    }
+    fn flush(&self) -> StoreFuture<'_, ()> {
+        self.0.flush()
+    }
+}
+
+/// An upstream whose tool, after 2 s, asks the client two questions, keyed `a` and
+/// `b`, and answers once both are answered.
+struct Asking;
+
+impl Upstream for Asking {
+    fn name(&self) -> &str {
+        "timed"
+    }
+    fn era<'a>(&'a self, _: &'a CallContext) -> UpstreamFuture<'a, Era> {
+        Box::pin(async { Ok(Era::Legacy) })
+    }
+    fn call<'a>(&'a self, _: &'a Request, _: &'a CallContext) -> UpstreamFuture<'a, UpstreamCall> {
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(4);
+            let task = tokio::spawn(async move {
+                // Past the threshold: the questions go to the task.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let mut answers = Vec::new();
+                for key in ["a", "b"] {
+                    let (answered, heard) = tokio::sync::oneshot::channel();
+                    let ask = ServerRequest::new(
+                        "elicitation/create".into(),
+                        json!({"message": format!("question {key}"), "requestedSchema": {"type": "object"}}),
+                        Box::new(move |o| {
+                            let _ = answered.send(o);
+                        }),
+                    )
+                    .keyed_by(&json!(key));
+                    let _ = tx.send(CallEvent::Input(ask)).await;
+                    answers.push(heard);
+                }
+                let mut got = Vec::new();
+                for a in answers {
+                    got.push(a.await.ok().and_then(|o| o.ok()).unwrap_or(Value::Null));
+                }
+                let text = format!("{got:?}");
+                let _ = tx
+                    .send(CallEvent::Done(Ok(
+                        json!({"content": [{"type": "text", "text": text}]}),
+                    )))
+                    .await;
+            });
+            Ok(UpstreamCall {
+                events: rx.into(),
+                canceller: Canceller::new(task.abort_handle(), None),
+            })
+        })
+    }
+    fn notify<'a>(&'a self, _: &'a Request, _: &'a CallContext) -> UpstreamFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    fn discover<'a>(
+        &'a self,
+        _: &'a Request,
+        _: &'a CallContext,
+    ) -> UpstreamFuture<'a, tasklift_protocol::jsonrpc::Outcome> {
+        Box::pin(async { Ok(Ok(json!({}))) })
+    }
+    fn close_idle<'a>(
+        &'a self,
+        _: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async {})
+    }
+}
+
+/// `tasks/update` is acknowledged once the task's record shows the answers, so a
+/// client's `tasks/get` right after the ack no longer lists the answered key, even
+/// when the store takes a while to write.
+#[tokio::test(start_paused = true)]
+async fn a_tasks_get_right_after_a_partial_update_shows_only_the_unanswered_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn TaskStore> =
+        Arc::new(SlowPuts(SledStore::open(dir.path(), 64 * 1024).unwrap()));
+    let engine = Engine::new(
+        store,
+        EngineSettings::new(Duration::from_secs(60), Duration::from_secs(15)),
+    );
+    let caps = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let req = Request::from_value(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "t", "_meta": {"io.modelcontextprotocol/clientCapabilities": caps}}}))
+    .unwrap();
+    let r = json_reply(
+        engine
+            .call_tool(Arc::new(Asking), &policy(1, 60), req, ctx())
+            .await,
+    );
+    let id = r["result"]["taskId"].as_str().expect("a task").to_string();
+    let mut t = get(&engine, &id).await.unwrap();
+    for _ in 0..100 {
+        if t["inputRequests"].as_object().is_some_and(|m| m.len() == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        t = get(&engine, &id).await.unwrap();
+    }
+    assert_eq!(t["status"], "input_required", "{t}");
+    assert_eq!(
+        t["inputRequests"].as_object().map(|m| m.len()),
+        Some(2),
+        "{t}"
+    );
+    let who = Caller {
+        principal: "p",
+        upstream: "timed",
+    };
+    let answer = |v: &str| json!({"action": "accept", "content": {"v": v}});
+    let one = json!({"a": answer("first")}).as_object().unwrap().clone();
+    engine.update(&id, who, one).await.unwrap();
+    let t = get(&engine, &id).await.unwrap();
+    assert_eq!(t["status"], "input_required", "{t}");
+    let keys: Vec<&String> = t["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["b"], "only the unanswered key is left: {t}");
+
+    let two = json!({"b": answer("second")}).as_object().unwrap().clone();
+    engine.update(&id, who, two).await.unwrap();
+    let mut t = get(&engine, &id).await.unwrap();
+    assert_ne!(t["status"], "input_required", "answered in full: {t}");
+    assert!(t.get("inputRequests").is_none(), "{t}");
+    for _ in 0..100 {
+        if t["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        t = get(&engine, &id).await.unwrap();
+    }
+    let text = t["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("first") && text.contains("second"),
+        "the upstream got both answers: {t}"
+    );
 }

@@ -238,11 +238,18 @@ async fn tasks_are_served_answered_and_cancelled_by_any_replica() {
     let ack = on(1)
         .update_task(
             &id,
-            json!({key: {"action": "accept", "content": {"confirm": true}}}),
+            json!({key.clone(): {"action": "accept", "content": {"confirm": true}}}),
         )
         .await
         .unwrap();
     assert_eq!(ack, json!({"resultType": "complete"}));
+    // The ack waits for the running replica's write: a poll right after it no
+    // longer shows the answered question.
+    let t = on(1).get_task(&id).await.unwrap();
+    assert!(
+        t["status"] != "input_required" && t["inputRequests"].get(&key).is_none(),
+        "answered on this replica, shown by it at once: {t}"
+    );
     let done = wait_terminal(&on(2), &id, Duration::from_secs(15)).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["content"][0]["text"], "Deleted a.txt.");
