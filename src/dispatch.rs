@@ -219,9 +219,10 @@ pub fn without_task_support(msg: &mut Value) {
 
 /// Apply `f` to a reply's final message (a JSON answer, or a stream's last message).
 fn map_final(reply: Reply, f: impl FnOnce(Value) -> Value + Send + 'static) -> Reply {
-    match reply {
+    match reply.parsed() {
         Reply::Json(v) => Reply::Json(f(v)),
         Reply::Accepted => Reply::Accepted,
+        raw @ Reply::Raw(_) => raw,
         Reply::Stream(mut rx) => {
             let (tx, out) = mpsc::channel(32);
             tokio::spawn(async move {

@@ -32,9 +32,32 @@ pub enum StreamItem {
 pub enum Reply {
     /// A single JSON-RPC response.
     Json(Value),
+    /// A single JSON-RPC response with a result, as bytes: an upstream's plain
+    /// result passed on without being parsed (see `upstream::RawResult`).
+    Raw(bytes::Bytes),
     /// An SSE stream; the final response is the last message. Dropping the receiver
     /// (the client went away) cancels the work behind it.
     Stream(mpsc::Receiver<StreamItem>),
     /// A notification was accepted.
     Accepted,
+}
+
+impl Reply {
+    /// The reply with a `Raw` response parsed into `Json`, for callers that
+    /// rewrite the message.
+    pub fn parsed(self) -> Reply {
+        match self {
+            Reply::Raw(b) => Reply::Json(raw_message(&b)),
+            other => other,
+        }
+    }
+}
+
+/// The message of a `Reply::Raw`, parsed.
+pub fn raw_message(raw: &[u8]) -> Value {
+    use tasklift_protocol::jsonrpc::{response, RpcError, INTERNAL_ERROR};
+    serde_json::from_slice(raw).unwrap_or_else(|e| {
+        let msg = format!("tasklift could not read back an upstream's answer: {e}");
+        response(None, &Err(RpcError::new(INTERNAL_ERROR, msg)))
+    })
 }

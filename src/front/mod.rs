@@ -281,6 +281,11 @@ async fn handle(
         state.metrics.request(&method, outcome_of(&reply));
         match reply {
             Reply::Json(v) => json_response(errors::status_of(&v), &v),
+            Reply::Raw(b) => Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body::full(b))
+                .expect("valid response"),
             Reply::Accepted => Response::builder()
                 .status(StatusCode::ACCEPTED)
                 .body(body::full(Bytes::new()))
@@ -403,6 +408,7 @@ fn outcome_of(reply: &Reply) -> &'static str {
             Some("input_required") => "input_required",
             _ => "ok",
         },
+        Reply::Raw(_) => "ok",
         Reply::Stream(_) => "stream",
         Reply::Accepted => "accepted",
     }

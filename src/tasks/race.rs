@@ -20,7 +20,9 @@ use super::input::{askable, request_binding, StateClaims};
 use super::{create_task_result, progress_message};
 use crate::reply::{Reply, StreamItem};
 use crate::store::{NewTask, TaskRecord};
-use crate::upstream::{broken, CallContext, CallEvent, ClientPeer, ServerRequest, UpstreamCall};
+use crate::upstream::{
+    broken, CallContext, CallEvent, ClientPeer, Next, ServerRequest, UpstreamCall,
+};
 use tasklift_protocol::jsonrpc::{self, RpcError};
 
 /// How long a call parked for input waits for the client's retry.
@@ -34,6 +36,8 @@ const INPUT_GATHER: Duration = Duration::from_millis(50);
 pub(super) enum Step {
     /// The final response message.
     Final(Value),
+    /// The final response, a plain result passed on as bytes.
+    FinalRaw(bytes::Bytes),
     /// A notification to relay to the client.
     Relay(Value),
     /// Time to send a keep-alive.
@@ -52,6 +56,7 @@ impl Engine {
         // drops it, and dropping the call cancels it upstream.
         let first = match self.step(&mut sc, None, task.as_ref()).await {
             Step::Final(v) => return Reply::Json(v),
+            Step::FinalRaw(b) => return Reply::Raw(b),
             Step::Threshold => match self
                 .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
                 .await
@@ -87,6 +92,10 @@ impl Engine {
                     };
                     let item = match step {
                         Step::Final(v) => StreamItem::Message(v),
+                        Step::FinalRaw(b) => match Reply::Raw(b).parsed() {
+                            Reply::Json(v) => StreamItem::Message(v),
+                            _ => continue,
+                        },
                         Step::Relay(n) => StreamItem::Message(n),
                         Step::KeepAlive => StreamItem::KeepAlive,
                         Step::Threshold => {
@@ -133,11 +142,12 @@ impl Engine {
         Reply::Stream(rx)
     }
 
-    /// The next event: from the read-ahead backlog first, then the upstream.
-    async fn next_event(sc: &mut SyncCall) -> Option<CallEvent> {
+    /// The next event: from the read-ahead backlog first, then the upstream (a
+    /// plain final result as bytes when `raw`).
+    async fn next_event(sc: &mut SyncCall, raw: bool) -> Option<Next> {
         match sc.backlog.pop_front() {
-            Some(ev) => Some(ev),
-            None => sc.call.events.recv().await,
+            Some(ev) => Some(Next::Event(ev)),
+            None => sc.call.events.next(raw).await,
         }
     }
 
@@ -167,6 +177,10 @@ impl Engine {
                 (None, None) => tokio::time::Instant::now() + self.keepalive,
             };
             let threshold_at = sc.threshold_at;
+            // A plain result goes to a modern caller's JSON answer as the bytes it
+            // came in; a stream's last message, a legacy session's answer (rewritten
+            // for its era) and a result given cache hints are parsed.
+            let raw = last_send.is_none() && sc.session.is_none() && sc.cache_hint.is_none();
             // One timer towards the threshold: first to write the task's record
             // WRITE_AHEAD before it, then the threshold itself, on time.
             let write_at = match (threshold_at, task) {
@@ -183,8 +197,12 @@ impl Engine {
             };
             tokio::select! {
                 biased;
-                ev = Self::next_event(sc) => match ev {
-                    Some(CallEvent::Done(outcome)) => {
+                ev = Self::next_event(sc, raw) => match ev {
+                    Some(Next::Raw(r)) => {
+                        sc.call.canceller.disarm();
+                        return Step::FinalRaw(r.response(sc.id.as_ref()));
+                    }
+                    Some(Next::Event(CallEvent::Done(outcome))) => {
                         sc.call.canceller.disarm();
                         if let Ok(r) = &outcome {
                             self.note_upstream_task(r, &sc.upstream, &sc.owner);
@@ -196,7 +214,7 @@ impl Engine {
                         }
                         return Step::Final(jsonrpc::response_from(sc.id.as_ref(), outcome));
                     }
-                    Some(CallEvent::Notification(n)) => {
+                    Some(Next::Event(CallEvent::Notification(n))) => {
                         if is_progress_for(&n, &sc.token) {
                             sc.last_progress = n.get("params").and_then(progress_message).or(sc.last_progress.take());
                             if sc.relay_progress {
@@ -210,7 +228,7 @@ impl Engine {
                             }
                         }
                     }
-                    Some(CallEvent::Input(r)) => {
+                    Some(Next::Event(CallEvent::Input(r))) => {
                         let mut reqs = Vec::new();
                         admit_request(&sc.caps, r, &mut reqs);
                         // Several requests may be outstanding at once: a server asking them

@@ -5,6 +5,10 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use bytes::Bytes;
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -100,6 +104,122 @@ impl Drop for ServerRequest {
     }
 }
 
+/// A modern upstream's successful answer, kept as the bytes it came in: a result
+/// object with no `_meta` and a `resultType` of `complete` (or none). Such a
+/// result is what tasklift passes on unchanged, so it is never parsed into a
+/// `Value` on its way to a synchronous caller: the response is the result's bytes
+/// behind the caller's id, with `resultType` added when the upstream left it out.
+pub struct RawResult {
+    body: Bytes,
+    /// Where the result object is in `body`.
+    start: usize,
+    end: usize,
+    /// It says `"resultType": "complete"` itself.
+    complete: bool,
+}
+
+impl std::fmt::Debug for RawResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawResult")
+            .field("bytes", &(self.end - self.start))
+            .finish()
+    }
+}
+
+/// The top of an answer, borrowed: what decides whether it passes as bytes.
+#[derive(Deserialize)]
+struct AnswerTop<'a> {
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    error: Option<IgnoredAny>,
+    method: Option<IgnoredAny>,
+}
+
+/// The top of a result, borrowed.
+#[derive(Deserialize)]
+struct ResultTop<'a> {
+    #[serde(borrow, rename = "resultType")]
+    result_type: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "_meta")]
+    meta: Option<IgnoredAny>,
+}
+
+impl RawResult {
+    /// The answer's bytes as a passable result, or the bytes back when the answer
+    /// needs the full parse (an error, a request, `_meta` to filter, another
+    /// `resultType`, anything malformed).
+    pub fn scan(body: Bytes) -> Result<Self, Bytes> {
+        let found = (|| {
+            let text = std::str::from_utf8(&body).ok()?;
+            let top: AnswerTop = serde_json::from_str(text).ok()?;
+            if top.error.is_some() || top.method.is_some() {
+                return None;
+            }
+            let result = top.result?.get();
+            if !result.starts_with('{') {
+                return None;
+            }
+            let inner: ResultTop = serde_json::from_str(result).ok()?;
+            let complete = match inner.result_type.as_deref() {
+                _ if inner.meta.is_some() => return None,
+                None => false,
+                Some("complete") => true,
+                Some(_) => return None,
+            };
+            let start = result.as_ptr() as usize - text.as_ptr() as usize;
+            Some((start, start + result.len(), complete))
+        })();
+        match found {
+            Some((start, end, complete)) => Ok(Self {
+                body,
+                start,
+                end,
+                complete,
+            }),
+            None => Err(body),
+        }
+    }
+
+    /// The result as a value, `resultType` included.
+    pub fn outcome(&self) -> Outcome {
+        let mut r: Value = serde_json::from_slice(&self.body[self.start..self.end])
+            .expect("scanned as a JSON object");
+        tasklift_protocol::mcp::mark_complete(&mut r);
+        Ok(r)
+    }
+
+    /// The JSON-RPC response to the caller's request `id`, as bytes.
+    pub fn response(&self, id: Option<&Value>) -> Bytes {
+        let result = &self.body[self.start..self.end];
+        let mut out = Vec::with_capacity(result.len() + 64);
+        out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        serde_json::to_writer(&mut out, id.unwrap_or(&Value::Null)).expect("ids serialize");
+        out.extend_from_slice(br#","result":"#);
+        if self.complete {
+            out.extend_from_slice(result);
+        } else {
+            out.extend_from_slice(br#"{"resultType":"complete""#);
+            let rest = &result[1..];
+            let first = rest.iter().find(|b| !b.is_ascii_whitespace());
+            if first != Some(&b'}') {
+                out.push(b',');
+            }
+            out.extend_from_slice(rest);
+        }
+        out.push(b'}');
+        Bytes::from(out)
+    }
+}
+
+/// What an upstream call yields next, for a reader that can pass a plain result
+/// on as bytes.
+pub enum Next {
+    /// An event.
+    Event(CallEvent),
+    /// The call's final answer, a plain result, as bytes.
+    Raw(RawResult),
+}
+
 /// The events of one upstream call, in order; the last is `Done`. They come from a
 /// reader task over a channel, or from the call's request itself, run in whatever
 /// task reads them (the caller's, then a task's driver): a modern upstream's call
@@ -113,12 +233,16 @@ enum Source {
     Pending(Pin<Box<dyn Future<Output = First> + Send>>),
     /// The answer, until it is read (then `None`: the call is over).
     Answered(Option<Outcome>),
+    /// The answer as bytes, until it is read.
+    Passed(Option<RawResult>),
 }
 
 /// How a call run in its reader's task first ends.
 pub enum First {
     /// With its answer.
     Done(Outcome),
+    /// With a plain result, as the bytes it came in.
+    Raw(RawResult),
     /// With a stream of events, read by a task of its own from here on.
     Stream(mpsc::Receiver<CallEvent>),
 }
@@ -133,13 +257,29 @@ impl Events {
     /// answer. Cancel-safe: a dropped `recv` loses nothing (the request it was
     /// running is kept here).
     pub async fn recv(&mut self) -> Option<CallEvent> {
+        self.next(false).await.map(|n| match n {
+            Next::Event(e) => e,
+            Next::Raw(r) => CallEvent::Done(r.outcome()),
+        })
+    }
+
+    /// The next event, or with `raw`, a final plain result as the bytes it came in
+    /// (without `raw` it is parsed into `Done`). Cancel-safe like [`Events::recv`].
+    pub async fn next(&mut self, raw: bool) -> Option<Next> {
         loop {
             match &mut self.0 {
-                Source::Channel(rx) => return rx.recv().await,
-                Source::Answered(o) => return o.take().map(CallEvent::Done),
+                Source::Channel(rx) => return rx.recv().await.map(Next::Event),
+                Source::Answered(o) => return o.take().map(|o| Next::Event(CallEvent::Done(o))),
+                Source::Passed(r) => {
+                    return r.take().map(|r| match raw {
+                        true => Next::Raw(r),
+                        false => Next::Event(CallEvent::Done(r.outcome())),
+                    })
+                }
                 Source::Pending(request) => {
                     self.0 = match request.as_mut().await {
                         First::Done(o) => Source::Answered(Some(o)),
+                        First::Raw(r) => Source::Passed(Some(r)),
                         First::Stream(rx) => Source::Channel(rx),
                     }
                 }
@@ -243,5 +383,71 @@ impl Canceller {
 impl Drop for Canceller {
     fn drop(&mut self) {
         self.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(s: &str) -> Option<RawResult> {
+        RawResult::scan(Bytes::from(s.to_string())).ok()
+    }
+
+    fn response(s: &str, id: Value) -> Value {
+        let r = scan(s).expect("passes as bytes");
+        serde_json::from_slice(&r.response(Some(&id))).expect("a JSON response")
+    }
+
+    #[test]
+    fn a_plain_result_passes_with_the_callers_id_and_result_type() {
+        let up = r#"{"jsonrpc":"2.0","id":"tasklift-9","result":{"content":[{"type":"text","text":"ok \"quoted\" \u00e9"}],"isError":false}}"#;
+        assert_eq!(
+            response(up, json!(7)),
+            json!({"jsonrpc": "2.0", "id": 7, "result": {
+                "content": [{"type": "text", "text": "ok \"quoted\" é"}],
+                "isError": false, "resultType": "complete"}})
+        );
+        let complete = r#"{"result": {"resultType": "complete", "x": [1, {"y": null}]}, "id": 3, "jsonrpc": "2.0"}"#;
+        assert_eq!(
+            response(complete, json!("a-b")),
+            json!({"jsonrpc": "2.0", "id": "a-b", "result": {"resultType": "complete", "x": [1, {"y": null}]}})
+        );
+        for empty in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{ }}"#,
+        ] {
+            assert_eq!(
+                response(empty, json!(1))["result"],
+                json!({"resultType": "complete"}),
+                "{empty}"
+            );
+        }
+        // The outcome, for readers that need the value, matches.
+        let r = scan(up).unwrap();
+        assert_eq!(r.outcome().unwrap()["resultType"], "complete");
+    }
+
+    #[test]
+    fn anything_tasklift_must_look_into_gets_the_full_parse() {
+        for body in [
+            // An error, a request, no result.
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            // `_meta` (related-task is filtered), another resultType (an upstream's task).
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{},"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required"}}"#,
+            // Not an object, a duplicate key, malformed, not UTF-8.
+            r#"{"jsonrpc":"2.0","id":1,"result":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1},"result":{"b":2}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","resultType":"task"}}"#,
+        ] {
+            assert!(scan(body).is_none(), "{body}");
+        }
+        let bad = Bytes::from_static(b"{\"result\":{\"a\":\"\xff\"}}");
+        assert!(RawResult::scan(bad).is_err());
     }
 }

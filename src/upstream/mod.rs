@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use tasklift_protocol::jsonrpc::{Outcome, Request};
 
 pub use attribution::{attribute, related_task, unattributed, upstream_task_of};
-pub use call::{CallEvent, Canceller, Events, First, ServerRequest, UpstreamCall};
+pub use call::{CallEvent, Canceller, Events, First, Next, RawResult, ServerRequest, UpstreamCall};
 pub use context::{CallContext, ClientPeer};
 pub use era::{
     cancelled_notification, discover_from_initialize, legacy_request, modern_meta, wire_message,

@@ -60,7 +60,8 @@ pub(super) async fn call(
         let Some(m) = st.mounts.get(&path) else {
             return;
         };
-        let reply = dispatch(&st.engine, m, r, c).await;
+        // A legacy answer is rewritten for its era: parsed, never passed as bytes.
+        let reply = dispatch(&st.engine, m, r, c).await.parsed();
         if let Err(reply) = otx.send(reply) {
             // The client went away before any answer. A legacy client has not cancelled
             // by going away, so the call runs to its end (or the session's).
@@ -194,6 +195,7 @@ fn continue_call(
                 };
                 let last = match r {
                     Reply::Json(v) => v,
+                    Reply::Raw(b) => crate::reply::raw_message(&b),
                     Reply::Accepted => return,
                     Reply::Stream(mut inner) => {
                         let mut last = None;

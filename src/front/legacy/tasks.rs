@@ -159,6 +159,11 @@ pub async fn create(
                 None => json_response(StatusCode::OK, &legacy_shape("tools/call", v)),
             }
         }
+        // A plain result (never a task).
+        Reply::Raw(b) => {
+            let v = crate::reply::raw_message(&b);
+            json_response(StatusCode::OK, &legacy_shape("tools/call", v))
+        }
         // The task could not be stored: the call went on synchronously.
         Reply::Stream(rx) => {
             let rx = s.resumable(rx, |v| legacy_shape("tools/call", v));

@@ -61,8 +61,8 @@ impl Shared {
                 Ok(ans) => ans,
                 Err(e) => return First::Done(Err(e.to_rpc())),
             };
-            match shared.answered(ans).await {
-                Ok(outcome) => First::Done(outcome),
+            match shared.answered_as(ans, true).await {
+                Ok(read) => read.into(),
                 Err(stream) => {
                     let (tx, rx) = mpsc::channel(64);
                     let task = tokio::spawn(async move { shared.pump(stream, id, tx, None).await });

@@ -13,7 +13,24 @@ use tokio::sync::mpsc;
 
 use super::{Answer, Session, Shared, MAX_RESUME_DELAY_MS};
 use crate::upstream::router::{self, Channel, Route};
-use crate::upstream::{broken, CallEvent, UpstreamError};
+use crate::upstream::{broken, CallEvent, First, RawResult, UpstreamError};
+
+/// A whole (not streamed) answer, read.
+pub(super) enum Read {
+    /// Its outcome.
+    Done(Outcome),
+    /// A plain result, as bytes.
+    Raw(RawResult),
+}
+
+impl From<Read> for First {
+    fn from(r: Read) -> Self {
+        match r {
+            Read::Done(o) => First::Done(o),
+            Read::Raw(r) => First::Raw(r),
+        }
+    }
+}
 use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, RpcError};
 use tasklift_protocol::sse::SseParser;
 
@@ -44,6 +61,19 @@ impl Shared {
     /// The outcome of an answer that is not a stream: an HTTP error, or a JSON body.
     /// An SSE stream is handed back, for [`Shared::pump`].
     pub(super) async fn answered(self: &Arc<Self>, ans: Answer) -> Result<Outcome, Answer> {
+        Ok(match self.answered_as(ans, false).await? {
+            Read::Raw(r) => r.outcome(),
+            Read::Done(o) => o,
+        })
+    }
+
+    /// [`Shared::answered`], with a plain result kept as bytes when `raw`
+    /// ([`RawResult`]).
+    pub(super) async fn answered_as(
+        self: &Arc<Self>,
+        ans: Answer,
+        raw: bool,
+    ) -> Result<Read, Answer> {
         let name = &self.cfg.name;
         let is_sse = ans
             .headers
@@ -68,16 +98,23 @@ impl Shared {
                     ),
                 )),
             };
-            return Ok(outcome);
+            return Ok(Read::Done(outcome));
         }
         if is_sse {
             return Err(ans);
         }
         let body = match self.read_all(ans.body).await {
             Ok(b) => b,
-            Err(e) => return Ok(Err(e.to_rpc())),
+            Err(e) => return Ok(Read::Done(Err(e.to_rpc()))),
         };
-        Ok(
+        let body = match raw {
+            true => match RawResult::scan(body) {
+                Ok(r) => return Ok(Read::Raw(r)),
+                Err(body) => body,
+            },
+            false => body,
+        };
+        Ok(Read::Done(
             match serde_json::from_slice::<Value>(&body)
                 .ok()
                 .and_then(Msg::classify)
@@ -88,7 +125,7 @@ impl Shared {
                     format!("upstream {name} answered with a body that is not a JSON-RPC response"),
                 )),
             },
-        )
+        ))
     }
 
     /// Turn an answer into events on `tx`: notifications, then `Done`. Server-initiated
