@@ -16,6 +16,28 @@ use tasklift::upstream::{
 use tasklift_protocol::jsonrpc::{Request, RpcError};
 use tokio::sync::mpsc;
 
+/// The `Upstream` methods these in-memory upstreams do nothing with.
+macro_rules! idle_rest {
+    () => {
+        fn notify<'a>(&'a self, _: &'a Request, _: &'a CallContext) -> UpstreamFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn discover<'a>(
+            &'a self,
+            _: &'a Request,
+            _: &'a CallContext,
+        ) -> UpstreamFuture<'a, tasklift_protocol::jsonrpc::Outcome> {
+            Box::pin(async { Ok(Ok(json!({}))) })
+        }
+        fn close_idle<'a>(
+            &'a self,
+            _: bool,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+            Box::pin(async {})
+        }
+    };
+}
+
 /// An upstream whose tool answers after a fixed (virtual) time.
 struct Timed {
     delay: Duration,
@@ -51,22 +73,7 @@ impl Upstream for Timed {
             })
         })
     }
-    fn notify<'a>(&'a self, _: &'a Request, _: &'a CallContext) -> UpstreamFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
-    fn discover<'a>(
-        &'a self,
-        _: &'a Request,
-        _: &'a CallContext,
-    ) -> UpstreamFuture<'a, tasklift_protocol::jsonrpc::Outcome> {
-        Box::pin(async { Ok(Ok(json!({}))) })
-    }
-    fn close_idle<'a>(
-        &'a self,
-        _: bool,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(async {})
-    }
+    idle_rest!();
 }
 
 fn policy(threshold: u64, ttl: u64) -> ToolPolicy {
@@ -384,22 +391,7 @@ impl Upstream for Asking {
             })
         })
     }
-    fn notify<'a>(&'a self, _: &'a Request, _: &'a CallContext) -> UpstreamFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
-    fn discover<'a>(
-        &'a self,
-        _: &'a Request,
-        _: &'a CallContext,
-    ) -> UpstreamFuture<'a, tasklift_protocol::jsonrpc::Outcome> {
-        Box::pin(async { Ok(Ok(json!({}))) })
-    }
-    fn close_idle<'a>(
-        &'a self,
-        _: bool,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(async {})
-    }
+    idle_rest!();
 }
 
 /// `tasks/update` is acknowledged once the task's record shows the answers, so a
