@@ -170,6 +170,9 @@ pub struct Status {
     pub running: usize,
     /// Bytes the store uses on disk.
     pub disk_bytes: Option<u64>,
+    /// Bytes free for the embedded store and whether that is below the watermark,
+    /// when watched.
+    pub free_space: Option<(Option<u64>, bool)>,
     /// The most recent tasks, newest first (records without outcomes).
     pub recent: Vec<TaskRecord>,
     /// Now, unix milliseconds (for ages).
@@ -216,6 +219,7 @@ impl Status {
             tasks,
             running: state.engine.running_count(),
             disk_bytes: state.engine.health().await.ok().map(|s| s.disk_bytes),
+            free_space: state.engine.disk().map(|d| (d.free_bytes(), d.is_low())),
             recent,
             now_ms: state.engine.now_ms(),
         }
@@ -301,6 +305,17 @@ impl Status {
              store on disk: {disk}</p>",
             self.running
         );
+        if let Some((free, low)) = self.free_space {
+            let free = free.map_or("unknown".to_string(), |b| format!("{b} bytes"));
+            let _ = match low {
+                true => writeln!(
+                    o,
+                    "<p class=\"bad\" id=\"low-space\">free space: {free}, below store.min_free_bytes: \
+                     no new tasks are created (calls run synchronously) until space is freed</p>"
+                ),
+                false => writeln!(o, "<p>free space: {free}</p>"),
+            };
+        }
 
         let _ = writeln!(
             o,
@@ -499,6 +514,7 @@ mod tests {
             tasks: Ok([("working", 2), ("failed", 1)].into_iter().collect()),
             running: 2,
             disk_bytes: Some(4096),
+            free_space: None,
             recent: vec![
                 record("11111111-2222-3333-4444-555555555555", evil, evil),
                 record("abc", "plain", &long),

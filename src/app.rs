@@ -109,12 +109,17 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         }
     };
     let metrics = Arc::new(crate::observe::metrics::Metrics::default());
+    // The embedded store's free space, against store.min_free_bytes.
+    let disk = cfg.store.url.is_none().then(|| {
+        crate::store::space::DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes)
+    });
     let engine = Engine::new(
         store,
         EngineSettings {
             limits: cfg.limits.clone(),
             metrics: metrics.clone(),
             shared_state_key: cfg.store.url.is_some().then(|| key.clone()),
+            disk: disk.clone(),
             ..EngineSettings::new(cfg.tasks.expired_grace, cfg.server.keepalive_interval)
         },
     );
@@ -192,6 +197,14 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         cfg.tasks.sweep_interval,
         rx.clone(),
     ))];
+    if let Some(d) = disk {
+        let every = crate::store::space::MEASURE_EVERY;
+        background.push(tokio::spawn(crate::store::space::watch(
+            d,
+            every,
+            rx.clone(),
+        )));
+    }
     if let Some(changes) = changes {
         background.push(tokio::spawn(crate::tasks::replicas::run(
             engine.clone(),

@@ -153,6 +153,9 @@ pub struct RawStore {
     pub data_dir: String,
     /// Results larger than this are kept as separate files so that deleting them frees disk.
     pub large_result_bytes: usize,
+    /// Below this much free space under `data_dir`, no new tasks are created (calls
+    /// run synchronously; tools that run only as tasks are refused); 0: no check.
+    pub min_free_bytes: u64,
     /// A PostgreSQL URL (`postgres://user@host/db`) to share tasks between replicas;
     /// empty: the embedded store in `data_dir`.
     pub url: String,
@@ -170,6 +173,7 @@ impl Default for RawStore {
         Self {
             data_dir: "./tasklift-data".into(),
             large_result_bytes: 64 * 1024,
+            min_free_bytes: 64 * 1024 * 1024,
             url: String::new(),
             pool_size: 16,
             ca_file: String::new(),

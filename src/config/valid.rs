@@ -65,6 +65,8 @@ pub struct StoreConfig {
     pub data_dir: PathBuf,
     /// Results above this size go to their own file.
     pub large_result_bytes: usize,
+    /// Free space under `data_dir` below which no new tasks are created (0: none).
+    pub min_free_bytes: u64,
     /// The shared PostgreSQL store, if any.
     pub url: Option<String>,
     /// PostgreSQL connections per replica.

@@ -72,6 +72,7 @@ impl RawConfig {
         Ok(StoreConfig {
             data_dir: PathBuf::from(&st.data_dir),
             large_result_bytes: st.large_result_bytes,
+            min_free_bytes: st.min_free_bytes,
             url,
             pool_size: st.pool_size,
             ca_file: Some(st.ca_file.trim())

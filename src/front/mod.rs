@@ -366,6 +366,10 @@ pub async fn snapshot(state: &State) -> crate::observe::metrics::Snapshot {
         .map(|s| s.disk_bytes)
         .unwrap_or(0);
     snap.legacy_sessions = state.legacy.session_count() as u64;
+    if let Some(d) = state.engine.disk() {
+        snap.store_free_bytes = d.free_bytes();
+        snap.store_low_space = Some(d.is_low());
+    }
     let mut ups: Vec<_> = state
         .mounts
         .values()
@@ -438,16 +442,32 @@ pub async fn readyz(state: &State) -> Response<RespBody> {
                 .map(|e| (m.cfg.name.clone(), json!(e)))
         })
         .collect();
+    // Low on disk space: still ready (stored tasks are read, calls run), but
+    // degraded: no new tasks until space is freed.
+    let disk = state.engine.disk().map(|d| {
+        json!({
+            "free_bytes": d.free_bytes(),
+            "min_free_bytes": d.min_free(),
+            "low": d.is_low(),
+        })
+    });
+    let low = state.engine.disk().is_some_and(|d| d.is_low());
     match state.engine.health().await {
-        Ok(s) if upstreams.is_empty() => json_response(
-            StatusCode::OK,
-            &json!({
-                "status": "ready",
+        Ok(s) if upstreams.is_empty() => {
+            let mut ready = json!({
+                "status": if low { "degraded" } else { "ready" },
                 "tasks": s.tasks,
                 "running": state.engine.running_count(),
                 "legacy_sessions": state.legacy.session_count(),
-            }),
-        ),
+            });
+            if let Some(d) = disk {
+                ready["disk"] = d;
+            }
+            if low {
+                ready["degraded"] = json!("free space is below store.min_free_bytes: no new tasks are created until space is freed");
+            }
+            json_response(StatusCode::OK, &ready)
+        }
         Ok(_) => json_response(
             StatusCode::SERVICE_UNAVAILABLE,
             &json!({"status": "unready", "upstreams": upstreams}),

@@ -102,6 +102,10 @@ pub struct Snapshot {
     pub tasks_by_status: BTreeMap<&'static str, u64>,
     /// Bytes the store uses on disk.
     pub store_disk_bytes: u64,
+    /// Bytes free for the embedded store, when watched and measured.
+    pub store_free_bytes: Option<u64>,
+    /// Whether free space is below `store.min_free_bytes`, when watched.
+    pub store_low_space: Option<bool>,
     /// Open legacy client sessions.
     pub legacy_sessions: u64,
     /// Per upstream: (name, ready, stdio restarts if a stdio upstream).
@@ -256,7 +260,7 @@ impl Metrics {
                 "tasklift_requests_total{{method=\"{m}\",outcome=\"{o}\"}} {n}"
             );
         }
-        out.push_str("# HELP tasklift_limit_hits_total Requests or tasks refused by a limit, by its setting.\n# TYPE tasklift_limit_hits_total counter\n");
+        out.push_str("# HELP tasklift_limit_hits_total Requests or tasks refused or held back by a limit, by its setting.\n# TYPE tasklift_limit_hits_total counter\n");
         for limit in [
             "max_concurrent_calls",
             "max_active_tasks_per_principal",
@@ -264,6 +268,7 @@ impl Metrics {
             "poll_rate_limit",
             "max_body_bytes",
             "header_read_timeout",
+            "min_free_bytes",
         ] {
             let n = self
                 .limit_hits
@@ -343,6 +348,19 @@ impl Metrics {
             "# HELP tasklift_store_disk_bytes Bytes the task store uses on disk.\n# TYPE tasklift_store_disk_bytes gauge\ntasklift_store_disk_bytes {}\n",
             snap.store_disk_bytes
         );
+        if let Some(free) = snap.store_free_bytes {
+            let _ = write!(
+                out,
+                "# HELP tasklift_store_free_bytes Bytes free on the filesystem of the data directory.\n# TYPE tasklift_store_free_bytes gauge\ntasklift_store_free_bytes {free}\n"
+            );
+        }
+        if let Some(low) = snap.store_low_space {
+            let _ = write!(
+                out,
+                "# HELP tasklift_store_low_space 1 while free space is below store.min_free_bytes (no new tasks are created).\n# TYPE tasklift_store_low_space gauge\ntasklift_store_low_space {}\n",
+                u8::from(low)
+            );
+        }
         let _ = write!(
             out,
             "# HELP tasklift_legacy_sessions Open legacy client sessions.\n# TYPE tasklift_legacy_sessions gauge\ntasklift_legacy_sessions {}\n",

@@ -5,6 +5,7 @@
 mod pg_store;
 mod record;
 mod sled_store;
+pub mod space;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -216,12 +216,23 @@ impl SledStore {
     pub fn open(data_dir: &Path, large_result_bytes: usize) -> Result<Self, StoreError> {
         let results_dir = data_dir.join("results");
         std::fs::create_dir_all(&results_dir).map_err(io_err(&results_dir))?;
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(data_dir.join("db"))
             .cache_capacity(64 * 1024 * 1024)
-            .flush_every_ms(Some(200))
-            .open()
-            .map_err(|e| match e {
+            .flush_every_ms(Some(200));
+        let db = match config.open() {
+            // A full disk: give back tasklift's reserve (space.rs) and open on it,
+            // to serve the tasks stored; the free-space watch keeps new tasks out.
+            Err(sled::Error::Io(e))
+                if e.raw_os_error() == Some(28)
+                    && super::space::give_back_reserve(data_dir) =>
+            {
+                tracing::warn!(dir = %data_dir.display(), "the disk is full: gave back the data directory's space reserve to open the task store");
+                config.open()
+            }
+            other => other,
+        }
+        .map_err(|e| match e {
                 sled::Error::Io(io)
                     if io.kind() == std::io::ErrorKind::WouldBlock
                         || io.to_string().contains("lock") =>

@@ -58,6 +58,8 @@ pub struct Engine {
     metrics: Arc<crate::observe::metrics::Metrics>,
     /// Limits on calls, tasks and results.
     gate: super::limits::Gate,
+    /// Free space for the embedded store, when it is watched.
+    disk: Option<Arc<crate::store::space::DiskSpace>>,
 }
 
 /// Longest time an upstream's own task id is remembered.
@@ -97,6 +99,8 @@ pub struct EngineSettings {
     /// this shared one, so another replica recognises a state it cannot resume and
     /// says so. `None`: a key of this process's own.
     pub shared_state_key: Option<Vec<u8>>,
+    /// Free space against `store.min_free_bytes`: below it no new tasks are created.
+    pub disk: Option<Arc<crate::store::space::DiskSpace>>,
 }
 
 impl EngineSettings {
@@ -109,6 +113,7 @@ impl EngineSettings {
             limits: Default::default(),
             metrics: Arc::default(),
             shared_state_key: None,
+            disk: None,
         }
     }
 }
@@ -134,6 +139,7 @@ impl Engine {
             keepalive: settings.keepalive,
             metrics: settings.metrics,
             gate: super::limits::Gate::new(settings.limits),
+            disk: settings.disk,
         })
     }
 
@@ -176,6 +182,7 @@ impl Engine {
         }
         let orphans = self.store.unfinished().await?;
         let now = self.clock.now_ms();
+        let mut unwritten = 0;
         for mut rec in orphans.iter().cloned() {
             let err = RpcError::new(
                 INTERNAL_ERROR,
@@ -186,9 +193,21 @@ impl Engine {
             }
             rec.input_requests.clear();
             rec.updated_at_ms = now;
-            self.store.put(&rec).await?;
+            // A store that cannot take the write (a full disk) does not stop the
+            // start: stored tasks are still served; the next start tries again.
+            if let Err(e) = self.store.put(&rec).await {
+                unwritten += 1;
+                tracing::error!(task.id = %rec.id, error = %e, "could not record a task left running by a previous process as failed; it shows as working until a start that can write");
+                continue;
+            }
             self.metrics
                 .task_finished(crate::observe::metrics::Finished::Failed);
+        }
+        if unwritten > 0 {
+            tracing::error!(
+                count = unwritten,
+                "tasks left running by a previous process could not be recorded as failed"
+            );
         }
         if !orphans.is_empty() {
             tracing::warn!(
@@ -197,6 +216,11 @@ impl Engine {
             );
         }
         Ok(orphans.len())
+    }
+
+    /// Free space for the embedded store, when it is watched.
+    pub fn disk(&self) -> Option<&crate::store::space::DiskSpace> {
+        self.disk.as_deref()
     }
 
     /// Handle `tools/call`.
@@ -213,14 +237,29 @@ impl Engine {
             let err = mcp::missing_tasks_capability(&format!("tool {tool:?}"));
             return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(err)));
         }
-        if declares && policy.mode != ToolMode::Never {
+        let mut eligible = declares && policy.mode != ToolMode::Never;
+        let low = self.disk.as_ref().filter(|d| eligible && d.is_low());
+        if let Some(d) = low {
+            // No room to store a new task: a tool that runs only as a task is
+            // refused before anything runs; any other runs synchronously.
+            let e = super::limits::LimitError::LowDisk {
+                free: d.free_bytes().unwrap_or(0),
+                min: d.min_free(),
+            };
+            self.metrics.limit_hit(e.setting());
+            if policy.mode == ToolMode::Required {
+                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into())));
+            }
+            eligible = false;
+        }
+        if eligible {
             // Refused before any work starts: a call that may become a task needs room.
             if let Err(e) = self.gate.may_start_task(&ctx.principal) {
                 self.metrics.limit_hit(e.setting());
                 return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into())));
             }
         }
-        let task = (declares && policy.mode != ToolMode::Never).then(|| TaskSpec {
+        let task = eligible.then(|| TaskSpec {
             tool: req.str_param("name").unwrap_or_default().to_string(),
             policy: policy.clone(),
         });

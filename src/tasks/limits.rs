@@ -44,6 +44,15 @@ pub enum LimitError {
         /// The task's `pollIntervalMs`.
         interval_ms: u64,
     },
+    /// Free space under the data directory is below the watermark, and the tool
+    /// runs only as a task.
+    #[error("tasklift's task store is low on disk space ({free} bytes free, below store.min_free_bytes = {min}): no new task can be stored, and this tool runs only as a task; retry once space is freed (tasks already created stay readable)")]
+    LowDisk {
+        /// Bytes free.
+        free: u64,
+        /// `store.min_free_bytes`.
+        min: u64,
+    },
     /// A result too large to store.
     #[error("the tool's result is {size} bytes, over the limit of {max} bytes a task may store (limits.max_result_bytes)")]
     ResultTooLarge {
@@ -62,6 +71,7 @@ impl LimitError {
             Self::TooManyTasks { .. } => "max_active_tasks_per_principal",
             Self::PollTooFast { .. } => "poll_rate_limit",
             Self::ResultTooLarge { .. } => "max_result_bytes",
+            Self::LowDisk { .. } => "min_free_bytes",
         }
     }
 }

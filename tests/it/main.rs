@@ -29,6 +29,7 @@ mod lifecycle;
 mod limits;
 mod listen;
 mod listen_upstream;
+mod low_space;
 mod metrics;
 mod peers_clients;
 mod peers_node;

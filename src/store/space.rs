@@ -1,0 +1,198 @@
+//! Free space where the embedded store writes, against `store.min_free_bytes`.
+//!
+//! Below the watermark tasklift creates no new tasks: a call that could become a
+//! task runs synchronously instead (as for a client without the extension), and a
+//! tool that runs only as a task is refused with a retryable error before anything
+//! runs upstream. Running tasks go on and store their outcomes into the space left
+//! above the filesystem's end (the watermark is that reserve); `tasks/get` keeps
+//! answering. The figure is measured every second (`watch`), so tasklift leaves
+//! the low-space mode by itself once space is freed.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the free space is measured.
+pub const MEASURE_EVERY: Duration = Duration::from_secs(1);
+
+/// The reserve tasklift keeps in the data directory while there is room: a file
+/// of [`RESERVE_BYTES`] it gives back when the disk is full at start, so the store
+/// (sled needs up to one 512 KiB segment to open) opens and serves what it holds.
+pub const RESERVE_FILE: &str = "space.reserve";
+/// Size of [`RESERVE_FILE`].
+pub const RESERVE_BYTES: u64 = 1 << 20;
+
+/// Write the reserve file in `dir` if it is missing or short (real bytes, synced,
+/// so the space is taken); `Ok(true)` when it was written now. A disk without room
+/// for it leaves no partial file.
+pub fn keep_reserve(dir: &Path) -> std::io::Result<bool> {
+    use std::io::Write;
+    let path = dir.join(RESERVE_FILE);
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() >= RESERVE_BYTES) {
+        return Ok(false);
+    }
+    let written = (|| {
+        let mut f = std::fs::File::create(&path)?;
+        let chunk = vec![0u8; 64 * 1024];
+        for _ in 0..RESERVE_BYTES / chunk.len() as u64 {
+            f.write_all(&chunk)?;
+        }
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(true)
+}
+
+/// Delete the reserve file in `dir`, if there is one; whether space was given back.
+pub fn give_back_reserve(dir: &Path) -> bool {
+    std::fs::remove_file(dir.join(RESERVE_FILE)).is_ok()
+}
+
+/// The free space of one directory's filesystem, as last measured.
+pub struct DiskSpace {
+    dir: PathBuf,
+    min_free: u64,
+    /// Bytes available to tasklift at the last good measurement.
+    free: AtomicU64,
+    /// A measurement has succeeded.
+    known: AtomicBool,
+    /// `free < min_free` at the last good measurement.
+    low: AtomicBool,
+}
+
+impl DiskSpace {
+    /// Watch `dir` against `min_free` bytes (0: never low), measured once now.
+    pub fn new(dir: &Path, min_free: u64) -> Arc<Self> {
+        let s = Arc::new(Self {
+            dir: dir.to_path_buf(),
+            min_free,
+            free: AtomicU64::new(0),
+            known: AtomicBool::new(false),
+            low: AtomicBool::new(false),
+        });
+        if let Err(e) = s.measure() {
+            tracing::warn!(dir = %s.dir.display(), error = %e, "cannot measure the free space of the data directory");
+        }
+        s
+    }
+
+    /// Measure now; returns the bytes available. A failed measurement keeps the
+    /// last figure.
+    pub fn measure(&self) -> std::io::Result<u64> {
+        let st = nix::sys::statvfs::statvfs(&self.dir).map_err(std::io::Error::from)?;
+        let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
+        self.free.store(free, Ordering::Relaxed);
+        self.known.store(true, Ordering::Relaxed);
+        self.low
+            .store(self.min_free > 0 && free < self.min_free, Ordering::Relaxed);
+        Ok(free)
+    }
+
+    /// Whether free space was below the watermark at the last measurement.
+    pub fn is_low(&self) -> bool {
+        self.low.load(Ordering::Relaxed)
+    }
+
+    /// Bytes available at the last measurement, if one succeeded.
+    pub fn free_bytes(&self) -> Option<u64> {
+        self.known
+            .load(Ordering::Relaxed)
+            .then(|| self.free.load(Ordering::Relaxed))
+    }
+
+    /// The watermark (`store.min_free_bytes`).
+    pub fn min_free(&self) -> u64 {
+        self.min_free
+    }
+
+    /// The directory measured.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Measure `space` every `every` until `shutdown`, logging each change of mode,
+/// and keep the reserve file while there is room.
+pub async fn watch(
+    space: Arc<DiskSpace>,
+    every: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut was_low = space.is_low();
+    if was_low {
+        log_low(&space);
+    }
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if let Err(e) = space.measure() {
+            tracing::debug!(dir = %space.dir.display(), error = %e, "cannot measure the free space of the data directory");
+            continue;
+        }
+        let low = space.is_low();
+        if !low {
+            match keep_reserve(&space.dir) {
+                Ok(true) => {
+                    tracing::info!(dir = %space.dir.display(), bytes = RESERVE_BYTES, "wrote the data directory's space reserve")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot write the data directory's space reserve yet")
+                }
+            }
+        }
+        match (was_low, low) {
+            (false, true) => log_low(&space),
+            (true, false) => tracing::info!(
+                free_bytes = space.free_bytes().unwrap_or(0),
+                min_free_bytes = space.min_free,
+                "free space is back above store.min_free_bytes: calls become tasks again"
+            ),
+            _ => {}
+        }
+        was_low = low;
+    }
+}
+
+fn log_low(space: &DiskSpace) {
+    tracing::warn!(
+        dir = %space.dir.display(),
+        free_bytes = space.free_bytes().unwrap_or(0),
+        min_free_bytes = space.min_free,
+        "free space is below store.min_free_bytes: no new tasks are created (calls run synchronously; tools that run only as tasks are refused) until space is freed; running tasks go on and stored tasks stay readable"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn low_is_free_space_below_the_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let never = DiskSpace::new(dir.path(), 0);
+        assert!(never.free_bytes().is_some_and(|f| f > 0));
+        assert!(!never.is_low(), "0 turns the watermark off");
+        let free = never.free_bytes().unwrap();
+        let above = DiskSpace::new(dir.path(), free.saturating_add(1 << 40));
+        assert!(above.is_low(), "a watermark above the free space");
+        let below = DiskSpace::new(dir.path(), 1);
+        assert!(!below.is_low());
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_measured_is_not_low() {
+        let s = DiskSpace::new(Path::new("/nonexistent/tasklift-space-test"), u64::MAX);
+        assert_eq!(s.free_bytes(), None);
+        assert!(!s.is_low(), "no figure, no refusal");
+        assert!(s.measure().is_err());
+    }
+}
