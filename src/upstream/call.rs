@@ -105,7 +105,8 @@ impl Drop for ServerRequest {
 }
 
 /// A modern upstream's successful answer, kept as the bytes it came in: a result
-/// object with no `_meta` and a `resultType` of `complete` (or none). Such a
+/// object whose `_meta` (if any) has no related-task entry and whose `resultType`
+/// is `complete` (or none). Such a
 /// result is what tasklift passes on unchanged, so it is never parsed into a
 /// `Value` on its way to a synchronous caller: the response is the result's bytes
 /// behind the caller's id, with `resultType` added when the upstream left it out.
@@ -141,13 +142,22 @@ struct ResultTop<'a> {
     #[serde(borrow, rename = "resultType")]
     result_type: Option<std::borrow::Cow<'a, str>>,
     #[serde(rename = "_meta")]
-    meta: Option<IgnoredAny>,
+    meta: Option<MetaTop>,
+}
+
+/// The one `_meta` entry tasklift removes from a result (`finalize_result`): an
+/// upstream's related-task, which names a task of the upstream's own. SDK servers
+/// put `_meta` (their serverInfo) on every result, so the rest passes.
+#[derive(Deserialize)]
+struct MetaTop {
+    #[serde(rename = "io.modelcontextprotocol/related-task")]
+    related_task: Option<IgnoredAny>,
 }
 
 impl RawResult {
     /// The answer's bytes as a passable result, or the bytes back when the answer
-    /// needs the full parse (an error, a request, `_meta` to filter, another
-    /// `resultType`, anything malformed).
+    /// needs the full parse (an error, a request, a related-task to filter out of
+    /// `_meta`, another `resultType`, anything malformed).
     pub fn scan(body: Bytes) -> Result<Self, Bytes> {
         let found = (|| {
             let text = std::str::from_utf8(&body).ok()?;
@@ -161,7 +171,7 @@ impl RawResult {
             }
             let inner: ResultTop = serde_json::from_str(result).ok()?;
             let complete = match inner.result_type.as_deref() {
-                _ if inner.meta.is_some() => return None,
+                _ if inner.meta.is_some_and(|m| m.related_task.is_some()) => return None,
                 None => false,
                 Some("complete") => true,
                 Some(_) => return None,
@@ -423,6 +433,13 @@ mod tests {
                 "{empty}"
             );
         }
+        // An SDK server's `_meta` (its serverInfo) passes untouched.
+        let sdk = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"py","version":""}}}}"#;
+        assert_eq!(
+            response(sdk, json!(2))["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]
+                ["name"],
+            "py"
+        );
         // The outcome, for readers that need the value, matches.
         let r = scan(up).unwrap();
         assert_eq!(r.outcome().unwrap()["resultType"], "complete");
@@ -435,8 +452,10 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
             r#"{"jsonrpc":"2.0","id":1}"#,
-            // `_meta` (related-task is filtered), another resultType (an upstream's task).
-            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{},"content":[]}}"#,
+            // A related-task in `_meta` (filtered out), a `_meta` that is not an
+            // object, another resultType (an upstream's task).
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"u"}},"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":7,"content":[]}}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required"}}"#,
             // Not an object, a duplicate key, malformed, not UTF-8.

@@ -923,6 +923,45 @@ async fn v2_http_list_fast_call_errors_and_a_2mb_result() {
     basics(V2, Http).await
 }
 
+/// A plain result from the SDK server reaches the caller as the server's own
+/// bytes, only the id changed: its key order is the server's (`content` first,
+/// `_meta` last), where a result parsed and serialized again by tasklift would
+/// have its keys sorted (`_meta` first). The SDK puts its serverInfo in `_meta` on
+/// every result, which passes too.
+#[tokio::test]
+async fn v2_http_a_plain_result_passes_as_the_servers_bytes() {
+    let Some(b) = bed(V2, Http, |_| {}).await else {
+        return;
+    };
+    let r = crate::wire::post(
+        &b.h.url,
+        41,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "untouched"}}),
+        true,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["id"], 41, "{v}");
+    assert_eq!(v["result"]["content"][0]["text"], "untouched", "{v}");
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    assert!(
+        v["result"]["_meta"]["io.modelcontextprotocol/serverInfo"].is_object(),
+        "{v}"
+    );
+    let (content, meta) = (
+        r.body.find("\"content\"").unwrap(),
+        r.body.find("\"_meta\"").unwrap(),
+    );
+    assert!(
+        content < meta,
+        "the server's key order, so its bytes: {}",
+        r.body
+    );
+    b.stop().await;
+}
+
 #[tokio::test]
 async fn v2_http_slow_call_progress_and_cancel() {
     slow_and_cancel(V2, Http).await
