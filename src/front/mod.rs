@@ -169,10 +169,15 @@ pub async fn accept_loop<F, Fut>(
 }
 
 fn json_response(status: StatusCode, v: &Value) -> Response<RespBody> {
+    json_bytes(status, v.to_string())
+}
+
+/// A JSON body already serialized.
+fn json_bytes(status: StatusCode, json: impl Into<Bytes>) -> Response<RespBody> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(body::full(v.to_string()))
+        .body(body::full(json))
         .expect("valid response")
 }
 
@@ -281,11 +286,7 @@ async fn handle(
         state.metrics.request(&method, outcome_of(&reply));
         match reply {
             Reply::Json(v) => json_response(errors::status_of(&v), &v),
-            Reply::Raw(b) => Response::builder()
-                .status(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(body::full(b))
-                .expect("valid response"),
+            Reply::Raw(b) => json_bytes(StatusCode::OK, b),
             Reply::Accepted => Response::builder()
                 .status(StatusCode::ACCEPTED)
                 .body(body::full(Bytes::new()))
@@ -444,14 +445,11 @@ pub async fn readyz(state: &State) -> Response<RespBody> {
         .collect();
     // Low on disk space: still ready (stored tasks are read, calls run), but
     // degraded: no new tasks until space is freed.
-    let disk = state.engine.disk().map(|d| {
-        json!({
-            "free_bytes": d.free_bytes(),
-            "min_free_bytes": d.min_free(),
-            "low": d.is_low(),
-        })
-    });
     let low = state.engine.disk().is_some_and(|d| d.is_low());
+    let disk = state
+        .engine
+        .disk()
+        .map(|d| json!({"free_bytes": d.free_bytes(), "min_free_bytes": d.min_free(), "low": low}));
     match state.engine.health().await {
         Ok(s) if upstreams.is_empty() => {
             let mut ready = json!({

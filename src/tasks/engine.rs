@@ -209,9 +209,9 @@ impl Engine {
                 "tasks left running by a previous process could not be recorded as failed"
             );
         }
-        if !orphans.is_empty() {
+        if orphans.len() > unwritten {
             tracing::warn!(
-                count = orphans.len(),
+                count = orphans.len() - unwritten,
                 "failed tasks left running by a previous process"
             );
         }

@@ -92,10 +92,8 @@ impl Engine {
                     };
                     let item = match step {
                         Step::Final(v) => StreamItem::Message(v),
-                        Step::FinalRaw(b) => match Reply::Raw(b).parsed() {
-                            Reply::Json(v) => StreamItem::Message(v),
-                            _ => continue,
-                        },
+                        // A stream asks for parsed answers (`raw` is false here).
+                        Step::FinalRaw(b) => StreamItem::Message(crate::reply::raw_message(&b)),
                         Step::Relay(n) => StreamItem::Message(n),
                         Step::KeepAlive => StreamItem::KeepAlive,
                         Step::Threshold => {

@@ -319,27 +319,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         let h2 = memory(&tl, &up, upstream.pid()?, args.tasks, args.memory_clients).await?;
         rep.logs.push(tl.log_summary("memory-h2"));
-        eprintln!(
-            "memory, HTTP/2 upstream: {} tasks, idle {} KiB, loaded {} KiB → {:.2} KiB per task; {} completed in {:.2}s, {} errors",
-            h2.tasks,
-            h2.idle.rss_kib,
-            h2.loaded.rss_kib,
-            h2.per_task_kib(),
-            h2.completed,
-            h2.drain.as_secs_f64(),
-            h2.errors
-        );
+        print_memory("memory, HTTP/2 upstream", &h2);
         rep.memory_h2 = Some(h2);
-        eprintln!(
-            "memory: {} tasks, idle {} KiB, loaded {} KiB → {:.2} KiB per task; {} completed in {:.2}s, {} errors",
-            m.tasks,
-            m.idle.rss_kib,
-            m.loaded.rss_kib,
-            m.per_task_kib(),
-            m.completed,
-            m.drain.as_secs_f64(),
-            m.errors
-        );
+        print_memory("memory", &m);
         rep.memory = Some(m);
     }
     if !skip(&args, "churn") {
@@ -375,4 +357,18 @@ fn sorted(v: &[u32]) -> Vec<u32> {
     let mut v = v.to_vec();
     v.sort_unstable();
     v
+}
+
+/// One memory scenario's line on stderr.
+fn print_memory(label: &str, m: &crate::report::Memory) {
+    eprintln!(
+        "{label}: {} tasks, idle {} KiB, loaded {} KiB → {:.2} KiB per task; {} completed in {:.2}s, {} errors",
+        m.tasks,
+        m.idle.rss_kib,
+        m.loaded.rss_kib,
+        m.per_task_kib(),
+        m.completed,
+        m.drain.as_secs_f64(),
+        m.errors
+    );
 }

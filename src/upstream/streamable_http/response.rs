@@ -14,6 +14,8 @@ use tokio::sync::mpsc;
 use super::{Answer, Session, Shared, MAX_RESUME_DELAY_MS};
 use crate::upstream::router::{self, Channel, Route};
 use crate::upstream::{broken, CallEvent, First, RawResult, UpstreamError};
+use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, RpcError};
+use tasklift_protocol::sse::SseParser;
 
 /// A whole (not streamed) answer, read.
 pub(super) enum Read {
@@ -31,8 +33,6 @@ impl From<Read> for First {
         }
     }
 }
-use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, RpcError};
-use tasklift_protocol::sse::SseParser;
 
 /// How many times one response stream is resumed after the server closed it.
 const MAX_RESUMES: u32 = 20;
