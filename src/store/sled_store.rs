@@ -644,8 +644,12 @@ mod tests {
         })
     }
 
+    /// Concurrent creates on real sled all land and are found, with no more
+    /// flushes than writers. How many they share depends on the machine's
+    /// scheduling (2-3 of 64 here, 45 once on a loaded CI machine), so sharing
+    /// itself is shown step by step by `a_writer_during_a_flush_waits_for_the_next_one`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_creates_share_flushes() {
+    async fn concurrent_creates_all_land() {
         let dir = tempfile::tempdir().unwrap();
         let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
         let n = 64;
@@ -668,7 +672,7 @@ mod tests {
         }
         let flushes = s.inner.commit.flushes_started();
         assert!(
-            flushes > 0 && flushes < 32,
+            flushes > 0 && flushes <= n as u64,
             "{flushes} flushes for {n} creates"
         );
     }
@@ -812,9 +816,11 @@ mod tests {
         for w in writers {
             w.await.unwrap();
         }
+        // How many flushes they shared depends on scheduling; the durability
+        // check above is what this test is for.
         let flushes = gc.flushes_started();
         assert!(
-            flushes > 0 && flushes < 32,
+            flushes > 0 && flushes <= 64,
             "{flushes} flushes for 64 writers"
         );
     }
