@@ -155,22 +155,35 @@ struct FlushRun {
 
 impl FlushRun {
     fn run(mut self) {
-        let gc = &self.gc;
-        loop {
+        let done = self.gc.done.clone();
+        let last = loop {
+            let gc = &self.gc;
             let result = (gc.flush)().map_err(|e| e.to_string());
             let mut st = gc.lock();
             let n = st.started;
-            gc.done.send_modify(|last| *last = (n, result));
             if !st.next_wanted {
                 st.running = false;
-                break;
+                break (n, result);
             }
+            gc.done.send_modify(|last| *last = (n, result));
             // Writers arrived during that flush: the next one starts now, after
             // their inserts, and covers them all.
             st.next_wanted = false;
             st.started += 1;
-        }
+        };
+        // The last flush's writers are told only once this run holds the store
+        // no more: a writer that then drops the store closes the database (and
+        // its lock), so the same directory opens again at once. A flush started
+        // meanwhile may have reported a later number first; the number only rises.
         self.finished = true;
+        drop(self);
+        done.send_if_modified(|seen| {
+            let newer = last.0 > seen.0;
+            if newer {
+                *seen = last;
+            }
+            newer
+        });
     }
 }
 
@@ -718,6 +731,18 @@ mod tests {
 
     fn enospc() -> sled::Error {
         sled::Error::Io(std::io::Error::from_raw_os_error(28))
+    }
+
+    /// When a durable write returns, the flush has let go of the store (the
+    /// database it flushes), so a writer that drops the store is not racing the
+    /// flush thread for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_returns_only_once_the_flush_has_let_go_of_the_store() {
+        for _ in 0..500 {
+            let gc = GroupCommit::new(Box::new(|| Ok(())));
+            gc.commit().await.unwrap();
+            assert_eq!(Arc::strong_count(&gc), 1, "the flush still holds the store");
+        }
     }
 
     #[tokio::test]

@@ -62,6 +62,24 @@ pub fn rule(mode: &str) -> RawToolRule {
     }
 }
 
+/// Start tasklift on `raw`. A store directory just let go of in this process (an
+/// earlier instance, or a test's own `SledStore`) may still be locked for a
+/// moment: sled's background flusher outlives the last handle briefly, where a
+/// new process would only start after the old one exited. So "in use" is retried.
+async fn start_proxy(raw: &RawConfig) -> Running {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match tasklift::app::start(raw.validate().expect("valid config")).await {
+            Ok(p) => return p,
+            Err(e) if e.to_string().contains("in use") => {
+                assert!(tokio::time::Instant::now() < deadline, "{e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("tasklift starts: {e}"),
+        }
+    }
+}
+
 impl Harness {
     /// Start `upstream`, then tasklift in front of it; `tweak` adjusts the config.
     pub async fn start(upstream: FixtureServer, tweak: impl FnOnce(&mut RawConfig)) -> Self {
@@ -92,9 +110,7 @@ impl Harness {
     ) -> Self {
         let mut raw = config(upstream_url, dir.path());
         tweak(&mut raw);
-        let proxy = tasklift::app::start(raw.validate().expect("valid config"))
-            .await
-            .expect("tasklift starts");
+        let proxy = start_proxy(&raw).await;
         let url = format!("http://{}/mcp", proxy.addr);
         Self {
             proxy: Some(proxy),
@@ -110,20 +126,7 @@ impl Harness {
         if let Some(p) = self.proxy.take() {
             p.shutdown().await;
         }
-        // The old instance's last references to its store (a connection task or a
-        // task owner finishing on another worker) may outlive `shutdown` by a
-        // moment; a new process would only start after the old one exited.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let proxy = loop {
-            match tasklift::app::start(self.raw.validate().unwrap()).await {
-                Ok(p) => break p,
-                Err(e) if e.to_string().contains("in use") => {
-                    assert!(tokio::time::Instant::now() < deadline, "{e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("tasklift restarts: {e}"),
-            }
-        };
+        let proxy = start_proxy(&self.raw).await;
         self.url = format!("http://{}/mcp", proxy.addr);
         self.proxy = Some(proxy);
     }
