@@ -4,6 +4,7 @@
 
 mod pg_store;
 mod record;
+mod sessions;
 mod sled_store;
 pub mod space;
 
@@ -14,6 +15,7 @@ use serde_json::{Map, Value};
 
 pub use pg_store::{Change, PgStore};
 pub use record::{NewTask, Settle, Settled, TaskOutcome, TaskRecord, TaskStatus};
+pub use sessions::{SessionRecord, SessionStore};
 pub use sled_store::{dir_size, result_file, SledStore};
 
 /// A boxed future returned by store methods (keeps the trait object-safe).
@@ -113,6 +115,11 @@ pub trait TaskStore: Send + Sync + 'static {
     fn flush(&self) -> StoreFuture<'_, ()>;
     /// What only a store shared by replicas does, when this is one.
     fn shared(&self) -> Option<&dyn SharedStore> {
+        None
+    }
+    /// Where legacy client sessions are kept across restarts, when this store
+    /// keeps them.
+    fn sessions(&self) -> Option<&dyn SessionStore> {
         None
     }
 }

@@ -8,6 +8,8 @@
 //! - `tasklift_inputs`: `tasks/update` answers received by a replica that does not
 //!   run the task, waiting for the one that does.
 //! - `tasklift_meta`: the principal hash key shared by every replica.
+//! - `tasklift_sessions`: legacy client sessions, so that any replica (and a
+//!   restarted one) serves a 2025-era client's `Mcp-Session-Id`.
 //!
 //! Writes are conditional. The replica that created a task writes it only while the
 //! row is unfinished and still carries the epoch it created it with; any other
@@ -41,6 +43,7 @@ use super::StoreError;
 mod listen;
 mod rows;
 mod schema;
+mod sessions;
 mod shared;
 mod task_store;
 

@@ -252,4 +252,8 @@ impl TaskStore for PgStore {
     fn shared(&self) -> Option<&dyn SharedStore> {
         Some(self)
     }
+
+    fn sessions(&self) -> Option<&dyn crate::store::SessionStore> {
+        Some(self)
+    }
 }
