@@ -114,7 +114,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         crate::store::space::DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes)
     });
     let engine = Engine::new(
-        store,
+        store.clone(),
         EngineSettings {
             limits: cfg.limits.clone(),
             metrics: metrics.clone(),
@@ -163,7 +163,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         None => None,
     };
     let (shutdown, rx) = watch::channel(false);
-    let legacy = front::legacy::Legacy::new(cfg.legacy.clone(), mounts.keys());
+    let legacy = front::legacy::Legacy::new(cfg.legacy.clone(), mounts.keys(), Some(store));
     let state = Arc::new(State {
         mounts,
         engine: engine.clone(),

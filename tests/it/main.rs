@@ -38,6 +38,7 @@ mod replicas;
 mod rmcp_peer;
 mod rules;
 mod security;
+mod session_restart;
 mod sessions;
 mod shutdown;
 mod stdio;
