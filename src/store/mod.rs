@@ -35,6 +35,13 @@ pub enum StoreError {
         /// Why.
         source: std::io::Error,
     },
+    /// The database refused a write for lack of space (PostgreSQL `53100
+    /// disk_full`). Reads still work; writes may again once space is freed.
+    #[error("task store: the database is out of space: {0}")]
+    Full(String),
+    /// The database cannot be reached (connection lost, server down).
+    #[error("task store unavailable: {0}")]
+    Unavailable(String),
     /// Another process (a running tasklift) holds the database's lock.
     #[error("the data directory {dir} is in use by another tasklift process ({detail})")]
     InUse {
@@ -58,6 +65,14 @@ pub enum StoreError {
         /// Decoder message.
         message: String,
     },
+}
+
+impl StoreError {
+    /// Whether the same write may succeed later without anything changing in it:
+    /// the database ran out of space or could not be reached.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Full(_) | Self::Unavailable(_))
+    }
 }
 
 /// Figures for operators and tests.

@@ -234,7 +234,13 @@ impl Engine {
         drop(o.meter.take());
         drop(o.slot.take());
         drop(o.active.take());
-        if let Err(e) = self.store().put(&rec).await {
+        let mut stored = self.store().put(&rec).await;
+        if let Err(e) = &stored {
+            if e.is_transient() {
+                stored = self.settle_later(&rec, e).await;
+            }
+        }
+        if let Err(e) = stored {
             if let StoreError::Conflict { .. } = e {
                 self.settled_elsewhere(&rec.id, "task was settled by another replica first")
                     .await;
@@ -253,6 +259,28 @@ impl Engine {
         self.publish(&rec);
         tracing::info!(status = rec.status().as_str(), "task settled");
         self.running.remove(&rec.id);
+    }
+
+    /// The final write failed because the database is out of space or out of
+    /// reach: keep the outcome and write it again, backing off up to 5 s, until
+    /// the store takes it, or the task would have expired anyway.
+    async fn settle_later(&self, rec: &TaskRecord, first: &StoreError) -> Result<(), StoreError> {
+        tracing::warn!(error = %first, "could not record the task's final state; keeping it and retrying until the task store takes it");
+        let mut wait = std::time::Duration::from_millis(250);
+        loop {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(std::time::Duration::from_secs(5));
+            match self.store().put(rec).await {
+                Ok(()) => {
+                    tracing::info!("recorded the task's final state after retrying");
+                    return Ok(());
+                }
+                Err(e) if e.is_transient() && self.clock().now_ms() < rec.expires_at_ms => {
+                    tracing::debug!(error = %e, "the task store still does not take the task's final state");
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Another replica's state stands (shared store): show it to local listeners and

@@ -34,6 +34,7 @@ mod metrics;
 mod peers_clients;
 mod peers_node;
 mod peers_python;
+mod pg_space;
 mod replicas;
 mod rmcp_peer;
 mod rules;
