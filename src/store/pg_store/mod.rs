@@ -92,7 +92,14 @@ fn db(e: impl std::error::Error + 'static) -> StoreError {
         if pg.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL) {
             return StoreError::Full(chain(&e));
         }
-        if pg.is_closed() || pg.code().is_none() && pg.as_db_error().is_none() {
+        // Class 08 (connection exceptions) and 57P01–57P03 (the server shutting
+        // down, crashed, or starting up): the same write may work in a moment.
+        let going = pg.code().is_some_and(|c| {
+            let c = c.code();
+            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+        });
+        let io = std::error::Error::source(pg).is_some_and(|s| s.is::<std::io::Error>());
+        if going || io || pg.is_closed() {
             return StoreError::Unavailable(chain(&e));
         }
     }
