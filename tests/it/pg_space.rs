@@ -18,7 +18,7 @@ use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 use tokio_postgres::NoTls;
 
-use crate::common::{eventually, raw, wait_terminal};
+use crate::common::{eventually, raw};
 use crate::proc::Proc;
 
 const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -37,7 +37,8 @@ fn noise(n: usize, seed: u64) -> String {
         .collect()
 }
 
-/// A database in a tablespace on a fresh `size` tmpfs; dropped (and unmounted) at
+/// A database in a tablespace on a fresh `size` tmpfs (its copy of template1 takes
+/// about 8 MiB of it); dropped (and unmounted) at
 /// the end.
 struct SmallDb {
     admin: tokio_postgres::Client,
@@ -166,13 +167,12 @@ async fn readyz(p: &Proc) -> Value {
     r.json()
 }
 
-#[tokio::test]
-async fn a_full_database_keeps_what_it_holds_and_tasks_come_back_when_space_does() {
-    let db = match SmallDb::create("8m").await {
-        Ok(db) => db,
-        Err(why) if std::env::var_os("CI").is_some() => panic!("{why}"),
-        Err(why) => return eprintln!("skipped: {why}"),
-    };
+/// The fixture (a slow `echo`, a task-only tool, and a gated `report` answering
+/// `report_bytes` of noise) and one tasklift on `store` (`[store]` lines).
+async fn tasklift_on(
+    store: &str,
+    report_bytes: usize,
+) -> (Arc<Notify>, FixtureServer, tempfile::TempDir, Proc) {
     let gate = Arc::new(Notify::new());
     let up = FixtureServer::new()
         .tool(Tool::new("echo").sleep(Duration::from_millis(400)))
@@ -180,7 +180,7 @@ async fn a_full_database_keeps_what_it_holds_and_tasks_come_back_when_space_does
         .tool(
             Tool::new("report")
                 .gate(gate.clone())
-                .reply(|_| noise(600_000, 7)),
+                .reply(move |_| noise(report_bytes, 7)),
         )
         .start("127.0.0.1:0".parse().unwrap())
         .await
@@ -194,7 +194,7 @@ async fn a_full_database_keeps_what_it_holds_and_tasks_come_back_when_space_does
 [server]
 listen = "127.0.0.1:0"
 [store]
-url = "{url}"
+{store}
 [tasks]
 threshold = "100ms"
 poll_interval = "50ms"
@@ -203,22 +203,74 @@ url = "{up}"
 [upstreams.tools.only_task]
 mode = "required"
 "#,
-            url = db.url,
             up = up.url()
         ),
     )
     .unwrap();
-    let p = Proc::start(
-        &["serve", "-c", cfg.to_str().unwrap()],
-        "on the small database",
-    )
-    .await;
+    let p = Proc::start(&["serve", "-c", cfg.to_str().unwrap()], "on PostgreSQL").await;
+    (gate, up, dir, p)
+}
+
+/// The task once terminal; tasklift's log in the failure message otherwise.
+async fn terminal_or_logs(c: &Client, id: &str, p: &Proc) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let t = c.get_task(id).await;
+        if let Ok(t) = &t {
+            if matches!(
+                t["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            ) {
+                return t.clone();
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            let logs = p.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(60).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "task {id} not terminal: {t:?}; tasklift's last lines:\n{}",
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A synchronous `echo`, and a task-only tool refused before anything runs
+/// upstream with an error containing `why`.
+async fn runs_without_tasks(c: &Client, up: &FixtureServer, why: &str) {
+    let sync = c.call_tool("echo", json!({})).await.unwrap();
+    assert!(handle(&sync).is_none(), "no handle in the low mode");
+    assert_eq!(
+        sync.result["content"][0]["text"], "echo done",
+        "{:?}",
+        sync.result
+    );
+    let before = stat(up);
+    let refused = c
+        .call_tool("only_task", json!({}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains(why), "{refused}");
+    assert_eq!(stat(up), before, "nothing ran upstream");
+}
+
+#[tokio::test]
+async fn a_full_database_keeps_what_it_holds_and_tasks_come_back_when_space_does() {
+    let db = match SmallDb::create("24m").await {
+        Ok(db) => db,
+        Err(why) if std::env::var_os("CI").is_some() => panic!("{why}"),
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let (gate, up, _dir, p) = tasklift_on(&format!("url = \"{}\"", db.url), 600_000).await;
     let c = Client::new(&p.url).unwrap();
 
     // Before: a finished task, and one still running.
     let done = c.call_tool("echo", json!({})).await.unwrap();
     let done_id = handle(&done).expect("a task");
-    let done_result = wait_terminal(&c, &done_id, Duration::from_secs(20)).await;
+    let done_result = terminal_or_logs(&c, &done_id, &p).await;
     assert_eq!(done_result["status"], "completed", "{done_result}");
     let running = c.call_tool("report", json!({})).await.unwrap();
     let running_id = handle(&running).expect("a task");
@@ -254,21 +306,7 @@ mode = "required"
     let t = c.get_task(&running_id).await.unwrap();
     assert_eq!(t["status"], "working", "{t}");
     // New calls: synchronous; a task-only tool is refused before it runs.
-    let sync = c.call_tool("echo", json!({})).await.unwrap();
-    assert!(handle(&sync).is_none(), "no handle while the store is full");
-    assert_eq!(
-        sync.result["content"][0]["text"], "echo done",
-        "{:?}",
-        sync.result
-    );
-    let before = stat(&up);
-    let refused = c
-        .call_tool("only_task", json!({}))
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(refused.contains("out of space"), "{refused}");
-    assert_eq!(stat(&up), before, "nothing ran upstream");
+    runs_without_tasks(&c, &up, "out of space").await;
 
     eventually(
         "the outcome waits for space",
@@ -278,7 +316,7 @@ mode = "required"
     .await;
     // Space comes back: the waiting outcome is recorded whole, tasks resume.
     filler.batch_execute("DROP TABLE filler").await.unwrap();
-    let t = wait_terminal(&c, &running_id, Duration::from_secs(30)).await;
+    let t = terminal_or_logs(&c, &running_id, &p).await;
     assert_eq!(t["status"], "completed", "{t}");
     let text = t["result"]["content"][0]["text"]
         .as_str()
@@ -368,43 +406,11 @@ async fn a_lost_database_connection_loses_no_outcome() {
         Err(e) => return eprintln!("skipped: no PostgreSQL at {ADMIN}: {e}"),
     };
     let cable = Cable::to("127.0.0.1:5432").await;
-    let gate = Arc::new(Notify::new());
-    let up = FixtureServer::new()
-        .tool(Tool::new("echo").sleep(Duration::from_millis(400)))
-        .tool(Tool::new("only_task"))
-        .tool(
-            Tool::new("report")
-                .gate(gate.clone())
-                .reply(|_| noise(50_000, 3)),
-        )
-        .start("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("tasklift.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-[store]
-url = "postgres://postgres@{addr}/{name}?connect_timeout=1"
-lease = "30s"
-[tasks]
-threshold = "100ms"
-poll_interval = "50ms"
-[[upstreams]]
-url = "{up}"
-[upstreams.tools.only_task]
-mode = "required"
-"#,
-            addr = cable.addr,
-            up = up.url()
-        ),
-    )
-    .unwrap();
-    let p = Proc::start(&["serve", "-c", cfg.to_str().unwrap()], "through the cable").await;
+    let store = format!(
+        "url = \"postgres://postgres@{}/{name}?connect_timeout=1\"\nlease = \"30s\"",
+        cable.addr
+    );
+    let (gate, up, _dir, p) = tasklift_on(&store, 50_000).await;
     let c = Client::new(&p.url).unwrap();
     let running = c.call_tool("report", json!({})).await.unwrap();
     let running_id = handle(&running).expect("a task");
@@ -421,37 +427,20 @@ mode = "required"
     // are refused before they run, and /readyz says not ready.
     let e = c.get_task(&running_id).await.unwrap_err().to_string();
     assert!(e.contains("unavailable") || e.contains("connection"), "{e}");
-    let sync = c.call_tool("echo", json!({})).await.unwrap();
-    assert!(
-        handle(&sync).is_none(),
-        "no handle while the store is out of reach"
-    );
-    assert_eq!(
-        sync.result["content"][0]["text"], "echo done",
-        "{:?}",
-        sync.result
-    );
-    let before = stat(&up);
-    let refused = c
-        .call_tool("only_task", json!({}))
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(refused.contains("cannot be reached"), "{refused}");
-    assert_eq!(stat(&up), before, "nothing ran upstream");
+    runs_without_tasks(&c, &up, "cannot be reached").await;
     let base = p.url.trim_end_matches("/mcp");
     let r = raw("GET", &format!("{base}/readyz"), &[], "").await;
     assert_eq!(r.status, 503, "{}", r.body);
 
     // The database is back: the outcome is recorded whole, and tasks resume.
     cable.restore();
-    let t = wait_terminal(&c, &running_id, Duration::from_secs(30)).await;
+    let t = terminal_or_logs(&c, &running_id, &p).await;
     assert_eq!(t["status"], "completed", "{t}");
     assert_eq!(
         t["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or_default(),
-        noise(50_000, 3)
+        noise(50_000, 7)
     );
     let back = async {
         loop {
