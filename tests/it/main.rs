@@ -3,6 +3,7 @@
 //! front of a fixture upstream built for the case.
 
 mod common;
+mod fault_proxy;
 mod mock;
 mod proc;
 mod wire;
