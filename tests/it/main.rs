@@ -16,6 +16,7 @@ mod cli;
 mod crash;
 mod disk;
 mod engine_time;
+mod faults;
 mod front_door;
 mod input_common;
 mod input_legacy;

@@ -288,16 +288,10 @@ impl Shared {
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| self.unreachable(e))?;
         let client = &self.clients[crate::workers::current() % self.clients.len()];
-        let resp = client.request(req).await.map_err(|e| {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg.push_str(": ");
-                msg.push_str(&s.to_string());
-                src = s.source();
-            }
-            self.unreachable(msg)
-        })?;
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|e| self.request_failed(&e))?;
         let (parts, body) = resp.into_parts();
         Ok(Answer {
             status: parts.status,
@@ -306,14 +300,59 @@ impl Shared {
         })
     }
 
+    /// Why a request got no response, by where it broke: connecting (refused,
+    /// timed out, the TLS handshake), a connection that closed or was reset after
+    /// the request went out, or an answer that is not HTTP.
+    fn request_failed(&self, e: &hyper_util::client::legacy::Error) -> UpstreamError {
+        let name = self.cfg.name.clone();
+        // The outer error only names the step ("client error (Connect)").
+        let cause = std::error::Error::source(e)
+            .map(super::chain)
+            .unwrap_or_else(|| e.to_string());
+        if e.is_connect() {
+            // After the TCP connection, hyper-rustls reports the handshake's
+            // failure as an `io::Error` (the TCP connector's are its own type).
+            let handshake = self.url.scheme_str() == Some("https")
+                && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+            let message = match handshake || is_tls(e) {
+                true => format!("TLS handshake failed: {cause}"),
+                false => cause,
+            };
+            return UpstreamError::Unreachable { name, message };
+        }
+        let parse = sources(e).any(|s| {
+            s.downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_parse)
+        });
+        match parse {
+            true => UpstreamError::NotHttp {
+                name,
+                message: cause,
+            },
+            false => UpstreamError::Dropped {
+                name,
+                message: cause,
+            },
+        }
+    }
+
     /// Read a whole (non-streamed) body, bounded.
     async fn read_all(&self, body: Incoming) -> Result<Bytes, UpstreamError> {
         let limited = http_body_util::Limited::new(body, MAX_JSON_BODY);
-        limited
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .map_err(|e| self.unreachable(format!("reading the response: {e}")))
+        limited.collect().await.map(|c| c.to_bytes()).map_err(|e| {
+            let name = self.cfg.name.clone();
+            match e.is::<http_body_util::LengthLimitError>() {
+                true => UpstreamError::BadResponse {
+                    name,
+                    status: 200,
+                    message: format!("a response body larger than {MAX_JSON_BODY} bytes"),
+                },
+                false => UpstreamError::BrokeOff {
+                    name,
+                    message: super::chain(&*e),
+                },
+            }
+        })
     }
 
     /// A responder that POSTs the answer to a server-to-client request on the session.
@@ -350,6 +389,24 @@ impl Session {
         h.insert(VERSION_HEADER.clone(), self.version.clone());
         h
     }
+}
+
+/// Whether a rustls error is in `e` or its sources, also wrapped in `io::Error`s
+/// (whose `source` skips the error they wrap).
+fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
+    sources(e).any(|s| {
+        s.is::<rustls::Error>()
+            || s.downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| is_tls(inner))
+    })
+}
+
+/// An error and its sources.
+fn sources<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |e| <dyn std::error::Error>::source(*e))
 }
 
 /// Headers mirrored from a modern request's body.

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use super::{Answer, Session, Shared, MAX_RESUME_DELAY_MS};
 use crate::upstream::router::{self, Channel, Route};
-use crate::upstream::{broken, CallEvent, First, RawResult, UpstreamError};
+use crate::upstream::{broken, broken_by, CallEvent, First, RawResult, UpstreamError};
 use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, RpcError};
 use tasklift_protocol::sse::SseParser;
 
@@ -154,6 +154,8 @@ impl Shared {
         let mut parser = SseParser::default();
         let mut body = ans.body;
         let mut resumes = 0;
+        // Why the stream last broke, if it did not simply end.
+        let mut broke: Option<String> = None;
         loop {
             let (events, ended) = match body.frame().await {
                 Some(Ok(frame)) => match frame.into_data() {
@@ -161,7 +163,9 @@ impl Shared {
                     Err(_) => continue,
                 },
                 Some(Err(e)) => {
-                    tracing::warn!(upstream = %name, error = %e, "upstream stream broke");
+                    let cause = crate::upstream::chain(&e);
+                    tracing::warn!(upstream = %name, error = %cause, "upstream stream broke");
+                    broke = Some(cause);
                     (Vec::new(), true)
                 }
                 None => (parser.finish().into_iter().collect(), true),
@@ -207,6 +211,7 @@ impl Shared {
                             Some(b) => {
                                 tracing::debug!(upstream = %name, last_event_id = %last, "resumed the upstream's response stream");
                                 body = b;
+                                broke = None;
                                 let retry = parser.retry_ms;
                                 parser = SseParser::default();
                                 parser.last_event_id = Some(last);
@@ -220,7 +225,11 @@ impl Shared {
                 }
             }
         }
-        let _ = tx.send(CallEvent::Done(Err(broken(name)))).await;
+        let error = match broke {
+            Some(cause) => broken_by(name, &cause),
+            None => broken(name),
+        };
+        let _ = tx.send(CallEvent::Done(Err(error))).await;
     }
 
     /// `pump` for a request that starts or ends an upstream task: a
