@@ -263,6 +263,59 @@ async fn http_errors_are_passed_on_naming_the_status() {
         )
         .await;
     }
+    // A Retry-After longer than tasklift waits out is passed on, with the wait.
+    for code in [503, 429] {
+        let status = format!("HTTP {code}");
+        let before = b.proxy.faulted();
+        b.row(
+            Fault::Status(code, Some("120")),
+            "slow",
+            &[status.as_str(), "Retry-After: 120"],
+        )
+        .await;
+        assert_eq!(
+            b.proxy.faulted() - before,
+            2,
+            "one request for the sync call, one for the task: none was sent again"
+        );
+    }
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn a_short_retry_after_is_waited_out_and_the_request_sent_again() {
+    let b = Bench::start(|_| {}).await;
+    b.works("before the fault").await;
+    for code in [429, 503] {
+        // Refused once, then served: the caller sees only the result.
+        b.proxy.set_times(Fault::Status(code, Some("1")), 1).await;
+        let (requests, faulted) = (b.proxy.requests(), b.proxy.faulted());
+        let a = guarded(
+            "a retried call",
+            b.h.plain_client().call_tool("echo", json!({})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(a.result["content"][0]["text"], "echo done");
+        assert_eq!(b.proxy.faulted() - faulted, 1, "refused once");
+        assert_eq!(b.proxy.requests() - requests, 2, "refused, then sent again");
+        // The same for a call that becomes a task while it waits.
+        b.proxy.set_times(Fault::Status(code, Some("1")), 1).await;
+        let id = b.task_of("slow").await;
+        let t = wait_terminal(&b.h.client(), &id, Duration::from_secs(30)).await;
+        assert_eq!(t["status"], "completed", "{t}");
+        assert_eq!(t["result"]["content"][0]["text"], "slow done");
+    }
+    // An upstream that keeps refusing: a bounded number of tries (the first and
+    // two more), then the refusal is passed on.
+    b.proxy.set(Fault::Status(503, Some("1"))).await;
+    let before = b.proxy.faulted();
+    let e = b.sync_error("echo").await;
+    names(&e.message, &["HTTP 503", "Retry-After: 1"], "503 for good");
+    assert_eq!(b.proxy.faulted() - before, 3, "tried three times");
+    b.nothing_working().await;
+    b.proxy.set(Fault::Pass).await;
+    b.works("after the refusals stop").await;
     b.stop().await;
 }
 

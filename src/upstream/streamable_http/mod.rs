@@ -52,6 +52,13 @@ const MAX_JSON_BODY: usize = 256 * 1024 * 1024;
 /// Longest `retry:` delay honoured before resuming a stream.
 const MAX_RESUME_DELAY_MS: u64 = 5_000;
 
+/// Longest `Retry-After` (of a 429 or 503) tasklift waits out before sending a
+/// request again; a longer one is passed on to the caller.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// How many times one request is sent again after a 429 or 503 with `Retry-After`.
+const MAX_RETRIES: u32 = 2;
+
 /// `Mcp-Session-Id`.
 static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
@@ -251,6 +258,10 @@ impl Shared {
         self.send(Method::POST, Some(body), headers, ctx).await
     }
 
+    /// Send one request. A `429` or `503` whose `Retry-After` asks for a wait of at
+    /// most [`MAX_RETRY_AFTER`] is sent again after that wait, up to [`MAX_RETRIES`]
+    /// times: the server said it did not take the request, so nothing ran twice.
+    /// Any other answer, and the last refusal, is the caller's to see.
     async fn send(
         &self,
         method: Method,
@@ -258,10 +269,7 @@ impl Shared {
         extra: HeaderMap,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
-        let mut req = http::Request::builder()
-            .method(method)
-            .uri(self.url.clone());
-        let h = req.headers_mut().expect("builder is valid");
+        let mut h = HeaderMap::new();
         if body.is_some() {
             h.insert(
                 header::CONTENT_TYPE,
@@ -284,20 +292,40 @@ impl Shared {
         for (k, v) in extra.iter() {
             h.insert(k.clone(), v.clone());
         }
-        let req = req
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| self.unreachable(e))?;
+        let body = Bytes::from(body.unwrap_or_default());
         let client = &self.clients[crate::workers::current() % self.clients.len()];
-        let resp = client
-            .request(req)
-            .await
-            .map_err(|e| self.request_failed(&e))?;
-        let (parts, body) = resp.into_parts();
-        Ok(Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        })
+        let mut retries = 0;
+        loop {
+            let mut req = http::Request::builder()
+                .method(method.clone())
+                .uri(self.url.clone());
+            *req.headers_mut().expect("builder is valid") = h.clone();
+            let req = req
+                .body(Full::new(body.clone()))
+                .map_err(|e| self.unreachable(e))?;
+            let resp = client
+                .request(req)
+                .await
+                .map_err(|e| self.request_failed(&e))?;
+            let (parts, body_in) = resp.into_parts();
+            match retry_after(parts.status, &parts.headers) {
+                Some(wait) if retries < MAX_RETRIES => {
+                    retries += 1;
+                    tracing::info!(upstream = %self.cfg.name, status = %parts.status,
+                        wait_s = wait.as_secs(), attempt = retries,
+                        "the upstream asked to retry later; sending the request again");
+                    drop(body_in);
+                    tokio::time::sleep(wait).await;
+                }
+                _ => {
+                    return Ok(Answer {
+                        status: parts.status,
+                        headers: parts.headers,
+                        body: body_in,
+                    })
+                }
+            }
+        }
     }
 
     /// Why a request got no response, by where it broke: connecting (refused,
@@ -389,6 +417,27 @@ impl Session {
         h.insert(VERSION_HEADER.clone(), self.version.clone());
         h
     }
+}
+
+/// The wait a `429 Too Many Requests` or `503 Service Unavailable` asks for with
+/// `Retry-After` in seconds, if it is short enough to wait out ([`MAX_RETRY_AFTER`]).
+/// An HTTP date is not waited for.
+fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    if !matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        return None;
+    }
+    let secs: u64 = headers
+        .get(header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let wait = Duration::from_secs(secs);
+    (wait <= MAX_RETRY_AFTER).then_some(wait)
 }
 
 /// Whether a rustls error is in `e` or its sources, also wrapped in `io::Error`s

@@ -82,6 +82,7 @@ impl Shared {
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
         if !ans.status.is_success() {
             let status = ans.status;
+            let ans_headers = ans.headers;
             let body = self.read_all(ans.body).await.unwrap_or_default();
             let outcome = match serde_json::from_slice::<Value>(&body)
                 .ok()
@@ -93,7 +94,8 @@ impl Shared {
                 _ => Err(RpcError::new(
                     jsonrpc::UPSTREAM_ERROR,
                     format!(
-                        "upstream {name} answered HTTP {status}: {}",
+                        "upstream {name} answered HTTP {status}{}: {}",
+                        retry_note(&ans_headers),
                         String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
                     ),
                 )),
@@ -296,6 +298,16 @@ impl Shared {
             }
         }
     }
+}
+
+/// ` (Retry-After: 30)` when the answer carries `Retry-After`, for the error a
+/// caller sees: when it may try again.
+fn retry_note(headers: &http::HeaderMap) -> String {
+    headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| format!(" (Retry-After: {})", v.trim()))
+        .unwrap_or_default()
 }
 
 /// A call's own response stream, for the router: everything on it is that call's.
