@@ -16,7 +16,7 @@ use super::engine::Engine;
 use super::{failed, progress_message};
 use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallEvent, ServerRequest};
-use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
+use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR, UPSTREAM_ERROR};
 
 /// Shortest time between two progress writes of one task: a chatty upstream must
 /// not turn every notification into a store write.
@@ -184,8 +184,16 @@ impl Engine {
                                 break;
                             }
                             StopReason::Expired => {
-                                let msg = format!("the task ran past its TTL of {} ms and was cancelled upstream", rec.ttl_ms);
-                                end = Some(failed(RpcError::new(INTERNAL_ERROR, msg)));
+                                // Waiting on the client is not the upstream's fault.
+                                let err = match rec.status() {
+                                    TaskStatus::InputRequired => RpcError::new(INTERNAL_ERROR, format!(
+                                        "the task was still waiting for input at its TTL of {} ms; the call to upstream {upstream} was cancelled",
+                                        rec.ttl_ms)),
+                                    _ => RpcError::new(UPSTREAM_ERROR, format!(
+                                        "upstream {upstream} did not answer within the task's TTL of {} ms; the call was cancelled upstream",
+                                        rec.ttl_ms)),
+                                };
+                                end = Some(failed(err));
                                 rec.expires_at_ms = self.clock().now_ms() + self.expired_grace.as_millis() as u64;
                             }
                         }

@@ -3,6 +3,7 @@
 //! front of a fixture upstream built for the case.
 
 mod common;
+mod fault_proxy;
 mod mock;
 mod proc;
 mod wire;
@@ -15,6 +16,7 @@ mod cli;
 mod crash;
 mod disk;
 mod engine_time;
+mod faults;
 mod front_door;
 mod input_common;
 mod input_legacy;
