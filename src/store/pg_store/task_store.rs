@@ -1,6 +1,8 @@
 //! [`TaskStore`] for PostgreSQL: conditional writes fenced by the lease epoch, each
 //! announced with `NOTIFY`, and reads of records.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::rows::{i, outcome_bytes, record, status_of, u, COLUMNS};
@@ -22,7 +24,39 @@ impl PgStore {
         rows.iter().map(|r| record(r, false)).collect()
     }
 
+    /// Write a record. The end of a task this replica runs is tried again while
+    /// the database fails (it may be restarting) for up to twice the lease: the
+    /// outcome is known here, and the lease is renewed meanwhile once the database
+    /// answers again, so no other replica fails the task in the meantime.
     async fn put_record(&self, rec: &TaskRecord) -> Result<(), StoreError> {
+        let terminal = rec.status().is_terminal();
+        let give_up = tokio::time::Instant::now() + self.lease * 2;
+        let mut wait = Duration::from_millis(50);
+        let r = loop {
+            match self.write_record(rec).await {
+                Err(StoreError::Db(e))
+                    if terminal
+                        && self.owned.contains_key(&rec.id)
+                        && tokio::time::Instant::now() + wait < give_up =>
+                {
+                    tracing::warn!(task.id = %rec.id, error = %e, "could not record the task's end; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+                r => break r,
+            }
+        };
+        if r.is_err() && terminal {
+            // The end was not written (or not known to be): this replica stops
+            // renewing the task's lease, so the task is failed as lost once the
+            // lease lapses instead of staying `working` for as long as this
+            // replica lives.
+            self.owned.remove(&rec.id);
+        }
+        r
+    }
+
+    async fn write_record(&self, rec: &TaskRecord) -> Result<(), StoreError> {
         let outcome = outcome_bytes(rec)?;
         let inputs = Value::Object(rec.input_requests.clone());
         let terminal = rec.status().is_terminal();
@@ -100,9 +134,6 @@ impl TaskStore for PgStore {
                 )
                 .await
                 .map_err(db)?;
-            if running {
-                self.owned.insert(rec.id.clone(), 1);
-            }
             let r = c
                 .query(
                     &st,
@@ -127,9 +158,12 @@ impl TaskStore for PgStore {
                     ],
                 )
                 .await;
-            if let Err(e) = r {
-                self.owned.remove(&rec.id);
-                return Err(db(e));
+            r.map_err(db)?;
+            // Owned once the row is committed: a lease renewal that ran before
+            // the commit would not have found the row and taken the task as lost,
+            // stopping its call and leaving the row `working` behind.
+            if running {
+                self.owned.insert(rec.id.clone(), 1);
             }
             Ok(())
         })
