@@ -279,12 +279,12 @@ async fn rounds(
         if let (Some(cl), true) = (&cluster_name, db_round == Some(round)) {
             // The database goes away under load; every replica lives.
             let from = Instant::now();
+            // Known before the database goes: tasks it fails are judged meanwhile.
+            shared.lock().unwrap().db_restarts.push((from, from));
             let took = cluster::restart_postgres(cl).await?;
-            shared
-                .lock()
-                .unwrap()
-                .db_restarts
-                .push((from, Instant::now()));
+            if let Some(r) = shared.lock().unwrap().db_restarts.last_mut() {
+                r.1 = Instant::now();
+            }
             fig.db_restart = Some(took);
             tokio::time::sleep(Duration::from_secs(1)).await;
             stop.store(true, Ordering::Relaxed);
