@@ -83,9 +83,10 @@ fn assert_zeros(out: &str, rounds: u64) {
     );
     assert_eq!(figure(out, "tasks stuck past their lease:"), 0, "{out}");
     assert_eq!(figure(out, "results lost or changed:"), 0, "{out}");
-    // Each kill left at least the round's long call in flight.
+    // The kills met work in flight (each round's long call runs 2 s or more), and
+    // it was failed with the kill's error: the checks were not vacuous.
     assert!(
-        figure(out, "in flight at a kill and failed for it:") >= figure(out, "kills:"),
+        figure(out, "in flight at a kill and failed for it:") > 0,
         "{out}"
     );
 }

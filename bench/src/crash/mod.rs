@@ -401,7 +401,7 @@ async fn rounds(
         (true, None, _) => println!("PostgreSQL restarts: 0 (SKIPPED: pass --restart-postgres)"),
     }
     println!(
-        "calls: {} ({} answered synchronously, {} failed at the transport around kills)",
+        "calls: {} ({} answered synchronously, {} got an error or no answer, around the kills)",
         f.calls, f.sync_answers, f.call_errors
     );
     println!("handles returned: {handles}");
