@@ -6,6 +6,8 @@
 //!                [--tasks 10000] [--skip nginx,stdio,memory,churn,...] [--out docs/benchmarks] [--quick]
 //! tasklift-bench upstream --listen 127.0.0.1:0      # the baseline upstream alone
 //! tasklift-bench upstream --stdio                   # the same on stdin/stdout
+//! tasklift-bench crash --store sled --rounds 100     # kill -9 at scale (see crash/mod.rs)
+//! tasklift-bench crash --store postgres --replicas 3 --rounds 100 [--restart-postgres]
 //! ```
 //!
 //! Scenarios: pass-through throughput and latency (direct to the upstream, through
@@ -17,6 +19,7 @@
 //! `scripts/bench` installs nginx, builds in release mode and runs this.
 
 mod bench;
+mod crash;
 mod loadgen;
 mod plan;
 mod procs;
@@ -60,6 +63,10 @@ enum Cmd {
         #[arg(long, conflicts_with = "listen")]
         stdio: bool,
     },
+    /// kill -9 at scale: kill tasklift (or one of its PostgreSQL replicas) at random
+    /// moments under load, restart it, and check every task handle ever returned.
+    /// Exits 1 if a handle was missing, a task stuck or a result lost or changed.
+    Crash(crash::CrashArgs),
 }
 
 /// Options of a benchmark run.
@@ -150,6 +157,28 @@ fn main() -> ExitCode {
         Some(Cmd::Upstream {
             listen, threads, ..
         }) => upstream::run(listen, threads),
+        Some(Cmd::Crash(args)) => {
+            let ran = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        tokio::select! {
+                            r = crash::run(args) => r,
+                            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+                        }
+                    })
+                });
+            return match ran {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("tasklift-bench crash: error: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         None => {
             let mut args = cli.run;
             if args.quick {

@@ -105,6 +105,19 @@ impl Proc {
         }
     }
 
+    /// `kill -9` the process (its whole group) and reap it. Fails if it had already
+    /// exited on its own: a crash before the kill is a finding, not a kill.
+    pub async fn kill9(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("{} exited on its own before the kill ({status})", self.name);
+        }
+        let id = self.pid()?;
+        killpg(Pid::from_raw(id as i32), Signal::SIGKILL)
+            .with_context(|| format!("kill -9 {}", self.name))?;
+        self.child.wait().await?;
+        Ok(())
+    }
+
     /// Fail if the process has exited.
     pub fn check_alive(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {

@@ -201,6 +201,19 @@ impl Answer {
         })
     }
 
+    /// The JSON-RPC response as the bytes it came in: the body, or the `data` of
+    /// the last SSE event that is a response.
+    pub fn message_text(&self) -> Option<String> {
+        if !self.sse {
+            return Some(String::from_utf8_lossy(&self.body).into_owned());
+        }
+        sse_data(&self.body).into_iter().rev().find(|d| {
+            serde_json::from_str::<Value>(d).is_ok_and(|m| {
+                m.get("id").is_some() && (m.get("result").is_some() || m.get("error").is_some())
+            })
+        })
+    }
+
     /// Whether the answer is a success that contains `expect`: HTTP 200, a JSON-RPC
     /// response without `"error"`, and the expected bytes.
     pub fn check(&self, expect: &[u8]) -> Result<(), String> {
@@ -243,6 +256,14 @@ pub fn snippet(b: &[u8]) -> String {
 
 /// The JSON messages of an SSE body (`data:` lines joined per event).
 fn sse_messages(body: &[u8]) -> Vec<Value> {
+    sse_data(body)
+        .iter()
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect()
+}
+
+/// The `data` of each event of an SSE body (its `data:` lines joined).
+fn sse_data(body: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(body);
     let mut out = Vec::new();
     let mut data = String::new();
@@ -250,10 +271,7 @@ fn sse_messages(body: &[u8]) -> Vec<Value> {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line.is_empty() {
             if !data.is_empty() {
-                if let Ok(v) = serde_json::from_str(&data) {
-                    out.push(v);
-                }
-                data.clear();
+                out.push(std::mem::take(&mut data));
             }
         } else if let Some(d) = line.strip_prefix("data:") {
             if !data.is_empty() {
@@ -263,9 +281,7 @@ fn sse_messages(body: &[u8]) -> Vec<Value> {
         }
     }
     if !data.is_empty() {
-        if let Ok(v) = serde_json::from_str(&data) {
-            out.push(v);
-        }
+        out.push(data);
     }
     out
 }

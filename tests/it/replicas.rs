@@ -466,6 +466,91 @@ async fn writes_are_compare_and_set_on_status_and_epoch() {
     assert!(a.take_answers(&["task-2".into()]).await.unwrap().is_empty());
 }
 
+/// Found by `tasklift-bench crash --restart-postgres`: tasks that ended while the
+/// database restarted stayed `working` for good, because their replica went on
+/// renewing the lease of every unfinished row naming it, including the rows whose
+/// end it had failed to write and no longer ran.
+#[tokio::test]
+async fn a_task_whose_end_could_not_be_written_lapses_instead_of_staying_working() {
+    let Some(db) = Db::create().await else { return };
+    let lease = Duration::from_secs(1);
+    let a = PgStore::connect(&db.url, 2, lease, None).await.unwrap();
+    let b = PgStore::connect(&db.url, 2, lease, None).await.unwrap();
+    let rec = record("unwritten");
+    a.create(&rec).await.unwrap();
+    a.create(&record("running")).await.unwrap();
+    // The database refuses this task's end, as it does while it restarts.
+    let pg = db.client().await;
+    pg.batch_execute(
+        "ALTER TABLE tasklift_tasks ADD CONSTRAINT refuse_end
+         CHECK (id <> 'unwritten' OR status IN ('working', 'input_required'))",
+    )
+    .await
+    .unwrap();
+    let mut done = rec.clone();
+    done.settle(Settle::Completed(json!({"content": []})))
+        .unwrap();
+    // Tried again for twice the lease, then given up.
+    assert!(a.put(&done).await.is_err(), "the end is refused");
+    pg.batch_execute("ALTER TABLE tasklift_tasks DROP CONSTRAINT refuse_end")
+        .await
+        .unwrap();
+    // A renews its leases past the lease: only the task it still runs is held.
+    let until = Instant::now() + lease + Duration::from_millis(500);
+    while Instant::now() < until {
+        assert!(a.renew_leases().await.unwrap().is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(a.renew_leases().await.unwrap().is_empty());
+    let lost = json!({"code": -32603, "message": "lost"});
+    let reaped = b.reap_lost(0, &lost, 10).await.unwrap();
+    assert_eq!(reaped, vec!["unwritten".to_string()]);
+    let t = b.get("unwritten").await.unwrap().unwrap();
+    assert_eq!(t.status(), TaskStatus::Failed);
+    let t = b.get("running").await.unwrap().unwrap();
+    assert_eq!(
+        t.status(),
+        TaskStatus::Working,
+        "a task A runs keeps its lease"
+    );
+}
+
+/// The end of a task, refused while the database restarts, is written once it is
+/// back (within twice the lease), rather than lost.
+#[tokio::test]
+async fn a_tasks_end_is_written_once_the_database_takes_it_again() {
+    let Some(db) = Db::create().await else { return };
+    let a = PgStore::connect(&db.url, 2, Duration::from_secs(10), None)
+        .await
+        .unwrap();
+    let rec = record("later");
+    a.create(&rec).await.unwrap();
+    let pg = db.client().await;
+    pg.batch_execute(
+        "ALTER TABLE tasklift_tasks ADD CONSTRAINT refuse_end
+         CHECK (status IN ('working', 'input_required'))",
+    )
+    .await
+    .unwrap();
+    let mut done = rec.clone();
+    done.settle(Settle::Completed(json!({"content": [], "n": 1})))
+        .unwrap();
+    // Refused (the constraint is there when it starts), tried again, then taken.
+    let write = tokio::spawn(async move { a.put(&done).await.map(|()| a) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pg.batch_execute("ALTER TABLE tasklift_tasks DROP CONSTRAINT refuse_end")
+        .await
+        .unwrap();
+    let a = tokio::time::timeout(Duration::from_secs(30), write)
+        .await
+        .expect("the write returns")
+        .unwrap()
+        .expect("the end is written once the database takes it");
+    let t = a.get("later").await.unwrap().unwrap();
+    assert_eq!(t.status(), TaskStatus::Completed);
+    assert!(a.renew_leases().await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn per_connection_state_on_another_replica_fails_clearly_and_retryably() {
     let Some((_db, _up, _dir, rs)) = cluster(2, "3s").await else {

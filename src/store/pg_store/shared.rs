@@ -60,20 +60,25 @@ impl PgStore {
     /// Renew this replica's leases (one statement for all its tasks). Returns the
     /// tasks it believed it ran that are no longer its own: settled by another
     /// replica, or failed after its lease lapsed. Their calls must stop.
+    ///
+    /// Only the tasks this replica still runs are renewed, not every unfinished row
+    /// naming it: a row whose call stopped here without its end being written (the
+    /// database was unreachable then) must lapse, so that a replica fails it,
+    /// rather than stay `working` for as long as this replica lives.
     pub async fn renew_leases(&self) -> Result<Vec<String>, StoreError> {
         let before: Vec<String> = self.owned.iter().map(|e| e.key().clone()).collect();
         let c = self.client().await?;
         let st = c
             .prepare_cached(
                 "UPDATE tasklift_tasks SET lease_expires_at = now() + $2::bigint * interval '1 millisecond'
-                 WHERE replica = $1 AND status IN ('working', 'input_required')
+                 WHERE replica = $1 AND id = ANY($3) AND status IN ('working', 'input_required')
                  RETURNING id, lease_epoch",
             )
             .await
             .map_err(db)?;
         let lease_ms = self.lease.as_millis() as i64;
         let rows = c
-            .query(&st, &[&self.replica, &lease_ms])
+            .query(&st, &[&self.replica, &lease_ms, &before])
             .await
             .map_err(db)?;
         let held: std::collections::HashMap<String, i64> =

@@ -1,6 +1,8 @@
 //! [`TaskStore`] for PostgreSQL: conditional writes fenced by the lease epoch, each
 //! announced with `NOTIFY`, and reads of records.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::rows::{i, outcome_bytes, record, status_of, u, COLUMNS};
@@ -33,7 +35,43 @@ impl PgStore {
         r
     }
 
+    /// Write a record. The end of a task this replica runs is tried again on a
+    /// database error for up to twice the lease: the outcome is known here, and the
+    /// lease is renewed meanwhile, so no other replica fails the task in the
+    /// meantime. A database out of space or out of reach is the driver's to retry
+    /// (`is_transient`): those return at once, so the low mode starts at once.
     async fn put_record(&self, rec: &TaskRecord) -> Result<(), StoreError> {
+        let terminal = rec.status().is_terminal();
+        let give_up = tokio::time::Instant::now() + self.lease * 2;
+        let mut wait = Duration::from_millis(50);
+        let r = loop {
+            match self.write_record(rec).await {
+                Err(StoreError::Db(e))
+                    if terminal
+                        && self.owned.contains_key(&rec.id)
+                        && tokio::time::Instant::now() + wait < give_up =>
+                {
+                    tracing::warn!(task.id = %rec.id, error = %e, "could not record the task's end; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+                r => break r,
+            }
+        };
+        if r.as_ref().is_err_and(|e| !e.is_transient()) && terminal {
+            // The end was not written (or not known to be): this replica stops
+            // renewing the task's lease, so the task is failed as lost once the
+            // lease lapses instead of staying `working` for as long as this
+            // replica lives. After a transient failure the driver keeps the
+            // outcome and writes it again (`settle_later`), so the task stays this
+            // replica's meanwhile; should the driver give up, the task's expiry
+            // ends its row.
+            self.owned.remove(&rec.id);
+        }
+        self.watched(r)
+    }
+
+    async fn write_record(&self, rec: &TaskRecord) -> Result<(), StoreError> {
         let outcome = outcome_bytes(rec)?;
         let inputs = Value::Object(rec.input_requests.clone());
         let terminal = rec.status().is_terminal();
@@ -111,9 +149,6 @@ impl TaskStore for PgStore {
                 )
                 .await
                 .map_err(db)?;
-            if running {
-                self.owned.insert(rec.id.clone(), 1);
-            }
             let r = c
                 .query(
                     &st,
@@ -139,8 +174,13 @@ impl TaskStore for PgStore {
                 )
                 .await;
             if let Err(e) = r {
-                self.owned.remove(&rec.id);
                 return self.watched(Err(db(e)));
+            }
+            // Owned once the row is committed: a lease renewal that ran before
+            // the commit would not have found the row and taken the task as lost,
+            // stopping its call and leaving the row `working` behind.
+            if running {
+                self.owned.insert(rec.id.clone(), 1);
             }
             Ok(())
         })
@@ -163,7 +203,7 @@ impl TaskStore for PgStore {
     }
 
     fn put<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.watched(self.put_record(rec).await) })
+        Box::pin(self.put_record(rec))
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
