@@ -172,6 +172,7 @@ impl World {
                     }
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
+                        any |= !r.ended;
                         r.ended = true;
                         break;
                     }
@@ -182,15 +183,20 @@ impl World {
     }
 
     /// Let the sessions' tasks run and read what they send, until nothing moves.
+    /// The runtime polls a bounded number of tasks between two polls of this one,
+    /// so with many streams finishing at once it takes several rounds: keep going
+    /// while anything arrives or ends, and for as many quiet rounds as there are
+    /// streams before calling it settled.
     async fn settle(&mut self) {
+        let enough = 3 + self.producers.len() / 16;
         let mut quiet = 0;
-        for _ in 0..64 {
+        for _ in 0..4096 {
             tokio::task::yield_now().await;
             if self.drain() {
                 quiet = 0;
             } else {
                 quiet += 1;
-                if quiet >= 3 {
+                if quiet >= enough {
                     return;
                 }
             }
