@@ -172,7 +172,7 @@ pub struct Status {
     pub disk_bytes: Option<u64>,
     /// Bytes free for the embedded store and whether that is below the watermark,
     /// when watched.
-    pub free_space: Option<(Option<u64>, bool)>,
+    pub free_space: Option<(Option<u64>, Option<String>)>,
     /// The most recent tasks, newest first (records without outcomes).
     pub recent: Vec<TaskRecord>,
     /// Now, unix milliseconds (for ages).
@@ -219,7 +219,10 @@ impl Status {
             tasks,
             running: state.engine.running_count(),
             disk_bytes: state.engine.health().await.ok().map(|s| s.disk_bytes),
-            free_space: state.engine.disk().map(|d| (d.free_bytes(), d.is_low())),
+            free_space: state
+                .engine
+                .disk()
+                .map(|d| (d.free_bytes(), d.is_low().then(|| d.why_low()))),
             recent,
             now_ms: state.engine.now_ms(),
         }
@@ -305,15 +308,16 @@ impl Status {
              store on disk: {disk}</p>",
             self.running
         );
-        if let Some((free, low)) = self.free_space {
+        if let Some((free, low)) = &self.free_space {
             let free = free.map_or("unknown".to_string(), |b| format!("{b} bytes"));
             let _ = match low {
-                true => writeln!(
+                Some(why) => writeln!(
                     o,
-                    "<p class=\"bad\" id=\"low-space\">free space: {free}, below store.min_free_bytes: \
-                     no new tasks are created (calls run synchronously) until space is freed</p>"
+                    "<p class=\"bad\" id=\"low-space\">{}: \
+                     no new tasks are created (calls run synchronously) until space is freed</p>",
+                    escape(why)
                 ),
-                false => writeln!(o, "<p>free space: {free}</p>"),
+                None => writeln!(o, "<p>free space: {free}</p>"),
             };
         }
 

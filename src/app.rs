@@ -76,7 +76,7 @@ pub struct Running {
 /// Start tasklift with a validated configuration.
 pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let started = std::time::Instant::now();
-    let (store, key, changes): (Arc<dyn TaskStore>, _, _) = match &cfg.store.url {
+    let (store, key, changes, pg): (Arc<dyn TaskStore>, _, _, _) = match &cfg.store.url {
         Some(url) => {
             let pg = PgStore::connect(
                 url,
@@ -92,7 +92,8 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             };
             tracing::info!(replica = pg.replica(), lease = ?cfg.store.lease, "using the shared PostgreSQL task store");
             let changes = pg.take_changes();
-            (Arc::new(pg), key, changes)
+            let pg = Arc::new(pg);
+            (pg.clone(), key, changes, Some(pg))
         }
         None => {
             let store = SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?;
@@ -105,16 +106,18 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
                     })?
                 }
             };
-            (Arc::new(store), key, None)
+            (Arc::new(store), key, None, None)
         }
     };
     let metrics = Arc::new(crate::observe::metrics::Metrics::default());
-    // The embedded store's free space, against store.min_free_bytes.
-    let disk = cfg.store.url.is_none().then(|| {
-        crate::store::space::DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes)
+    // The embedded store's free space, against store.min_free_bytes; for
+    // PostgreSQL, whether the database refuses writes for lack of space.
+    let disk = Some(match &pg {
+        Some(pg) => pg.space(),
+        None => crate::store::space::DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes),
     });
     let engine = Engine::new(
-        store,
+        store.clone(),
         EngineSettings {
             limits: cfg.limits.clone(),
             metrics: metrics.clone(),
@@ -163,7 +166,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         None => None,
     };
     let (shutdown, rx) = watch::channel(false);
-    let legacy = front::legacy::Legacy::new(cfg.legacy.clone(), mounts.keys());
+    let legacy = front::legacy::Legacy::new(cfg.legacy.clone(), mounts.keys(), Some(store));
     let state = Arc::new(State {
         mounts,
         engine: engine.clone(),
@@ -197,13 +200,15 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         cfg.tasks.sweep_interval,
         rx.clone(),
     ))];
-    if let Some(d) = disk {
-        let every = crate::store::space::MEASURE_EVERY;
-        background.push(tokio::spawn(crate::store::space::watch(
+    let every = crate::store::space::MEASURE_EVERY;
+    match (pg, disk) {
+        (Some(pg), _) => background.push(tokio::spawn(pg.watch_space(every, rx.clone()))),
+        (None, Some(d)) => background.push(tokio::spawn(crate::store::space::watch(
             d,
             every,
             rx.clone(),
-        )));
+        ))),
+        (None, None) => {}
     }
     if let Some(changes) = changes {
         background.push(tokio::spawn(crate::tasks::replicas::run(

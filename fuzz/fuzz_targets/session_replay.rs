@@ -12,7 +12,8 @@
 //!   call stream, or at the next notification on the standalone stream);
 //! - an event id always names the same message;
 //! - `notify` never blocks on a reader that keeps up;
-//! - a finished stream's readers end, and every reader ends when its session does.
+//! - a finished stream's readers end, and every reader ends when its session does;
+//! - a resumed request whose stream is gone gets one error and nothing else.
 #![no_main]
 
 use std::collections::HashMap;
@@ -101,6 +102,8 @@ struct Reader {
     stream: Option<u64>,
     last: Option<u64>,
     ended: bool,
+    /// Got the error for a request whose stream is gone.
+    lost: bool,
     /// Opened before its session closed (so it must end when the session does).
     before_close: bool,
 }
@@ -136,6 +139,15 @@ impl World {
                         any = true;
                         match item {
                             StreamItem::Event { id, message } => {
+                                assert!(!r.lost, "an event after a lost request's error");
+                                if message.get("error").is_some() {
+                                    // A resumed request whose stream is gone is
+                                    // answered with an error, on its own.
+                                    assert_eq!(r.last, None, "a lost request's error mid-stream");
+                                    assert!(message.get("id").is_some(), "{message}");
+                                    r.lost = true;
+                                    continue;
+                                }
                                 let t = tag_of(&message);
                                 check_event(r, t);
                                 let key = (r.session, id);
@@ -225,6 +237,7 @@ impl World {
             stream: None,
             last: None,
             ended: false,
+            lost: false,
             before_close: !self.closed[session],
         });
     }
@@ -356,7 +369,9 @@ async fn run(data: &[u8]) {
             0 => {
                 w.streams += 1;
                 let (tx, rx) = mpsc::channel(16);
-                let out = w.sessions[s].resumable(rx, |v| v);
+                // Most calls answer a request, whose id goes into the event ids.
+                let request = (op & 0x40 == 0).then(|| json!(w.streams));
+                let out = w.sessions[s].resumable(rx, request.as_ref(), |v| v);
                 w.producers.push(Producer {
                     session: s,
                     stream: w.streams,
@@ -370,6 +385,7 @@ async fn run(data: &[u8]) {
                     stream: None,
                     last: None,
                     ended: false,
+                    lost: false,
                     before_close: !w.closed[s],
                 });
             }

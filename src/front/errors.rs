@@ -87,6 +87,8 @@ pub enum Rejected {
     },
     /// The caller already has `legacy.max_sessions_per_principal` sessions.
     TooManySessions(String),
+    /// A kept legacy session could not be read from the store (it may be there).
+    StoreUnavailable(String),
     /// A legacy GET that does not accept `text/event-stream`.
     NotAcceptable,
     /// A legacy request the session cannot take (a batch, a second initialize, …).
@@ -114,6 +116,7 @@ impl Rejected {
             Self::Unauthorized(_) => Source::Auth,
             Self::SessionNotFound { .. }
             | Self::TooManySessions(_)
+            | Self::StoreUnavailable(_)
             | Self::NotAcceptable
             | Self::BadSessionRequest(_) => Source::Session,
             Self::Task(_) => Source::Tasks,
@@ -138,6 +141,7 @@ impl Rejected {
             | Self::BadSessionRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::TooManySessions(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             // In-band: the request was understood, and the answer is an error.
             Self::Task(_) | Self::Limit(_) => StatusCode::OK,
@@ -189,6 +193,10 @@ impl Rejected {
                 INVALID_REQUEST,
                 format!("Too many sessions: {e} (legacy.max_sessions_per_principal); close one with DELETE"),
             ),
+            Self::StoreUnavailable(m) => RpcError::new(
+                tasklift_protocol::jsonrpc::INTERNAL_ERROR,
+                format!("Session unavailable: {m}"),
+            ),
             Self::NotAcceptable => RpcError::new(
                 INVALID_REQUEST,
                 "Not Acceptable: the GET stream is text/event-stream",
@@ -211,6 +219,10 @@ impl Rejected {
             Self::Unauthorized(_) => {
                 r.headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::StoreUnavailable(_) => {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
         }

@@ -449,7 +449,7 @@ pub async fn readyz(state: &State) -> Response<RespBody> {
     let disk = state
         .engine
         .disk()
-        .map(|d| json!({"free_bytes": d.free_bytes(), "min_free_bytes": d.min_free(), "low": low}));
+        .map(|d| json!({"free_bytes": d.free_bytes(), "min_free_bytes": d.min_free(), "low": low, "store_refused_write": d.store_refused()}));
     match state.engine.health().await {
         Ok(s) if upstreams.is_empty() => {
             let mut ready = json!({
@@ -461,8 +461,11 @@ pub async fn readyz(state: &State) -> Response<RespBody> {
             if let Some(d) = disk {
                 ready["disk"] = d;
             }
-            if low {
-                ready["degraded"] = json!("free space is below store.min_free_bytes: no new tasks are created until space is freed");
+            if let Some(d) = state.engine.disk().filter(|_| low) {
+                ready["degraded"] = json!(format!(
+                    "{}: no new tasks are created until space is freed",
+                    d.why_low()
+                ));
             }
             json_response(StatusCode::OK, &ready)
         }

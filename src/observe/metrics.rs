@@ -357,7 +357,7 @@ impl Metrics {
         if let Some(low) = snap.store_low_space {
             let _ = write!(
                 out,
-                "# HELP tasklift_store_low_space 1 while free space is below store.min_free_bytes (no new tasks are created).\n# TYPE tasklift_store_low_space gauge\ntasklift_store_low_space {}\n",
+                "# HELP tasklift_store_low_space 1 while free space is below store.min_free_bytes or the database refuses writes (no new tasks are created).\n# TYPE tasklift_store_low_space gauge\ntasklift_store_low_space {}\n",
                 u8::from(low)
             );
         }

@@ -4,6 +4,7 @@
 
 mod pg_store;
 mod record;
+mod sessions;
 mod sled_store;
 pub mod space;
 
@@ -14,6 +15,7 @@ use serde_json::{Map, Value};
 
 pub use pg_store::{Change, PgStore};
 pub use record::{NewTask, Settle, Settled, TaskOutcome, TaskRecord, TaskStatus};
+pub use sessions::{SessionRecord, SessionStore};
 pub use sled_store::{dir_size, result_file, SledStore};
 
 /// A boxed future returned by store methods (keeps the trait object-safe).
@@ -33,6 +35,13 @@ pub enum StoreError {
         /// Why.
         source: std::io::Error,
     },
+    /// The database refused a write for lack of space (PostgreSQL `53100
+    /// disk_full`). Reads still work; writes may again once space is freed.
+    #[error("task store: the database is out of space: {0}")]
+    Full(String),
+    /// The database cannot be reached (connection lost, server down).
+    #[error("task store unavailable: {0}")]
+    Unavailable(String),
     /// Another process (a running tasklift) holds the database's lock.
     #[error("the data directory {dir} is in use by another tasklift process ({detail})")]
     InUse {
@@ -56,6 +65,14 @@ pub enum StoreError {
         /// Decoder message.
         message: String,
     },
+}
+
+impl StoreError {
+    /// Whether the same write may succeed later without anything changing in it:
+    /// the database ran out of space or could not be reached.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Full(_) | Self::Unavailable(_))
+    }
 }
 
 /// Figures for operators and tests.
@@ -113,6 +130,11 @@ pub trait TaskStore: Send + Sync + 'static {
     fn flush(&self) -> StoreFuture<'_, ()>;
     /// What only a store shared by replicas does, when this is one.
     fn shared(&self) -> Option<&dyn SharedStore> {
+        None
+    }
+    /// Where legacy client sessions are kept across restarts, when this store
+    /// keeps them.
+    fn sessions(&self) -> Option<&dyn SessionStore> {
         None
     }
 }

@@ -5,6 +5,7 @@
 //! - `db/`: sled. Tree `tasks` maps task id to the JSON record; tree `expiry` maps
 //!   `expires_at_ms (big endian) ++ task id` to nothing, so the sweeper reads expired
 //!   ids in order without scanning every record.
+//!   Tree `sessions` maps a legacy client session id to its JSON `SessionRecord`.
 //! - `results/<id>.json`: outcomes larger than `large_result_bytes`, and every
 //!   outcome that would make the stored record larger than [`SLED_RECORD_MAX`]. The
 //!   record of such a task is stored without its outcome, and `get` reads the file;
@@ -25,7 +26,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::{StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord, TaskStatus, TaskStore};
+use super::{
+    SessionRecord, SessionStore, StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord,
+    TaskStatus, TaskStore,
+};
 
 /// sled-backed `TaskStore`.
 #[derive(Clone)]
@@ -40,6 +44,8 @@ struct Inner {
     tasks: sled::Tree,
     /// expires_at ++ id -> ().
     expiry: sled::Tree,
+    /// Legacy client session id -> its JSON [`SessionRecord`].
+    sessions: sled::Tree,
     /// Directory of large result files.
     results_dir: PathBuf,
     /// The whole data directory (for disk figures).
@@ -259,11 +265,13 @@ impl SledStore {
             })?;
         let tasks = db.open_tree("tasks").map_err(db_err)?;
         let expiry = db.open_tree("expiry").map_err(db_err)?;
+        let sessions = db.open_tree("sessions").map_err(db_err)?;
         let store = Self {
             inner: Arc::new(Inner {
                 commit: GroupCommit::new(Box::new(move || db.flush().map(|_| ()))),
                 tasks,
                 expiry,
+                sessions,
                 results_dir,
                 data_dir: data_dir.to_path_buf(),
                 large_result_bytes,
@@ -598,6 +606,101 @@ impl TaskStore for SledStore {
 
     fn flush(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.inner.commit.commit())
+    }
+
+    fn sessions(&self) -> Option<&dyn SessionStore> {
+        Some(self)
+    }
+}
+
+impl SledStore {
+    fn session_record(&self, id: &str, bytes: &[u8]) -> Result<SessionRecord, StoreError> {
+        serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+            id: format!("session {id}"),
+            message: e.to_string(),
+        })
+    }
+}
+
+impl SessionStore for SledStore {
+    fn save_session<'a>(&'a self, rec: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let json = serde_json::to_vec(rec).expect("records serialize");
+            self.inner
+                .sessions
+                .insert(rec.id.as_bytes(), json)
+                .map_err(db_err)?;
+            self.inner.commit.commit().await
+        })
+    }
+
+    fn load_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
+        Box::pin(async move {
+            match self.inner.sessions.get(id.as_bytes()).map_err(db_err)? {
+                Some(b) => self.session_record(id, &b).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn touch_sessions<'a>(&'a self, seen: &'a [(String, u64)]) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            let mut gone = Vec::new();
+            for (id, at) in seen {
+                let Some(b) = self.inner.sessions.get(id.as_bytes()).map_err(db_err)? else {
+                    gone.push(id.clone());
+                    continue;
+                };
+                let mut rec = self.session_record(id, &b)?;
+                if rec.last_seen_ms >= *at {
+                    continue;
+                }
+                rec.last_seen_ms = *at;
+                let json = serde_json::to_vec(&rec).expect("records serialize");
+                // Only if nobody dropped or replaced it meanwhile.
+                let _ = self
+                    .inner
+                    .sessions
+                    .compare_and_swap(id.as_bytes(), Some(b), Some(json))
+                    .map_err(db_err)?;
+            }
+            Ok(gone)
+        })
+    }
+
+    fn drop_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.inner
+                .sessions
+                .remove(id.as_bytes())
+                .map_err(db_err)
+                .map(drop)
+        })
+    }
+
+    fn purge_sessions(&self, before_ms: u64) -> StoreFuture<'_, usize> {
+        Box::pin(async move {
+            let mut gone = 0;
+            for kv in self.inner.sessions.iter() {
+                let (k, v) = kv.map_err(db_err)?;
+                let id = String::from_utf8_lossy(&k).into_owned();
+                // A record that cannot be read is of no use to anyone: it goes too.
+                let stale = self
+                    .session_record(&id, &v)
+                    .map_or(true, |r| r.last_seen_ms < before_ms);
+                if stale
+                    && self
+                        .inner
+                        .sessions
+                        .compare_and_swap(&k, Some(v), None as Option<&[u8]>)
+                        .map_err(db_err)?
+                        .is_ok()
+                {
+                    gone += 1;
+                }
+            }
+            Ok(gone)
+        })
     }
 }
 

@@ -7,11 +7,20 @@
 //! above the filesystem's end (the watermark is that reserve); `tasks/get` keeps
 //! answering. The figure is measured every second (`watch`), so tasklift leaves
 //! the low-space mode by itself once space is freed.
+//!
+//! A database server's space (PostgreSQL) cannot be measured from here:
+//! [`DiskSpace::database`] is low while the database refuses writes for lack of
+//! space (`53100 disk_full`) or cannot be reached, as the store reports
+//! ([`DiskSpace::refused_write`]), until a probe write succeeds.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+const OK: u8 = 0;
+const FULL: u8 = 1;
+const UNREACHABLE: u8 = 2;
 
 /// How often the free space is measured.
 pub const MEASURE_EVERY: Duration = Duration::from_secs(1);
@@ -62,6 +71,12 @@ pub struct DiskSpace {
     known: AtomicBool,
     /// `free < min_free` at the last good measurement.
     low: AtomicBool,
+    /// The store itself refused a write (PostgreSQL's `53100 disk_full`, or the
+    /// database out of reach), until a probe write succeeds again: one of
+    /// `REFUSED_*`.
+    refused: std::sync::atomic::AtomicU8,
+    /// A database server's space, which tasklift cannot measure: only `refused`.
+    database: bool,
 }
 
 impl DiskSpace {
@@ -73,6 +88,8 @@ impl DiskSpace {
             free: AtomicU64::new(0),
             known: AtomicBool::new(false),
             low: AtomicBool::new(false),
+            refused: std::sync::atomic::AtomicU8::new(OK),
+            database: false,
         });
         if let Err(e) = s.measure() {
             tracing::warn!(dir = %s.dir.display(), error = %e, "cannot measure the free space of the data directory");
@@ -80,9 +97,74 @@ impl DiskSpace {
         s
     }
 
+    /// The space of a database server (PostgreSQL): not measured; low while the
+    /// database refuses writes for lack of space.
+    pub fn database() -> Arc<Self> {
+        Arc::new(Self {
+            dir: PathBuf::new(),
+            min_free: 0,
+            free: AtomicU64::new(0),
+            known: AtomicBool::new(false),
+            low: AtomicBool::new(false),
+            refused: std::sync::atomic::AtomicU8::new(OK),
+            database: true,
+        })
+    }
+
+    /// The store refused a write for lack of space (`unreachable`: could not be
+    /// reached): no new tasks until a probe write succeeds
+    /// ([`DiskSpace::writes_again`]).
+    pub fn refused_write(&self, unreachable: bool, detail: &str) {
+        let why = if unreachable { UNREACHABLE } else { FULL };
+        if self.refused.swap(why, Ordering::Relaxed) != why {
+            let what = if unreachable {
+                "cannot be reached"
+            } else {
+                "is out of space"
+            };
+            tracing::warn!(error = %detail, "the task store {what}: no new tasks are created (calls run synchronously; tools that run only as tasks are refused) until it takes writes again; running tasks keep retrying their outcome");
+        }
+    }
+
+    /// A probe write succeeded: tasks again.
+    pub fn writes_again(&self) {
+        if self.refused.swap(OK, Ordering::Relaxed) != OK {
+            tracing::info!("the task store takes writes again: calls become tasks again");
+        }
+    }
+
+    /// Whether the store refused a write (for lack of space, or out of reach) and
+    /// no probe has succeeded since.
+    pub fn store_refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed) != OK
+    }
+
+    /// Whether the store could not be reached at its last refused write.
+    pub fn store_unreachable(&self) -> bool {
+        self.refused.load(Ordering::Relaxed) == UNREACHABLE
+    }
+
+    /// What the low mode is, for `/readyz`, the status page and errors.
+    pub fn why_low(&self) -> String {
+        if self.store_unreachable() {
+            "the task store's database cannot be reached".into()
+        } else if self.store_refused() {
+            "the task store's database refused a write for lack of space (53100 disk_full)".into()
+        } else {
+            format!(
+                "free space ({} bytes) is below store.min_free_bytes ({})",
+                self.free_bytes().unwrap_or(0),
+                self.min_free
+            )
+        }
+    }
+
     /// Measure now; returns the bytes available. A failed measurement keeps the
     /// last figure.
     pub fn measure(&self) -> std::io::Result<u64> {
+        if self.database {
+            return Ok(0);
+        }
         let st = nix::sys::statvfs::statvfs(&self.dir).map_err(std::io::Error::from)?;
         let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
         self.free.store(free, Ordering::Relaxed);
@@ -92,9 +174,10 @@ impl DiskSpace {
         Ok(free)
     }
 
-    /// Whether free space was below the watermark at the last measurement.
+    /// Whether free space was below the watermark at the last measurement, or the
+    /// store refused a write for lack of space.
     pub fn is_low(&self) -> bool {
-        self.low.load(Ordering::Relaxed)
+        self.low.load(Ordering::Relaxed) || self.store_refused()
     }
 
     /// Bytes available at the last measurement, if one succeeded.

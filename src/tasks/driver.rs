@@ -16,7 +16,7 @@ use super::engine::Engine;
 use super::{failed, progress_message};
 use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallEvent, ServerRequest};
-use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
+use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR, UPSTREAM_ERROR};
 
 /// Shortest time between two progress writes of one task: a chatty upstream must
 /// not turn every notification into a store write.
@@ -184,8 +184,16 @@ impl Engine {
                                 break;
                             }
                             StopReason::Expired => {
-                                let msg = format!("the task ran past its TTL of {} ms and was cancelled upstream", rec.ttl_ms);
-                                end = Some(failed(RpcError::new(INTERNAL_ERROR, msg)));
+                                // Waiting on the client is not the upstream's fault.
+                                let err = match rec.status() {
+                                    TaskStatus::InputRequired => RpcError::new(INTERNAL_ERROR, format!(
+                                        "the task was still waiting for input at its TTL of {} ms; the call to upstream {upstream} was cancelled",
+                                        rec.ttl_ms)),
+                                    _ => RpcError::new(UPSTREAM_ERROR, format!(
+                                        "upstream {upstream} did not answer within the task's TTL of {} ms; the call was cancelled upstream",
+                                        rec.ttl_ms)),
+                                };
+                                end = Some(failed(err));
                                 rec.expires_at_ms = self.clock().now_ms() + self.expired_grace.as_millis() as u64;
                             }
                         }
@@ -234,7 +242,13 @@ impl Engine {
         drop(o.meter.take());
         drop(o.slot.take());
         drop(o.active.take());
-        if let Err(e) = self.store().put(&rec).await {
+        let mut stored = self.store().put(&rec).await;
+        if let Err(e) = &stored {
+            if e.is_transient() {
+                stored = self.settle_later(&rec, e).await;
+            }
+        }
+        if let Err(e) = stored {
             if let StoreError::Conflict { .. } = e {
                 self.settled_elsewhere(&rec.id, "task was settled by another replica first")
                     .await;
@@ -253,6 +267,28 @@ impl Engine {
         self.publish(&rec);
         tracing::info!(status = rec.status().as_str(), "task settled");
         self.running.remove(&rec.id);
+    }
+
+    /// The final write failed because the database is out of space or out of
+    /// reach: keep the outcome and write it again, backing off up to 5 s, until
+    /// the store takes it, or the task would have expired anyway.
+    async fn settle_later(&self, rec: &TaskRecord, first: &StoreError) -> Result<(), StoreError> {
+        tracing::warn!(error = %first, "could not record the task's final state; keeping it and retrying until the task store takes it");
+        let mut wait = std::time::Duration::from_millis(250);
+        loop {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(std::time::Duration::from_secs(5));
+            match self.store().put(rec).await {
+                Ok(()) => {
+                    tracing::info!("recorded the task's final state after retrying");
+                    return Ok(());
+                }
+                Err(e) if e.is_transient() && self.clock().now_ms() < rec.expires_at_ms => {
+                    tracing::debug!(error = %e, "the task store still does not take the task's final state");
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Another replica's state stands (shared store): show it to local listeners and

@@ -242,9 +242,15 @@ impl Engine {
         if let Some(d) = low {
             // No room to store a new task: a tool that runs only as a task is
             // refused before anything runs; any other runs synchronously.
-            let e = super::limits::LimitError::LowDisk {
-                free: d.free_bytes().unwrap_or(0),
-                min: d.min_free(),
+            let e = if d.store_unreachable() {
+                super::limits::LimitError::StoreUnreachable
+            } else if d.store_refused() {
+                super::limits::LimitError::StoreFull
+            } else {
+                super::limits::LimitError::LowDisk {
+                    free: d.free_bytes().unwrap_or(0),
+                    min: d.min_free(),
+                }
             };
             self.metrics.limit_hit(e.setting());
             if policy.mode == ToolMode::Required {

@@ -53,6 +53,12 @@ pub enum LimitError {
         /// `store.min_free_bytes`.
         min: u64,
     },
+    /// The task store's database refuses writes for lack of space.
+    #[error("tasklift's task store is out of space (its database refused a write: 53100 disk_full): no new task can be stored, and this tool runs only as a task; retry once space is freed (tasks already created stay readable)")]
+    StoreFull,
+    /// The task store's database cannot be reached.
+    #[error("tasklift's task store cannot be reached: no new task can be stored, and this tool runs only as a task; retry shortly (tasklift checks the store every second)")]
+    StoreUnreachable,
     /// A result too large to store.
     #[error("the tool's result is {size} bytes, over the limit of {max} bytes a task may store (limits.max_result_bytes)")]
     ResultTooLarge {
@@ -72,6 +78,8 @@ impl LimitError {
             Self::PollTooFast { .. } => "poll_rate_limit",
             Self::ResultTooLarge { .. } => "max_result_bytes",
             Self::LowDisk { .. } => "min_free_bytes",
+            Self::StoreFull => "store_full",
+            Self::StoreUnreachable => "store_unreachable",
         }
     }
 }

@@ -1,5 +1,5 @@
 //! How reaching an upstream fails (`UpstreamError`), and the error of a call whose
-//! upstream stream ended without an answer (`broken`).
+//! upstream stream ended without an answer (`broken`, `broken_by`).
 
 use tasklift_protocol::jsonrpc::{RpcError, UPSTREAM_ERROR};
 
@@ -13,6 +13,41 @@ pub enum UpstreamError {
         name: String,
         /// Cause.
         message: String,
+    },
+    /// The connection was made and the request sent, but it closed (or was reset)
+    /// before any response: the request may have reached the upstream.
+    #[error("upstream {name} dropped the connection before answering (the request may have reached it): {message}")]
+    Dropped {
+        /// Upstream name.
+        name: String,
+        /// Cause.
+        message: String,
+    },
+    /// What came back is not HTTP.
+    #[error("upstream {name} answered with something that is not HTTP: {message}")]
+    NotHttp {
+        /// Upstream name.
+        name: String,
+        /// What the HTTP parser said.
+        message: String,
+    },
+    /// The response started, then its body broke off.
+    #[error("upstream {name}'s response broke off before the answer: {message}")]
+    BrokeOff {
+        /// Upstream name.
+        name: String,
+        /// Cause.
+        message: String,
+    },
+    /// No answer came in time.
+    #[error("upstream {name} did not answer {what} within {within:?}")]
+    NoAnswer {
+        /// Upstream name.
+        name: String,
+        /// What was asked.
+        what: &'static str,
+        /// How long tasklift waited.
+        within: std::time::Duration,
     },
     /// The upstream answered with something that is not MCP.
     #[error("upstream {name} answered HTTP {status}: {message}")]
@@ -47,4 +82,31 @@ pub fn broken(upstream: &str) -> RpcError {
         UPSTREAM_ERROR,
         format!("upstream {upstream} closed the connection before answering"),
     )
+}
+
+/// The error for a call whose upstream response stream broke (`cause`: why,
+/// e.g. a reset connection) before it carried the response.
+pub fn broken_by(upstream: &str, cause: &str) -> RpcError {
+    RpcError::new(
+        UPSTREAM_ERROR,
+        format!("upstream {upstream}'s response stream broke before the answer: {cause}"),
+    )
+}
+
+/// An error and its sources, as one line (`connection error: Connection reset by
+/// peer (os error 104)`): the outermost error of a client library often says only
+/// which step failed, and the cause is further in.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let next = s.to_string();
+        // Wrappers often repeat their source's text; say it once.
+        if !msg.ends_with(&next) {
+            msg.push_str(": ");
+            msg.push_str(&next);
+        }
+        src = s.source();
+    }
+    msg
 }

@@ -37,7 +37,7 @@ pub use era::{
     cancelled_notification, discover_from_initialize, legacy_request, modern_meta, wire_message,
     Era,
 };
-pub use error::{broken, UpstreamError};
+pub use error::{broken, broken_by, chain, UpstreamError};
 pub use listen::{agreed_by_capabilities, notification_wanted, Listening};
 
 /// A boxed future for upstream methods.

@@ -159,15 +159,23 @@ async fn elicitation_round_trip(version: &str, answer: Value, expected: &str) {
     assert_eq!(last["result"]["content"][0]["text"], expected, "{last}");
     assert!(last["result"].get("resultType").is_none(), "{last}");
 
-    // Event ids (stream_seq), unique; 2025-11-25 streams open with a priming event.
+    // Event ids (process_stream_seq_request), unique, all of one stream and one
+    // request; 2025-11-25 streams open with a priming event.
     let events = done.events();
     let ids: Vec<&str> = events.iter().filter_map(|e| e.id.as_deref()).collect();
     assert_eq!(ids.len(), events.len(), "every event has an id: {events:?}");
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), ids.len());
+    let mut streams = HashSet::new();
     for id in &ids {
-        let (a, b) = id.split_once('_').unwrap_or_else(|| panic!("{id}"));
-        assert!(a.parse::<u64>().is_ok() && b.parse::<u64>().is_ok(), "{id}");
+        let parts: Vec<&str> = id.splitn(4, '_').collect();
+        assert_eq!(parts.len(), 4, "{id}");
+        assert!(
+            parts[1].parse::<u64>().is_ok() && parts[2].parse::<u64>().is_ok(),
+            "{id}"
+        );
+        streams.insert((parts[0], parts[1], parts[3]));
     }
+    assert_eq!(streams.len(), 1, "{ids:?}");
     let priming = events[0].message().is_none();
     assert_eq!(priming, version == V25, "{version}: {events:?}");
     if priming {

@@ -3,6 +3,7 @@
 //! front of a fixture upstream built for the case.
 
 mod common;
+mod fault_proxy;
 mod mock;
 mod proc;
 mod wire;
@@ -15,6 +16,7 @@ mod cli;
 mod crash;
 mod disk;
 mod engine_time;
+mod faults;
 mod front_door;
 mod input_common;
 mod input_legacy;
@@ -34,10 +36,12 @@ mod metrics;
 mod peers_clients;
 mod peers_node;
 mod peers_python;
+mod pg_space;
 mod replicas;
 mod rmcp_peer;
 mod rules;
 mod security;
+mod session_restart;
 mod sessions;
 mod shutdown;
 mod stdio;

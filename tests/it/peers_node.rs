@@ -75,7 +75,7 @@ pub(crate) fn peers_dir() -> Option<PathBuf> {
     installed.then_some(dir)
 }
 
-fn peers_or_skip() -> Option<PathBuf> {
+pub(crate) fn peers_or_skip() -> Option<PathBuf> {
     or_skip(
         peers_dir(),
         "tests/peers/node is not installed: run scripts/install-peers-node",

@@ -501,8 +501,7 @@ async fn per_connection_state_on_another_replica_fails_clearly_and_retryably() {
         "the replica that parked it resumes it: {done}"
     );
 
-    // Legacy sessions live on the replica that opened them: elsewhere they are
-    // unknown (404), which tells a 2025 client to initialize again.
+    // Legacy sessions are kept in the store: any replica serves them.
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     let h = [
         ("content-type", "application/json"),
@@ -517,7 +516,7 @@ async fn per_connection_state_on_another_replica_fails_clearly_and_retryably() {
     hs.push(("mcp-protocol-version", "2025-11-25"));
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     let elsewhere = crate::common::raw("POST", &rs[1].url, &hs, list).await;
-    assert_eq!(elsewhere.status, 404, "{}", elsewhere.body);
+    assert_eq!(elsewhere.status, 200, "{}", elsewhere.body);
     let home = crate::common::raw("POST", &rs[0].url, &hs, list).await;
     assert_eq!(home.status, 200, "{}", home.body);
 }
@@ -587,4 +586,72 @@ async fn a_blocked_tasks_result_on_another_replica_wakes_when_the_task_ends() {
     .expect("tasks/result on the other replica returns once the task ends");
     let res = crate::input_common::result(&waited);
     assert_eq!(res["content"][0]["text"], "computed x in 1 s", "{res}");
+}
+
+#[tokio::test]
+async fn a_legacy_session_opened_on_one_replica_is_served_by_the_others() {
+    let Some((_db, up, dir, mut rs)) = cluster(3, "2s").await else {
+        return;
+    };
+    use crate::common::LegacyClient;
+    let alice = [("authorization", "Bearer alice-token")];
+    let (c, _) = LegacyClient::start_with(&rs[0].url, "2025-06-18", json!({}), &alice).await;
+    let greet = |c: &LegacyClient, id: u64| {
+        let c = c.clone();
+        async move {
+            let r = c
+                .request(
+                    id,
+                    "tools/call",
+                    json!({"name": "greet", "arguments": {"name": "Ann"}}),
+                )
+                .await;
+            assert_eq!(r.status, 200, "{r:?}");
+            let text = crate::input_common::result(&r)["content"][0]["text"].clone();
+            assert!(text.as_str().is_some_and(|t| t.contains("Ann")), "{r:?}");
+        }
+    };
+    greet(&c, 2).await;
+    let mut on1 = c.clone();
+    on1.url = rs[1].url.clone();
+    greet(&on1, 3).await;
+    // Another caller gets nothing on any replica.
+    let bob = on1.with_extra(&[("authorization", "Bearer bob-token")]);
+    let r = bob.request(4, "ping", json!({})).await;
+    assert_eq!(r.status, 404, "{r:?}");
+    // The replica that opened it dies; the session lives on.
+    rs[0].kill9();
+    let mut on2 = c.clone();
+    on2.url = rs[2].url.clone();
+    greet(&on2, 5).await;
+    // Deleted through one replica, it ends on the others, and a new replica
+    // does not bring it back.
+    assert_eq!(on2.delete().await.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = on1.request(6, "ping", json!({})).await;
+        if r.status == 404 {
+            break;
+        }
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(
+            Instant::now() < deadline,
+            "replica 1 still serves a deleted session"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let fresh = Proc::start(
+        &[
+            "serve",
+            "-c",
+            dir.path().join("tasklift.toml").to_str().unwrap(),
+        ],
+        "a new replica",
+    )
+    .await;
+    let mut gone = c.clone();
+    gone.url = fresh.url.clone();
+    let r = gone.request(7, "ping", json!({})).await;
+    assert_eq!(r.status, 404, "a deleted session is not restored: {r:?}");
+    drop(up);
 }

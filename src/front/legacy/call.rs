@@ -91,7 +91,7 @@ pub(super) async fn call(
         _ = tokio::time::sleep(wait) => {
             let first = First::Pending(orx, AbortOnDrop(work.abort_handle()));
             let rx = continue_call(state.clone(), mount.cfg.path.clone(), s.clone(), req, ctx, first, cancelled);
-            return sse_response(s.resumable(rx, shape), None);
+            return sse_response(s.resumable(rx, Some(&id), shape), None);
         }
     };
     match reply {
@@ -115,7 +115,7 @@ pub(super) async fn call(
                 First::Ready(reply),
                 cancelled,
             );
-            let rx = s.resumable(rx, shape);
+            let rx = s.resumable(rx, Some(&id), shape);
             sse_response(rx, None)
         }
     }

@@ -23,6 +23,7 @@ use super::session::{ClientSession, Sessions};
 use super::{get, initialize, post, SESSION_HEADER};
 use crate::config::LegacyConfig;
 use crate::dispatch::Mount;
+use crate::store::{SessionStore, TaskStore};
 use crate::upstream::CallContext;
 use http::Method;
 use tasklift_protocol::jsonrpc::Request;
@@ -33,16 +34,114 @@ pub struct Legacy {
     /// The `[legacy]` settings.
     pub cfg: LegacyConfig,
     sessions: HashMap<String, Sessions>,
+    /// Where sessions are kept across restarts (the task store, when it keeps them).
+    store: Option<Arc<dyn TaskStore>>,
 }
 
 impl Legacy {
-    /// No sessions yet, at the given mount paths.
-    pub fn new<'a>(cfg: LegacyConfig, paths: impl IntoIterator<Item = &'a String>) -> Self {
+    /// No sessions yet, at the given mount paths; sessions are kept in `store`'s
+    /// session table when it has one.
+    pub fn new<'a>(
+        cfg: LegacyConfig,
+        paths: impl IntoIterator<Item = &'a String>,
+        store: Option<Arc<dyn TaskStore>>,
+    ) -> Self {
         let sessions = paths
             .into_iter()
             .map(|p| (p.clone(), Sessions::default()))
             .collect();
-        Self { cfg, sessions }
+        Self {
+            cfg,
+            sessions,
+            store: store.filter(|s| s.sessions().is_some()),
+        }
+    }
+
+    fn kept(&self) -> Option<&dyn SessionStore> {
+        self.store.as_deref().and_then(|s| s.sessions())
+    }
+
+    /// Keep a session across restarts (durably, before its id is handed out). A
+    /// store that cannot take it (a full disk, a lost database) leaves the session
+    /// working in this process only.
+    pub async fn keep(&self, mount: &Mount, s: &ClientSession) {
+        if let Some(k) = self.kept() {
+            match k.save_session(&s.record(&mount.cfg.path)).await {
+                Ok(()) => s.set_kept(),
+                Err(e) => {
+                    tracing::warn!(session = %s.id, error = %e, "could not store a legacy session; it will not survive a restart");
+                }
+            }
+        }
+    }
+
+    /// Forget a kept session (deleted by the client, or expired).
+    pub async fn forget(&self, id: &str) {
+        if let Some(k) = self.kept() {
+            if let Err(e) = k.drop_session(id).await {
+                tracing::warn!(session = %id, error = %e, "could not delete a stored legacy session");
+            }
+        }
+    }
+
+    /// A session this process does not hold, served again from the store: opened
+    /// before a restart, or on another replica. Only for its own principal, at its
+    /// own mount, and not past its idle time.
+    async fn restore(
+        &self,
+        mount: &Mount,
+        id: &str,
+        principal: &str,
+    ) -> Result<Option<Arc<ClientSession>>, Rejected> {
+        let Some(k) = self.kept() else {
+            return Ok(None);
+        };
+        let rec = match k.load_session(id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "could not read a stored legacy session");
+                return Err(Rejected::StoreUnavailable(format!(
+                    "the session store could not be read ({e}); try again"
+                )));
+            }
+        };
+        if rec.principal != principal || rec.mount != mount.cfg.path {
+            return Ok(None);
+        }
+        let idle = self.cfg.session_idle.as_millis() as u64;
+        if super::session::wall_ms().saturating_sub(rec.last_seen_ms) >= idle {
+            self.forget(id).await;
+            return Ok(None);
+        }
+        let s = ClientSession::restore(rec, self.polling());
+        match self
+            .sessions(mount)
+            .adopt(s, self.cfg.max_sessions_per_principal)
+        {
+            Ok((s, evicted)) => {
+                if let Some(old) = evicted {
+                    self.forget(&old.id).await;
+                    let ctx = CallContext {
+                        principal: old.principal.clone(),
+                        session: Some(old.peer()),
+                        ..CallContext::default()
+                    };
+                    mount.upstream.end_session(&ctx).await;
+                }
+                tracing::info!(session = %s.id, version = %s.protocol_version, upstream = %mount.cfg.name, "legacy client session restored from the store");
+                Ok(Some(s))
+            }
+            Err(e) => Err(Rejected::TooManySessions(e.to_string())),
+        }
+    }
+
+    /// How 2025-11-25 clients' streams poll.
+    pub fn polling(&self) -> super::session::Polling {
+        super::session::Polling {
+            retry_ms: self.cfg.sse_retry.as_millis() as u64,
+            close_after: Some(self.cfg.stream_max).filter(|d| !d.is_zero()),
+        }
     }
 
     /// The sessions open at a mount.
@@ -106,7 +205,7 @@ pub async fn post_entry(
     let span = tracing::info_span!("legacy", method = ?method, client.addr = %peer, upstream = %mount.cfg.name);
     let r = async {
         match &session_id {
-            Some(sid) => match find_session(state, mount, sid, &ctx.principal) {
+            Some(sid) => match find_session(state, mount, sid, &ctx.principal).await {
                 Ok(s) => post(state, mount, s, headers, value, ctx).await,
                 Err(r) => *r,
             },
@@ -156,7 +255,7 @@ pub async fn session_stream(
         Ok(c) => c,
         Err(r) => return *r,
     };
-    let s = match find_session(state, mount, sid, &ctx.principal) {
+    let s = match find_session(state, mount, sid, &ctx.principal).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -167,14 +266,23 @@ pub async fn session_stream(
     }
 }
 
-/// The session a request names, or the 404 a client must answer by initializing again.
-pub fn find_session(
+/// The session a request names (held here, or kept in the store from before a
+/// restart), or the 404 a client must answer by initializing again.
+pub async fn find_session(
     state: &State,
     mount: &Mount,
     id: &str,
     principal: &str,
 ) -> Result<Arc<ClientSession>, Box<Response<RespBody>>> {
-    match state.legacy.sessions(mount).get(id, principal) {
+    let found = match state.legacy.sessions(mount).get(id, principal) {
+        Some(s) => Some(s),
+        None => state
+            .legacy
+            .restore(mount, id, principal)
+            .await
+            .map_err(|r| Box::new(r.response(None)))?,
+    };
+    match found {
         Some(s) => {
             s.touch();
             Ok(s)
@@ -194,6 +302,7 @@ pub async fn delete(
 ) -> Response<RespBody> {
     match state.legacy.sessions(mount).remove(id) {
         Some(s) => {
+            state.legacy.forget(id).await;
             let mut ctx = ctx;
             ctx.session = Some(s.peer());
             mount.upstream.end_session(&ctx).await;
@@ -208,12 +317,13 @@ pub async fn delete(
 }
 
 /// Close sessions idle longer than the configured time (and their upstream sessions).
+///
+/// Kept sessions in use are refreshed in the store, and kept sessions idle too
+/// long (also those of a replica or process that is gone) are deleted there. At
+/// shutdown (`all`) every session closes here and upstream, but stays kept: the
+/// next start serves it again.
 async fn reap(state: &State, all: bool) {
-    let idle_ms = if all {
-        0
-    } else {
-        state.legacy.cfg.session_idle.as_millis() as u64
-    };
+    let idle_ms = state.legacy.cfg.session_idle.as_millis() as u64;
     for mount in state.mounts.values() {
         let sessions = state.legacy.sessions(mount);
         let stale = if all {
@@ -221,15 +331,53 @@ async fn reap(state: &State, all: bool) {
         } else {
             sessions.idle(idle_ms)
         };
+        let mut stale = stale;
+        if let Some(k) = state.legacy.kept() {
+            let seen: Vec<(String, u64)> = sessions
+                .all()
+                .into_iter()
+                .filter(|s| s.kept())
+                .map(|s| (s.id.clone(), s.last_used_ms()))
+                .collect();
+            match k.touch_sessions(&seen).await {
+                // Deleted by the client through another replica: it ends here too.
+                Ok(gone) => {
+                    for id in gone {
+                        if let Some(s) = sessions.get_any(&id) {
+                            if !stale.iter().any(|x| x.id == id) {
+                                tracing::info!(session = %id, "legacy client session deleted elsewhere; closing it here");
+                                stale.push(s);
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not refresh stored legacy sessions"),
+            }
+        }
         for s in stale {
             sessions.remove(&s.id);
+            if !all {
+                state.legacy.forget(&s.id).await;
+            }
             let ctx = CallContext {
                 principal: s.principal.clone(),
                 session: Some(s.peer()),
                 ..CallContext::default()
             };
             mount.upstream.end_session(&ctx).await;
-            tracing::info!(session = %s.id, "legacy client session closed after being idle");
+            if all {
+                tracing::debug!(session = %s.id, "legacy client session closed at shutdown; it is kept for the next start");
+            } else {
+                tracing::info!(session = %s.id, "legacy client session closed after being idle");
+            }
+        }
+    }
+    if let (Some(k), false) = (state.legacy.kept(), all) {
+        let now = super::session::wall_ms();
+        match k.purge_sessions(now.saturating_sub(idle_ms)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(sessions = n, "deleted stored legacy sessions idle too long"),
+            Err(e) => tracing::warn!(error = %e, "could not delete expired stored legacy sessions"),
         }
     }
 }
@@ -239,7 +387,8 @@ async fn reap(state: &State, all: bool) {
 pub async fn run_reaper(state: Arc<State>, mut shutdown: watch::Receiver<bool>) {
     let every = (state.legacy.cfg.session_idle / 4).clamp(
         std::time::Duration::from_millis(100),
-        std::time::Duration::from_secs(30),
+        // Also how soon a session deleted through another replica ends here.
+        std::time::Duration::from_secs(5),
     );
     let mut tick = tokio::time::interval(every);
     loop {

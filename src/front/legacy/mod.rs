@@ -92,10 +92,7 @@ pub async fn initialize(
         .get("clientInfo")
         .cloned()
         .unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
-    let polling = session::Polling {
-        retry_ms: state.legacy.cfg.sse_retry.as_millis() as u64,
-        close_after: Some(state.legacy.cfg.stream_max).filter(|d| !d.is_zero()),
-    };
+    let polling = state.legacy.polling();
     let s =
         ClientSession::with_polling(ctx.principal.clone(), version.clone(), caps, info, polling);
     let evicted = match state
@@ -108,6 +105,7 @@ pub async fn initialize(
     };
     // The session the cap closed ends upstream too, as after DELETE.
     if let Some(old) = evicted {
+        state.legacy.forget(&old.id).await;
         let mut octx = ctx.clone();
         octx.session = Some(old.peer());
         mount.upstream.end_session(&octx).await;
@@ -160,6 +158,8 @@ pub async fn initialize(
     if let Some(i) = d.get("instructions") {
         result["instructions"] = i.clone();
     }
+    // Kept before the client learns the id, so it survives a restart from now on.
+    state.legacy.keep(mount, &s).await;
     tracing::info!(session = %s.id, version = %s.protocol_version, upstream = %mount.cfg.name, "legacy client session opened");
     let mut r = json_response(StatusCode::OK, &jsonrpc::response(id.as_ref(), &Ok(result)));
     r.headers_mut().insert(
@@ -242,6 +242,7 @@ pub async fn post(
                 );
             };
             s.set_log_level(level.to_string());
+            state.legacy.keep(mount, &s).await;
             // A legacy HTTP upstream has a session for this client and filters too; a
             // modern one gets the level per request. A stdio child's one session is
             // shared by every client, so its level is left alone and tasklift filters.
@@ -263,6 +264,7 @@ pub async fn post(
                 );
             };
             if s.subscribe(uri, req.method == "resources/subscribe") {
+                state.legacy.keep(mount, &s).await;
                 listen(mount, &s, &ctx, true);
             }
             ok(id.as_ref(), Ok(json!({})))
@@ -382,6 +384,15 @@ pub fn get(
         return Rejected::NotAcceptable.response(None);
     }
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    if s.resumed_past_the_end(last) {
+        // 204: the stream is over and the client has all of it; an empty stream
+        // would make some clients (the TypeScript SDK v1 after an error answer)
+        // resume it again and again.
+        return Response::builder()
+            .status(StatusCode::NO_CONTENT)
+            .body(body::full(Bytes::new()))
+            .expect("valid response");
+    }
     let mut ctx = ctx;
     ctx.session = Some(s.peer());
     listen(mount, &s, &ctx, false);

@@ -166,7 +166,7 @@ pub async fn create(
         }
         // The task could not be stored: the call went on synchronously.
         Reply::Stream(rx) => {
-            let rx = s.resumable(rx, |v| legacy_shape("tools/call", v));
+            let rx = s.resumable(rx, id.as_ref(), |v| legacy_shape("tools/call", v));
             sse(rx)
         }
         Reply::Accepted => respond(id.as_ref(), Ok(json!({}))),
@@ -271,7 +271,7 @@ pub async fn task_method(
                 id.clone().unwrap_or(Value::Null),
                 state.cfg.keepalive_interval,
             );
-            let rx = s.resumable(rx, |v| v);
+            let rx = s.resumable(rx, id.as_ref(), |v| v);
             sse(rx)
         }
     }

@@ -8,6 +8,8 @@
 //! - `tasklift_inputs`: `tasks/update` answers received by a replica that does not
 //!   run the task, waiting for the one that does.
 //! - `tasklift_meta`: the principal hash key shared by every replica.
+//! - `tasklift_sessions`: legacy client sessions, so that any replica (and a
+//!   restarted one) serves a 2025-era client's `Mcp-Session-Id`.
 //!
 //! Writes are conditional. The replica that created a task writes it only while the
 //! row is unfinished and still carries the epoch it created it with; any other
@@ -41,6 +43,7 @@ use super::StoreError;
 mod listen;
 mod rows;
 mod schema;
+mod sessions;
 mod shared;
 mod task_store;
 
@@ -63,6 +66,8 @@ pub struct PgStore {
     changes: std::sync::Mutex<Option<mpsc::Receiver<Change>>>,
     /// The listener task.
     listener: tokio::task::JoinHandle<()>,
+    /// Whether the database refused a write for lack of space.
+    space: std::sync::Arc<crate::store::space::DiskSpace>,
 }
 
 /// An error with its causes ("error performing TLS handshake: invalid peer
@@ -82,11 +87,27 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn db(e: impl std::error::Error + 'static) -> StoreError {
+    let dyn_e: &(dyn std::error::Error + 'static) = &e;
+    if let Some(pg) = dyn_e.downcast_ref::<tokio_postgres::Error>() {
+        if pg.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL) {
+            return StoreError::Full(chain(&e));
+        }
+        // Class 08 (connection exceptions) and 57P01–57P03 (the server shutting
+        // down, crashed, or starting up): the same write may work in a moment.
+        let going = pg.code().is_some_and(|c| {
+            let c = c.code();
+            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+        });
+        let io = std::error::Error::source(pg).is_some_and(|s| s.is::<std::io::Error>());
+        if going || io || pg.is_closed() {
+            return StoreError::Unavailable(chain(&e));
+        }
+    }
     StoreError::Db(chain(&e))
 }
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
-    StoreError::Db(format!("no database connection: {}", chain(&e)))
+    StoreError::Unavailable(format!("no database connection: {}", chain(&e)))
 }
 
 impl PgStore {
@@ -136,9 +157,13 @@ impl PgStore {
             lease,
             owned: DashMap::new(),
             changes: std::sync::Mutex::new(Some(rx)),
+            space: crate::store::space::DiskSpace::database(),
         };
         store.migrate().await.map_err(|e| match e {
             StoreError::Db(m) => StoreError::Db(format!("{} ({})", m, redact_url(url))),
+            StoreError::Unavailable(m) => {
+                StoreError::Unavailable(format!("{} ({})", m, redact_url(url)))
+            }
             e => e,
         })?;
         Ok(store)
@@ -146,6 +171,57 @@ impl PgStore {
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_err)
+    }
+
+    /// The database's space as tasklift sees it: low while it refuses writes for
+    /// lack of space (`53100 disk_full`).
+    pub fn space(&self) -> std::sync::Arc<crate::store::space::DiskSpace> {
+        self.space.clone()
+    }
+
+    /// A write that needs fresh space in the database (64 KiB, deleted at once);
+    /// `Err(Full)` while the database has none.
+    pub async fn probe_space(&self) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        let key = format!("space probe {}", self.replica);
+        c.execute(
+            "INSERT INTO tasklift_meta (key, value)
+             SELECT $1, string_agg(md5(random()::text || g::text), '') FROM generate_series(1, 2048) g
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[&key],
+        )
+        .await
+        .map_err(db)?;
+        c.execute("DELETE FROM tasklift_meta WHERE key = $1", &[&key])
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    /// While the database refuses writes for lack of space, probe it every
+    /// `every`; new tasks resume once a probe succeeds. Until `shutdown`.
+    pub async fn watch_space(
+        self: std::sync::Arc<Self>,
+        every: Duration,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            if !self.space.store_refused() {
+                continue;
+            }
+            match self.probe_space().await {
+                Ok(()) => self.space.writes_again(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "the task store's database still refuses writes")
+                }
+            }
+        }
     }
 
     /// This replica's id (in `application_name` and in `tasklift_tasks.replica`).

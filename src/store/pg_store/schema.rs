@@ -5,9 +5,10 @@ use crate::store::StoreError;
 
 /// Schema versions, applied in order, each once, under an advisory lock so replicas
 /// starting together do not race.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    r#"
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE tasklift_tasks (
     id               text PRIMARY KEY,
     owner            text NOT NULL,
@@ -46,7 +47,19 @@ CREATE TABLE tasklift_meta (
     value text NOT NULL
 );
 "#,
-)];
+    ),
+    (
+        2,
+        r#"
+CREATE TABLE tasklift_sessions (
+    id            text PRIMARY KEY,
+    record        jsonb NOT NULL,
+    last_seen_ms  bigint NOT NULL
+);
+CREATE INDEX tasklift_sessions_seen ON tasklift_sessions (last_seen_ms);
+"#,
+    ),
+];
 
 impl PgStore {
     /// Apply pending migrations (idempotent; safe with replicas starting together).

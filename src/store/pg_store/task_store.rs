@@ -22,6 +22,17 @@ impl PgStore {
         rows.iter().map(|r| record(r, false)).collect()
     }
 
+    /// A write's result, noting a database out of space or out of reach (no new
+    /// tasks until a probe write succeeds, see `PgStore::watch_space`).
+    fn watched<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        match &r {
+            Err(StoreError::Full(m)) => self.space.refused_write(false, m),
+            Err(StoreError::Unavailable(m)) => self.space.refused_write(true, m),
+            _ => {}
+        }
+        r
+    }
+
     async fn put_record(&self, rec: &TaskRecord) -> Result<(), StoreError> {
         let outcome = outcome_bytes(rec)?;
         let inputs = Value::Object(rec.input_requests.clone());
@@ -129,7 +140,7 @@ impl TaskStore for PgStore {
                 .await;
             if let Err(e) = r {
                 self.owned.remove(&rec.id);
-                return Err(db(e));
+                return self.watched(Err(db(e)));
             }
             Ok(())
         })
@@ -152,7 +163,7 @@ impl TaskStore for PgStore {
     }
 
     fn put<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        Box::pin(self.put_record(rec))
+        Box::pin(async move { self.watched(self.put_record(rec).await) })
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
@@ -250,6 +261,10 @@ impl TaskStore for PgStore {
     }
 
     fn shared(&self) -> Option<&dyn SharedStore> {
+        Some(self)
+    }
+
+    fn sessions(&self) -> Option<&dyn crate::store::SessionStore> {
         Some(self)
     }
 }

@@ -2,6 +2,7 @@
 //! `server/discover` probe and cached.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{json, Value};
@@ -11,12 +12,30 @@ use crate::upstream::{modern_meta, CallContext, Era, UpstreamError};
 use tasklift_protocol::jsonrpc::Incoming as Msg;
 use tasklift_protocol::mcp::{self, MODERN_VERSION};
 
+/// Longest a request waits for the era to be known (its turn at the probe and
+/// the probe itself). The probe runs before a call's threshold race, so an upstream
+/// that accepts connections and never answers would otherwise hold the call with
+/// no handle and no keep-alive. Nothing is cached; the next request probes again.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Shared {
     /// Detect and cache the era.
     pub(super) async fn era(self: &Arc<Self>, ctx: &CallContext) -> Result<Era, UpstreamError> {
         if let Some(e) = self.era.read().expect("era lock").clone() {
             return Ok(e);
         }
+        tokio::time::timeout(PROBE_TIMEOUT, self.detect(ctx))
+            .await
+            .unwrap_or_else(|_| {
+                Err(UpstreamError::NoAnswer {
+                    name: self.cfg.name.clone(),
+                    what: "the protocol era probe (server/discover)",
+                    within: PROBE_TIMEOUT,
+                })
+            })
+    }
+
+    async fn detect(self: &Arc<Self>, ctx: &CallContext) -> Result<Era, UpstreamError> {
         let _guard = self.detecting.lock().await;
         if let Some(e) = self.era.read().expect("era lock").clone() {
             return Ok(e);
@@ -70,6 +89,31 @@ impl Shared {
                     .ok()
                     .and_then(Msg::classify)
                 {
+                    Some(Msg::Response {
+                        outcome: Err(e), ..
+                    }) if mcp::is_modern_error_code(e.code) => Era::Modern,
+                    _ => Era::Legacy,
+                },
+            );
+        }
+        // A JSON answer that broke off says nothing about the era either.
+        let is_sse = ans
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        if !is_sse {
+            let body = self.read_all(ans.body).await?;
+            return Ok(
+                match serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(Msg::classify)
+                {
+                    Some(Msg::Response { outcome: Ok(r), .. })
+                        if r.get("supportedVersions").is_some() =>
+                    {
+                        Era::Modern
+                    }
                     Some(Msg::Response {
                         outcome: Err(e), ..
                     }) if mcp::is_modern_error_code(e.code) => Era::Modern,

@@ -52,6 +52,13 @@ const MAX_JSON_BODY: usize = 256 * 1024 * 1024;
 /// Longest `retry:` delay honoured before resuming a stream.
 const MAX_RESUME_DELAY_MS: u64 = 5_000;
 
+/// Longest `Retry-After` (of a 429 or 503) tasklift waits out before sending a
+/// request again; a longer one is passed on to the caller.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// How many times one request is sent again after a 429 or 503 with `Retry-After`.
+const MAX_RETRIES: u32 = 2;
+
 /// `Mcp-Session-Id`.
 static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
@@ -251,6 +258,10 @@ impl Shared {
         self.send(Method::POST, Some(body), headers, ctx).await
     }
 
+    /// Send one request. A `429` or `503` whose `Retry-After` asks for a wait of at
+    /// most [`MAX_RETRY_AFTER`] is sent again after that wait, up to [`MAX_RETRIES`]
+    /// times: the server said it did not take the request, so nothing ran twice.
+    /// Any other answer, and the last refusal, is the caller's to see.
     async fn send(
         &self,
         method: Method,
@@ -258,10 +269,7 @@ impl Shared {
         extra: HeaderMap,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
-        let mut req = http::Request::builder()
-            .method(method)
-            .uri(self.url.clone());
-        let h = req.headers_mut().expect("builder is valid");
+        let mut h = HeaderMap::new();
         if body.is_some() {
             h.insert(
                 header::CONTENT_TYPE,
@@ -284,36 +292,95 @@ impl Shared {
         for (k, v) in extra.iter() {
             h.insert(k.clone(), v.clone());
         }
-        let req = req
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| self.unreachable(e))?;
+        let body = Bytes::from(body.unwrap_or_default());
         let client = &self.clients[crate::workers::current() % self.clients.len()];
-        let resp = client.request(req).await.map_err(|e| {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg.push_str(": ");
-                msg.push_str(&s.to_string());
-                src = s.source();
+        let mut retries = 0;
+        loop {
+            let mut req = http::Request::builder()
+                .method(method.clone())
+                .uri(self.url.clone());
+            *req.headers_mut().expect("builder is valid") = h.clone();
+            let req = req
+                .body(Full::new(body.clone()))
+                .map_err(|e| self.unreachable(e))?;
+            let resp = client
+                .request(req)
+                .await
+                .map_err(|e| self.request_failed(&e))?;
+            let (parts, body_in) = resp.into_parts();
+            match retry_after(parts.status, &parts.headers) {
+                Some(wait) if retries < MAX_RETRIES => {
+                    retries += 1;
+                    tracing::info!(upstream = %self.cfg.name, status = %parts.status,
+                        wait_s = wait.as_secs(), attempt = retries,
+                        "the upstream asked to retry later; sending the request again");
+                    drop(body_in);
+                    tokio::time::sleep(wait).await;
+                }
+                _ => {
+                    return Ok(Answer {
+                        status: parts.status,
+                        headers: parts.headers,
+                        body: body_in,
+                    })
+                }
             }
-            self.unreachable(msg)
-        })?;
-        let (parts, body) = resp.into_parts();
-        Ok(Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        })
+        }
+    }
+
+    /// Why a request got no response, by where it broke: connecting (refused,
+    /// timed out, the TLS handshake), a connection that closed or was reset after
+    /// the request went out, or an answer that is not HTTP.
+    fn request_failed(&self, e: &hyper_util::client::legacy::Error) -> UpstreamError {
+        let name = self.cfg.name.clone();
+        // The outer error only names the step ("client error (Connect)").
+        let cause = std::error::Error::source(e)
+            .map(super::chain)
+            .unwrap_or_else(|| e.to_string());
+        if e.is_connect() {
+            // After the TCP connection, hyper-rustls reports the handshake's
+            // failure as an `io::Error` (the TCP connector's are its own type).
+            let handshake = self.url.scheme_str() == Some("https")
+                && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+            let message = match handshake || is_tls(e) {
+                true => format!("TLS handshake failed: {cause}"),
+                false => cause,
+            };
+            return UpstreamError::Unreachable { name, message };
+        }
+        let parse = sources(e).any(|s| {
+            s.downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_parse)
+        });
+        match parse {
+            true => UpstreamError::NotHttp {
+                name,
+                message: cause,
+            },
+            false => UpstreamError::Dropped {
+                name,
+                message: cause,
+            },
+        }
     }
 
     /// Read a whole (non-streamed) body, bounded.
     async fn read_all(&self, body: Incoming) -> Result<Bytes, UpstreamError> {
         let limited = http_body_util::Limited::new(body, MAX_JSON_BODY);
-        limited
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .map_err(|e| self.unreachable(format!("reading the response: {e}")))
+        limited.collect().await.map(|c| c.to_bytes()).map_err(|e| {
+            let name = self.cfg.name.clone();
+            match e.is::<http_body_util::LengthLimitError>() {
+                true => UpstreamError::BadResponse {
+                    name,
+                    status: 200,
+                    message: format!("a response body larger than {MAX_JSON_BODY} bytes"),
+                },
+                false => UpstreamError::BrokeOff {
+                    name,
+                    message: super::chain(&*e),
+                },
+            }
+        })
     }
 
     /// A responder that POSTs the answer to a server-to-client request on the session.
@@ -350,6 +417,45 @@ impl Session {
         h.insert(VERSION_HEADER.clone(), self.version.clone());
         h
     }
+}
+
+/// The wait a `429 Too Many Requests` or `503 Service Unavailable` asks for with
+/// `Retry-After` in seconds, if it is short enough to wait out ([`MAX_RETRY_AFTER`]).
+/// An HTTP date is not waited for.
+fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    if !matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        return None;
+    }
+    let secs: u64 = headers
+        .get(header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let wait = Duration::from_secs(secs);
+    (wait <= MAX_RETRY_AFTER).then_some(wait)
+}
+
+/// Whether a rustls error is in `e` or its sources, also wrapped in `io::Error`s
+/// (whose `source` skips the error they wrap).
+fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
+    sources(e).any(|s| {
+        s.is::<rustls::Error>()
+            || s.downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| is_tls(inner))
+    })
+}
+
+/// An error and its sources.
+fn sources<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |e| <dyn std::error::Error>::source(*e))
 }
 
 /// Headers mirrored from a modern request's body.

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use super::{Answer, Session, Shared, MAX_RESUME_DELAY_MS};
 use crate::upstream::router::{self, Channel, Route};
-use crate::upstream::{broken, CallEvent, First, RawResult, UpstreamError};
+use crate::upstream::{broken, broken_by, CallEvent, First, RawResult, UpstreamError};
 use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, RpcError};
 use tasklift_protocol::sse::SseParser;
 
@@ -82,6 +82,7 @@ impl Shared {
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
         if !ans.status.is_success() {
             let status = ans.status;
+            let ans_headers = ans.headers;
             let body = self.read_all(ans.body).await.unwrap_or_default();
             let outcome = match serde_json::from_slice::<Value>(&body)
                 .ok()
@@ -93,7 +94,8 @@ impl Shared {
                 _ => Err(RpcError::new(
                     jsonrpc::UPSTREAM_ERROR,
                     format!(
-                        "upstream {name} answered HTTP {status}: {}",
+                        "upstream {name} answered HTTP {status}{}: {}",
+                        retry_note(&ans_headers),
                         String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
                     ),
                 )),
@@ -154,6 +156,8 @@ impl Shared {
         let mut parser = SseParser::default();
         let mut body = ans.body;
         let mut resumes = 0;
+        // Why the stream last broke, if it did not simply end.
+        let mut broke: Option<String> = None;
         loop {
             let (events, ended) = match body.frame().await {
                 Some(Ok(frame)) => match frame.into_data() {
@@ -161,7 +165,9 @@ impl Shared {
                     Err(_) => continue,
                 },
                 Some(Err(e)) => {
-                    tracing::warn!(upstream = %name, error = %e, "upstream stream broke");
+                    let cause = crate::upstream::chain(&e);
+                    tracing::warn!(upstream = %name, error = %cause, "upstream stream broke");
+                    broke = Some(cause);
                     (Vec::new(), true)
                 }
                 None => (parser.finish().into_iter().collect(), true),
@@ -207,6 +213,7 @@ impl Shared {
                             Some(b) => {
                                 tracing::debug!(upstream = %name, last_event_id = %last, "resumed the upstream's response stream");
                                 body = b;
+                                broke = None;
                                 let retry = parser.retry_ms;
                                 parser = SseParser::default();
                                 parser.last_event_id = Some(last);
@@ -220,7 +227,11 @@ impl Shared {
                 }
             }
         }
-        let _ = tx.send(CallEvent::Done(Err(broken(name)))).await;
+        let error = match broke {
+            Some(cause) => broken_by(name, &cause),
+            None => broken(name),
+        };
+        let _ = tx.send(CallEvent::Done(Err(error))).await;
     }
 
     /// `pump` for a request that starts or ends an upstream task: a
@@ -287,6 +298,16 @@ impl Shared {
             }
         }
     }
+}
+
+/// ` (Retry-After: 30)` when the answer carries `Retry-After`, for the error a
+/// caller sees: when it may try again.
+fn retry_note(headers: &http::HeaderMap) -> String {
+    headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| format!(" (Retry-After: {})", v.trim()))
+        .unwrap_or_default()
 }
 
 /// A call's own response stream, for the router: everything on it is that call's.

@@ -17,6 +17,7 @@ use tokio::sync::{watch, Notify};
 
 mod replay;
 
+use crate::store::SessionRecord;
 use crate::upstream::ClientPeer;
 use replay::StreamLog;
 use tasklift_protocol::jsonrpc::Outcome;
@@ -77,6 +78,13 @@ pub struct ClientSession {
     peer: Arc<ClientPeer>,
     /// How this client's streams poll (2025-11-25 SSE polling).
     polling: Polling,
+    /// Tells this process's event ids from those of the process that served the
+    /// session before a restart.
+    incarnation: String,
+    /// When it was opened (Unix ms), kept across restarts.
+    created_at_ms: u64,
+    /// Whether the store keeps it (saved at initialize, or restored from it).
+    kept: std::sync::atomic::AtomicBool,
 }
 
 /// SSE polling for 2025-11-25 clients: the `retry` delay of priming events, and how
@@ -135,6 +143,78 @@ impl ClientSession {
         polling: Polling,
     ) -> Arc<Self> {
         let id = uuid::Uuid::new_v4().simple().to_string();
+        Self::open(
+            id,
+            principal,
+            protocol_version,
+            capabilities,
+            client_info,
+            polling,
+            wall_ms(),
+        )
+    }
+
+    /// A session kept in the store, served again (after a restart, or on another
+    /// replica) with the id the client knows.
+    pub fn restore(rec: SessionRecord, polling: Polling) -> Arc<Self> {
+        let s = Self::open(
+            rec.id,
+            rec.principal,
+            rec.protocol_version,
+            rec.capabilities,
+            rec.client_info,
+            polling,
+            rec.created_at_ms,
+        );
+        s.set_kept();
+        *s.log_level.lock().expect("lock") = rec.log_level;
+        s.subscriptions
+            .lock()
+            .expect("lock")
+            .extend(rec.subscriptions);
+        s
+    }
+
+    /// What the store keeps of this session, opened at `mount`.
+    pub fn record(&self, mount: &str) -> SessionRecord {
+        SessionRecord {
+            id: self.id.clone(),
+            mount: mount.to_string(),
+            principal: self.principal.clone(),
+            protocol_version: self.protocol_version.clone(),
+            capabilities: self.capabilities.clone(),
+            client_info: self.client_info.clone(),
+            log_level: self.log_level(),
+            subscriptions: self.subscriptions(),
+            created_at_ms: self.created_at_ms,
+            last_seen_ms: wall_ms(),
+        }
+    }
+
+    /// Whether the store keeps it.
+    pub fn kept(&self) -> bool {
+        self.kept.load(Ordering::Relaxed)
+    }
+
+    /// The store keeps it now.
+    pub fn set_kept(&self) {
+        self.kept.store(true, Ordering::Relaxed);
+    }
+
+    /// When it was last in use (Unix ms; now while a call or stream is open).
+    pub fn last_used_ms(&self) -> u64 {
+        wall_ms().saturating_sub(self.idle_ms())
+    }
+
+    fn open(
+        id: String,
+        principal: String,
+        protocol_version: String,
+        capabilities: Value,
+        client_info: Value,
+        polling: Polling,
+        created_at_ms: u64,
+    ) -> Arc<Self> {
         Arc::new_cyclic(|me: &Weak<Self>| {
             let me = me.clone();
             let peer = Arc::new(ClientPeer::new(
@@ -162,10 +242,12 @@ impl ClientSession {
                 client_info,
                 peer,
                 polling,
+                created_at_ms,
             )
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn build(
         id: String,
         principal: String,
@@ -174,6 +256,7 @@ impl ClientSession {
         client_info: Value,
         peer: Arc<ClientPeer>,
         polling: Polling,
+        created_at_ms: u64,
     ) -> Self {
         Self {
             id,
@@ -195,6 +278,9 @@ impl ClientSession {
             listener: Mutex::new(None),
             peer,
             polling,
+            incarnation: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
+            created_at_ms,
+            kept: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -377,6 +463,13 @@ impl ClientSession {
     }
 }
 
+/// Now, in Unix milliseconds (sessions are kept in wall time, across restarts).
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Resolves when a session's `closed` handle turns true.
 pub async fn ended(closed: &mut watch::Receiver<bool>) {
     let _ = closed.wait_for(|c| *c).await;
@@ -413,6 +506,11 @@ impl Sessions {
             .filter(|s| s.principal == principal)
     }
 
+    /// The session with this id, whoever it belongs to.
+    pub fn get_any(&self, id: &str) -> Option<Arc<ClientSession>> {
+        self.by_id.get(id).map(|s| s.value().clone())
+    }
+
     /// Add a session, closing the principal's least recently used idle session when
     /// it is at `max` already; returns the session it closed (its upstream session
     /// is the caller's to end).
@@ -421,10 +519,22 @@ impl Sessions {
         s: Arc<ClientSession>,
         max: usize,
     ) -> Result<Option<Arc<ClientSession>>, TooManySessions> {
+        let evicted = self.make_room(&s.principal, max)?;
+        s.touch();
+        self.by_id.insert(s.id.clone(), s);
+        Ok(evicted)
+    }
+
+    /// Close the least recently used idle session of `principal` if it has `max`.
+    fn make_room(
+        &self,
+        principal: &str,
+        max: usize,
+    ) -> Result<Option<Arc<ClientSession>>, TooManySessions> {
         let mine: Vec<Arc<ClientSession>> = self
             .by_id
             .iter()
-            .filter(|e| e.principal == s.principal)
+            .filter(|e| e.principal == principal)
             .map(|e| e.value().clone())
             .collect();
         let mut evicted = None;
@@ -442,9 +552,27 @@ impl Sessions {
                 None => return Err(TooManySessions(mine.len())),
             }
         }
-        s.touch();
-        self.by_id.insert(s.id.clone(), s);
         Ok(evicted)
+    }
+
+    /// Serve a session restored from the store, unless a request racing this one
+    /// restored it first (then that one is returned). The cap applies as in
+    /// [`Sessions::insert`].
+    pub fn adopt(
+        &self,
+        s: Arc<ClientSession>,
+        max: usize,
+    ) -> Result<(Arc<ClientSession>, Option<Arc<ClientSession>>), TooManySessions> {
+        if let Some(there) = self.by_id.get(&s.id) {
+            return Ok((there.value().clone(), None));
+        }
+        let evicted = self.make_room(&s.principal, max)?;
+        s.touch();
+        let s = match self.by_id.entry(s.id.clone()) {
+            dashmap::Entry::Occupied(e) => e.get().clone(),
+            dashmap::Entry::Vacant(v) => v.insert(s).value().clone(),
+        };
+        Ok((s, evicted))
     }
 
     /// End and forget a session.

@@ -24,21 +24,69 @@ pub(super) struct StreamLog {
     next_seq: u64,
     /// The connection currently reading it, if any.
     live: Option<mpsc::Sender<StreamItem>>,
+    /// The request it answers, tagged for its event ids.
+    request: Option<String>,
     /// No more events will come.
     done: bool,
     /// When it finished.
     done_at: Option<Instant>,
 }
 
-/// An SSE event id: stream number and sequence.
-fn event_id(stream: u64, seq: u64) -> String {
-    format!("{stream}_{seq}")
+/// Request ids longer than this (as JSON) are not written into event ids.
+const MAX_TAGGED_ID: usize = 200;
+
+/// An SSE event id: `<incarnation>_<stream>_<seq>`, and for the response stream of
+/// a request `_<request id>` (its JSON, base64url). The incarnation tells this
+/// process's streams from those of an earlier one (stream numbers start again
+/// after a restart); the request id lets tasklift answer a request whose stream it
+/// no longer holds with an error instead of leaving the client waiting.
+fn event_id(inc: &str, stream: u64, seq: u64, request: Option<&str>) -> String {
+    match request {
+        Some(r) => format!("{inc}_{stream}_{seq}_{r}"),
+        None => format!("{inc}_{stream}_{seq}"),
+    }
 }
 
-/// Parse an event id made by [`event_id`].
-fn parse_event_id(id: &str) -> Option<(u64, u64)> {
-    let (a, b) = id.split_once('_')?;
-    Some((a.parse().ok()?, b.parse().ok()?))
+/// An event id read back from `Last-Event-ID`.
+struct EventId<'a> {
+    inc: &'a str,
+    stream: u64,
+    seq: u64,
+    /// The request id, still encoded.
+    request: Option<&'a str>,
+}
+
+/// Parse an event id made by [`event_id`] (base64url may itself contain `_`).
+fn parse_event_id(id: &str) -> Option<EventId<'_>> {
+    let mut parts = id.splitn(4, '_');
+    let inc = parts.next().filter(|i| !i.is_empty())?;
+    let stream = parts.next()?.parse().ok()?;
+    let seq = parts.next()?.parse().ok()?;
+    Some(EventId {
+        inc,
+        stream,
+        seq,
+        request: parts.next(),
+    })
+}
+
+/// A request id as it goes into an event id, unless it is too long.
+fn tag_request(id: &Value) -> Option<String> {
+    use base64::Engine;
+    let json = id.to_string();
+    (json.len() <= MAX_TAGGED_ID)
+        .then(|| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json))
+}
+
+/// The request id an event id carries.
+fn untag_request(tag: &str) -> Option<Value> {
+    use base64::Engine;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(tag)
+        .ok()?;
+    serde_json::from_slice::<Value>(&json)
+        .ok()
+        .filter(|v| v.is_string() || v.is_number())
 }
 
 impl ClientSession {
@@ -69,16 +117,19 @@ impl ClientSession {
     /// id, a disconnect does not stop the work behind it (legacy clients cancel
     /// explicitly), and a GET with `Last-Event-ID` picks it up again. `shape` turns
     /// each message into what this client should see.
+    /// `request` is the id of the request the stream answers.
     pub fn resumable(
         self: &Arc<Self>,
         mut rx: mpsc::Receiver<StreamItem>,
+        request: Option<&Value>,
         shape: impl Fn(Value) -> Value + Send + 'static,
     ) -> mpsc::Receiver<StreamItem> {
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let request = request.and_then(tag_request);
         let (tx, out) = mpsc::channel(64);
         if self.polls() {
             let _ = tx.try_send(StreamItem::Prime {
-                id: event_id(stream, 0),
+                id: event_id(&self.incarnation, stream, 0, request.as_deref()),
                 retry_ms: self.polling.retry_ms,
             });
         }
@@ -92,6 +143,7 @@ impl ClientSession {
                 StreamLog {
                     next_seq: 1,
                     live: Some(tx),
+                    request,
                     ..StreamLog::default()
                 },
             );
@@ -157,7 +209,8 @@ impl ClientSession {
             if log.events.len() > LOG_EVENTS {
                 log.events.pop_front();
             }
-            (log.live.clone(), event_id(stream, seq))
+            let id = event_id(&self.incarnation, stream, seq, log.request.as_deref());
+            (log.live.clone(), id)
         };
         if let Some(l) = live {
             if l.send(StreamItem::Event { id, message: msg })
@@ -180,27 +233,61 @@ impl ClientSession {
         self.push(STANDALONE, msg).await;
     }
 
+    /// Whether `last_event_id` names a finished stream of this process with nothing
+    /// after that event: the client has had all of it. (Some clients resume a
+    /// finished stream again whenever it closes, unless told there is nothing.)
+    pub fn resumed_past_the_end(&self, last_event_id: Option<&str>) -> bool {
+        let Some(e) = last_event_id.and_then(parse_event_id) else {
+            return false;
+        };
+        if e.inc != self.incarnation || e.stream == STANDALONE {
+            return false;
+        }
+        let streams = self.streams.lock().expect("lock");
+        streams
+            .get(&e.stream)
+            .is_some_and(|log| log.done && log.events.back().is_none_or(|(seq, _)| *seq <= e.seq))
+    }
+
     /// Open the standalone GET stream, or resume a stream after `last_event_id`.
     /// Replaces any connection already reading that stream.
     pub fn open_stream(
         self: &Arc<Self>,
         last_event_id: Option<&str>,
     ) -> mpsc::Receiver<StreamItem> {
-        let (stream, after) = last_event_id
-            .and_then(parse_event_id)
-            .unwrap_or((STANDALONE, u64::MAX));
+        let last = last_event_id.and_then(parse_event_id);
         let mut streams = self.streams.lock().expect("lock");
         if *self.closed.borrow() {
             // An ended session serves no stream: this one ends at once.
             return mpsc::channel(1).1;
         }
-        let (stream, after) = if streams.contains_key(&stream) || stream == STANDALONE {
-            (stream, after)
-        } else {
+        let (stream, after) = match &last {
+            Some(e)
+                if e.inc == self.incarnation
+                    && (e.stream == STANDALONE || streams.contains_key(&e.stream)) =>
+            {
+                (e.stream, e.seq)
+            }
+            // A request's stream this process does not hold (tasklift restarted,
+            // or the stream was forgotten): the request gets an error rather than
+            // a client left waiting for an answer that will never come.
+            Some(EventId {
+                inc,
+                stream,
+                request: Some(tag),
+                ..
+            }) if *stream != STANDALONE => match untag_request(tag) {
+                Some(request) => {
+                    let restarted = *inc != self.incarnation;
+                    return self.lost(&mut streams, &request, tag, restarted);
+                }
+                None => (STANDALONE, u64::MAX),
+            },
             // Unknown or forgotten stream: the standalone stream, from now on.
-            (STANDALONE, u64::MAX)
+            _ => (STANDALONE, u64::MAX),
         };
         let log = streams.entry(stream).or_default();
+        let request = log.request.clone();
         let replay: Vec<(u64, Value)> = log
             .events
             .iter()
@@ -211,13 +298,13 @@ impl ClientSession {
         // A resumed stream primes again, so the client knows it can resume it again.
         if stream != STANDALONE && self.polls() {
             let _ = tx.try_send(StreamItem::Prime {
-                id: event_id(stream, after),
+                id: event_id(&self.incarnation, stream, after, request.as_deref()),
                 retry_ms: self.polling.retry_ms,
             });
         }
         for (seq, message) in replay {
             let _ = tx.try_send(StreamItem::Event {
-                id: event_id(stream, seq),
+                id: event_id(&self.incarnation, stream, seq, request.as_deref()),
                 message,
             });
         }
@@ -227,6 +314,47 @@ impl ClientSession {
             }
             log.live = Some(tx);
         }
+        rx
+    }
+}
+
+impl ClientSession {
+    /// A finished stream holding one JSON-RPC error for `request`, whose stream
+    /// this process does not hold; resuming it again replays nothing more.
+    fn lost(
+        &self,
+        streams: &mut HashMap<u64, StreamLog>,
+        request: &Value,
+        tag: &str,
+        restarted: bool,
+    ) -> mpsc::Receiver<StreamItem> {
+        let why = if restarted {
+            "tasklift no longer holds this request: it restarted (or the request ran on another tasklift replica) while the request was in flight, so its outcome is unknown; send it again if that is safe"
+        } else {
+            "tasklift no longer keeps the answer to this request (its stream finished too long ago); send it again if that is safe"
+        };
+        tracing::info!(session = %self.id, %request, restarted, "a client resumed a request whose stream is gone; answering it with an error");
+        let message = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": request,
+            "error": {"code": tasklift_protocol::jsonrpc::INTERNAL_ERROR, "message": why},
+        });
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let id = event_id(&self.incarnation, stream, 1, Some(tag));
+        prune(streams);
+        streams.insert(
+            stream,
+            StreamLog {
+                events: VecDeque::from([(1, message.clone())]),
+                next_seq: 2,
+                live: None,
+                request: Some(tag.to_string()),
+                done: true,
+                done_at: Some(Instant::now()),
+            },
+        );
+        let (tx, rx) = mpsc::channel(1);
+        let _ = tx.try_send(StreamItem::Event { id, message });
         rx
     }
 }
@@ -255,7 +383,7 @@ mod tests {
     async fn a_stream_resumes_after_the_last_event_seen() {
         let s = ClientSession::new("p".into(), "2025-11-25".into(), json!({}), json!({}));
         let (tx, rx) = mpsc::channel(8);
-        let mut out = s.resumable(rx, |v| v);
+        let mut out = s.resumable(rx, Some(&json!(7)), |v| v);
         assert!(matches!(out.recv().await, Some(StreamItem::Prime { .. })));
         tx.send(StreamItem::Message(json!({"n": 1}))).await.unwrap();
         let first = match out.recv().await {
@@ -307,11 +435,67 @@ mod tests {
             );
         }
         let (tx, rx) = mpsc::channel(1);
-        let mut call = s.resumable(rx, |v| v);
+        let mut call = s.resumable(rx, None, |v| v);
         let _ = tx.send(StreamItem::Message(json!({"n": 4}))).await;
         assert!(
             call.recv().await.is_none(),
             "a call stream of a closed session ends"
         );
+    }
+
+    async fn lost_answer(rx: &mut mpsc::Receiver<StreamItem>) -> Value {
+        let msg = match rx.recv().await {
+            Some(StreamItem::Event { message, .. }) => message,
+            other => panic!("{other:?}"),
+        };
+        assert!(rx.recv().await.is_none(), "nothing follows the error");
+        msg
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_stream_died_with_the_last_process_gets_an_error() {
+        let before = ClientSession::new("p".into(), "2025-11-25".into(), json!({}), json!({}));
+        let (_tx, rx) = mpsc::channel(8);
+        let mut out = before.resumable(rx, Some(&json!("req_7")), |v| v);
+        let primed = match out.recv().await {
+            Some(StreamItem::Prime { id, .. }) => id,
+            other => panic!("{other:?}"),
+        };
+        // The same session served again by the next process.
+        let after = ClientSession::restore(before.record("/mcp"), super::super::Polling::default());
+        assert_eq!(after.id, before.id);
+        let msg = lost_answer(&mut after.open_stream(Some(&primed))).await;
+        assert_eq!(msg["id"], "req_7", "{msg}");
+        assert_eq!(msg["error"]["code"], -32603, "{msg}");
+        let text = msg["error"]["message"].as_str().unwrap();
+        assert!(text.contains("restarted"), "{text}");
+        // The process that served it still resumes it normally.
+        match before.open_stream(Some(&primed)).recv().await {
+            Some(StreamItem::Prime { id, .. }) => assert_eq!(id, primed),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_stream_answers_its_request_and_ids_without_one_fall_back() {
+        let s = ClientSession::new("p".into(), "2025-11-25".into(), json!({}), json!({}));
+        let (_tx, rx) = mpsc::channel(8);
+        let mut out = s.resumable(rx, Some(&json!(12)), |v| v);
+        let primed = match out.recv().await {
+            Some(StreamItem::Prime { id, .. }) => id,
+            other => panic!("{other:?}"),
+        };
+        s.streams.lock().unwrap().clear();
+        let msg = lost_answer(&mut s.open_stream(Some(&primed))).await;
+        assert_eq!(msg["id"], 12, "{msg}");
+        assert!(msg["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no longer keeps"));
+        // Garbage and ids of other shapes open the standalone stream, as before.
+        for last in ["", "x", "1_2", "ab_1_2_!!!", "ab_0_3_MTI"] {
+            let mut rx = s.open_stream(Some(last));
+            assert!(rx.try_recv().is_err(), "{last:?} replays nothing");
+        }
     }
 }
