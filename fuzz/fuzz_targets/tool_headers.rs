@@ -10,11 +10,11 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use tasklift_protocol::jsonrpc::{Outcome, Request};
 use tasklift::front::params;
 use tasklift::upstream::tools::ToolCatalog;
 use tasklift::upstream::{CallContext, Era, Upstream, UpstreamCall, UpstreamError, UpstreamFuture};
 use tasklift_fuzz::headers_and_body;
+use tasklift_protocol::jsonrpc::{Outcome, Request};
 
 /// An upstream that is never reachable (learning from it fails at once).
 struct Nowhere;
@@ -69,5 +69,11 @@ fuzz_target!(|data: &[u8]| {
             .build()
             .expect("runtime")
     });
-    let _ = rt.block_on(params::check(&th, &Nowhere, &h, &req, &CallContext::default()));
+    let _ = rt.block_on(params::check(
+        &th,
+        &Nowhere,
+        &h,
+        &req,
+        &CallContext::default(),
+    ));
 });

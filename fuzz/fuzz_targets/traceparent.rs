@@ -3,10 +3,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tasklift_protocol::jsonrpc::Request;
 use tasklift::observe::trace;
 use tasklift::upstream::CallContext;
 use tasklift_fuzz::headers_and_body;
+use tasklift_protocol::jsonrpc::Request;
 
 fuzz_target!(|data: &[u8]| {
     let (h, body) = headers_and_body(data);

@@ -136,15 +136,18 @@ impl ClientSession {
         self.close_later(stream, &tx);
         let mut streams = self.streams.lock().expect("lock");
         prune(&mut streams);
-        streams.insert(
-            stream,
-            StreamLog {
-                next_seq: 1,
-                live: Some(tx),
-                request,
-                ..StreamLog::default()
-            },
-        );
+        // A closed session keeps no logs: the stream ends at once (`tx` drops).
+        if !*self.closed.borrow() {
+            streams.insert(
+                stream,
+                StreamLog {
+                    next_seq: 1,
+                    live: Some(tx),
+                    request,
+                    ..StreamLog::default()
+                },
+            );
+        }
         let me = self.clone();
         let busy = self.busy();
         let mut closed = self.closed();
@@ -194,6 +197,11 @@ impl ClientSession {
     async fn push(&self, stream: u64, msg: Value) {
         let (live, id) = {
             let mut streams = self.streams.lock().expect("lock");
+            // `close` dropped the logs; a log made again here would number its
+            // events from 1 and reuse ids its clients already saw.
+            if *self.closed.borrow() {
+                return;
+            }
             let log = streams.entry(stream).or_default();
             let seq = log.next_seq.max(1);
             log.next_seq = seq + 1;
@@ -249,6 +257,10 @@ impl ClientSession {
     ) -> mpsc::Receiver<StreamItem> {
         let last = last_event_id.and_then(parse_event_id);
         let mut streams = self.streams.lock().expect("lock");
+        if *self.closed.borrow() {
+            // An ended session serves no stream: this one ends at once.
+            return mpsc::channel(1).1;
+        }
         let (stream, after) = match &last {
             Some(e)
                 if e.inc == self.incarnation
@@ -392,6 +404,43 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(again.recv().await.is_none(), "the stream was done");
+    }
+
+    #[tokio::test]
+    async fn a_closed_session_reuses_no_event_id() {
+        // Found by the session_replay fuzz target: after `close`, a notification
+        // made the standalone log again, numbered from 1, and a GET resuming from an
+        // id seen before the close got another message under that id, or waited on
+        // a stream nothing would end.
+        let s = ClientSession::new("p".into(), "2025-06-18".into(), json!({}), json!({}));
+        let mut get = s.open_stream(None);
+        s.notify(json!({"n": 1})).await;
+        let first = match get.recv().await {
+            Some(StreamItem::Event { id, .. }) => id,
+            other => panic!("{other:?}"),
+        };
+        s.close();
+        assert!(
+            get.recv().await.is_none(),
+            "the stream ends with the session"
+        );
+        s.notify(json!({"n": 2})).await;
+        s.notify(json!({"n": 3})).await;
+        for last in [None, Some(first.as_str()), Some("0_0")] {
+            let mut again = s.open_stream(last);
+            let next = tokio::time::timeout(std::time::Duration::from_secs(5), again.recv()).await;
+            assert!(
+                matches!(next, Ok(None)),
+                "a stream of a closed session from {last:?}: {next:?}"
+            );
+        }
+        let (tx, rx) = mpsc::channel(1);
+        let mut call = s.resumable(rx, None, |v| v);
+        let _ = tx.send(StreamItem::Message(json!({"n": 4}))).await;
+        assert!(
+            call.recv().await.is_none(),
+            "a call stream of a closed session ends"
+        );
     }
 
     async fn lost_answer(rx: &mut mpsc::Receiver<StreamItem>) -> Value {
