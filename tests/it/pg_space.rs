@@ -41,7 +41,6 @@ fn noise(n: usize, seed: u64) -> String {
 /// about 8 MiB of it); dropped (and unmounted) at
 /// the end.
 struct SmallDb {
-    admin: tokio_postgres::Client,
     name: String,
     dir: std::path::PathBuf,
     url: String,
@@ -81,7 +80,6 @@ impl SmallDb {
             None => e.to_string(),
         });
         let db = Self {
-            admin,
             url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
             name,
             dir,
@@ -126,28 +124,16 @@ impl SmallDb {
 
 impl Drop for SmallDb {
     fn drop(&mut self) {
-        let (name, dir) = (self.name.clone(), self.dir.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Ok((c, conn)) = tokio_postgres::connect(ADMIN, NoTls).await {
-                    tokio::spawn(conn);
-                    let _ = c
-                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .await;
-                    let _ = c
-                        .batch_execute(&format!("DROP TABLESPACE IF EXISTS {name}"))
-                        .await;
-                }
-            });
-            let _ = std::process::Command::new("umount").arg(&dir).status();
-            let _ = std::fs::remove_dir(&dir);
-        })
-        .join();
-        let _ = &self.admin;
+        let name = &self.name;
+        crate::replicas::run_at_drop(
+            ADMIN,
+            &[
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                &format!("DROP TABLESPACE IF EXISTS {name}"),
+            ],
+        );
+        let _ = std::process::Command::new("umount").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 

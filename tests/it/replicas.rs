@@ -79,24 +79,32 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        // A runtime of its own: the test's may be shutting down.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Ok((c, conn)) = tokio_postgres::connect(&admin, NoTls).await {
-                    tokio::spawn(conn);
-                    let _ = c
-                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .await;
-                }
-            })
-        })
-        .join();
+        let drop_db = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        run_at_drop(&self.admin, &[&drop_db]);
     }
+}
+
+/// Run these statements on `admin` (each on its own, errors ignored) from a
+/// thread and a runtime of their own, for `Drop`s: the test's runtime may be
+/// shutting down.
+pub(crate) fn run_at_drop(admin: &str, statements: &[&str]) {
+    let admin = admin.to_string();
+    let statements: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            if let Ok((c, conn)) = tokio_postgres::connect(&admin, NoTls).await {
+                tokio::spawn(conn);
+                for st in &statements {
+                    let _ = c.batch_execute(st).await;
+                }
+            }
+        })
+    })
+    .join();
 }
 
 /// Start the demo upstream.
