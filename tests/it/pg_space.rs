@@ -384,13 +384,22 @@ async fn a_lost_database_connection_loses_no_outcome() {
         c.batch_execute(&format!("CREATE DATABASE {name}")).await?;
         Ok::<_, tokio_postgres::Error>((c, name))
     };
-    let (admin, name) = match made.await {
+    let (_admin, name) = match made.await {
         Ok(x) => x,
         Err(e) if required => {
             panic!("TASKLIFT_TEST_POSTGRES is set but PostgreSQL is not usable: {e}")
         }
         Err(e) => return eprintln!("skipped: no PostgreSQL at {ADMIN}: {e}"),
     };
+    // Dropped however the test ends.
+    struct DropDb(String);
+    impl Drop for DropDb {
+        fn drop(&mut self) {
+            let st = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0);
+            crate::replicas::run_at_drop(ADMIN, &[&st]);
+        }
+    }
+    let _db = DropDb(name.clone());
     let cable = Cable::to("127.0.0.1:5432").await;
     let store = format!(
         "url = \"postgres://postgres@{}/{name}?connect_timeout=1\"\nlease = \"30s\"",
@@ -442,7 +451,4 @@ async fn a_lost_database_connection_loses_no_outcome() {
         .expect("calls become tasks again");
     drop(p);
     up.stop().await;
-    let _ = admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await;
 }
