@@ -95,13 +95,27 @@ pub(crate) fn run_at_drop(admin: &str, statements: &[&str]) {
             .enable_all()
             .build()
             .unwrap();
+        // Tried a few times: with the whole suite running, the server may refuse
+        // one more connection for a moment, and the database stayed behind.
         rt.block_on(async {
-            if let Ok((c, conn)) = tokio_postgres::connect(&admin, NoTls).await {
-                tokio::spawn(conn);
-                for st in &statements {
-                    let _ = c.batch_execute(st).await;
+            let mut left: Vec<&String> = statements.iter().collect();
+            for _ in 0..10 {
+                if let Ok((c, conn)) = tokio_postgres::connect(&admin, NoTls).await {
+                    tokio::spawn(conn);
+                    let mut failed = Vec::new();
+                    for st in left {
+                        if c.batch_execute(st).await.is_err() {
+                            failed.push(st);
+                        }
+                    }
+                    left = failed;
                 }
+                if left.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
             }
+            eprintln!("could not clean up after the test: {left:?}");
         })
     })
     .join();
