@@ -13,6 +13,7 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
+use crate::observe::error_chain as chain;
 use tasklift_protocol::jsonrpc::{Incoming as Msg, RpcError};
 use tasklift_protocol::mcp::{self, MODERN_VERSION, TASKS_EXTENSION};
 use tasklift_protocol::sse::SseParser;
@@ -251,19 +252,4 @@ fn http_client(
         .enable_http1()
         .wrap_connector(http);
     Ok(HyperClient::builder(TokioExecutor::new()).build(connector))
-}
-
-/// An error and its causes, "a: b: c" (hyper's own message alone says little).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = c.source();
-    }
-    out
 }

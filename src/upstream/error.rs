@@ -93,20 +93,4 @@ pub fn broken_by(upstream: &str, cause: &str) -> RpcError {
     )
 }
 
-/// An error and its sources, as one line (`connection error: Connection reset by
-/// peer (os error 104)`): the outermost error of a client library often says only
-/// which step failed, and the cause is further in.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let next = s.to_string();
-        // Wrappers often repeat their source's text; say it once.
-        if !msg.ends_with(&next) {
-            msg.push_str(": ");
-            msg.push_str(&next);
-        }
-        src = s.source();
-    }
-    msg
-}
+pub use crate::observe::error_chain as chain;

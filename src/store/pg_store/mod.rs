@@ -37,6 +37,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::redact_url_credentials as redact_url;
+use crate::observe::error_chain as chain;
 
 use super::StoreError;
 
@@ -68,22 +69,6 @@ pub struct PgStore {
     listener: tokio::task::JoinHandle<()>,
     /// Whether the database refused a write for lack of space.
     space: std::sync::Arc<crate::store::space::DiskSpace>,
-}
-
-/// An error with its causes ("error performing TLS handshake: invalid peer
-/// certificate: …"): the driver's own message often leaves the cause out.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        let m = s.to_string();
-        if !out.contains(&m) {
-            out.push_str(": ");
-            out.push_str(&m);
-        }
-        next = s.source();
-    }
-    out
 }
 
 fn db(e: impl std::error::Error + 'static) -> StoreError {
