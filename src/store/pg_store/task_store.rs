@@ -1,8 +1,6 @@
 //! [`TaskStore`] for PostgreSQL: conditional writes fenced by the lease epoch, each
 //! announced with `NOTIFY`, and reads of records.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use super::rows::{i, outcome_bytes, record, status_of, u, COLUMNS};
@@ -35,29 +33,12 @@ impl PgStore {
         r
     }
 
-    /// Write a record. The end of a task this replica runs is tried again on a
-    /// database error for up to twice the lease: the outcome is known here, and the
-    /// lease is renewed meanwhile, so no other replica fails the task in the
-    /// meantime. A database out of space or out of reach is the driver's to retry
-    /// (`is_transient`): those return at once, so the low mode starts at once.
+    /// Write a record, once: a task's end that the database cannot take for now
+    /// (out of space, out of reach: `is_transient`) is kept and written again by
+    /// its driver (`settle_later`), and those errors mark the low mode at once.
     async fn put_record(&self, rec: &TaskRecord) -> Result<(), StoreError> {
         let terminal = rec.status().is_terminal();
-        let give_up = tokio::time::Instant::now() + self.lease * 2;
-        let mut wait = Duration::from_millis(50);
-        let r = loop {
-            match self.write_record(rec).await {
-                Err(StoreError::Db(e))
-                    if terminal
-                        && self.owned.contains_key(&rec.id)
-                        && tokio::time::Instant::now() + wait < give_up =>
-                {
-                    tracing::warn!(task.id = %rec.id, error = %e, "could not record the task's end; trying again");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_millis(500));
-                }
-                r => break r,
-            }
-        };
+        let r = self.write_record(rec).await;
         if r.as_ref().is_err_and(|e| !e.is_transient()) && terminal {
             // The end was not written (or not known to be): this replica stops
             // renewing the task's lease, so the task is failed as lost once the
