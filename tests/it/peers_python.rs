@@ -1129,3 +1129,71 @@ async fn fastmcp_tasks_client_completes_with_lenient_task_name_header() {
     let task = checks.iter().find(|c| c["check"] == "task").unwrap();
     assert_eq!(task["detail"]["handle status"], "working", "{task}");
 }
+
+/// The fault matrix's proxy in front of a server written by others (mcp 2.3 over
+/// Streamable HTTP): a 502 and a reset mid-call reach a synchronous caller and a
+/// task as errors naming the upstream and the fault, and the SDK server's next
+/// call works once the fault clears.
+#[tokio::test]
+async fn v2_http_behind_the_fault_proxy() {
+    use crate::fault_proxy::{Fault, FaultProxy};
+    let Some(python) = python(V2.venv()) else {
+        return;
+    };
+    let server = PyServer::start(&python, V2.script(), Http).await;
+    let proxy = FaultProxy::start(&server.url).await;
+    let h = Harness::front(
+        FixtureServer::new(),
+        &proxy.url(),
+        tempfile::tempdir().unwrap(),
+        |c| c.upstreams[0].name = "pyv2".into(),
+    )
+    .await;
+    let echo = |h: &Harness| {
+        let c = h.plain_client();
+        async move { c.call_tool("echo", json!({"text": "still here"})).await }
+    };
+    let r = guarded("echo", echo(&h))
+        .await
+        .expect("echo before any fault");
+    assert_eq!(text(&r.result), "still here");
+    for (fault, words) in [
+        (Fault::Status(502, None), "HTTP 502"),
+        (Fault::ResetMidBody, "broke"),
+    ] {
+        let what = format!("{fault:?}");
+        proxy.set(fault.clone()).await;
+        let e = guarded("a sync call", echo(&h)).await.unwrap_err();
+        let ClientError::Rpc(e) = e else {
+            panic!("{what}: {e}")
+        };
+        assert_eq!(e.code, -32010, "{what}: {e:?}");
+        assert!(
+            e.message.contains("pyv2") && e.message.contains(words),
+            "{what}: {}",
+            e.message
+        );
+        // A call that became a task ends failed with the same kind of error.
+        proxy.set_held(fault).await;
+        let before = proxy.faulted();
+        let a = guarded(
+            "a task",
+            h.client().call_tool("slow", json!({"seconds": 5})),
+        )
+        .await
+        .expect("a handle");
+        assert_eq!(a.result["resultType"], "task", "{what}: {}", a.result);
+        let id = a.result["taskId"].as_str().unwrap().to_string();
+        proxy.wait_faulted(before + 1).await;
+        proxy.release();
+        let t = wait_terminal(&h.client(), &id, Duration::from_secs(30)).await;
+        assert_eq!(t["status"], "failed", "{what}: {t}");
+        let m = t["error"]["message"].as_str().unwrap_or_default();
+        assert!(m.contains("pyv2") && m.contains(words), "{what}: {t}");
+        proxy.set(Fault::Pass).await;
+        let r = guarded("echo", echo(&h)).await;
+        let r = r.unwrap_or_else(|e| panic!("after {what} cleared: {e}"));
+        assert_eq!(text(&r.result), "still here", "after {what}");
+    }
+    h.stop().await;
+}
