@@ -316,3 +316,47 @@ pub fn machine_busy_secs() -> f64 {
         .sum();
     busy as f64 / 100.0
 }
+
+/// A database of its own for one run (`tasklift_<what>_<random>`) on the
+/// PostgreSQL server the harness was given, dropped at the end.
+pub struct ScratchDb {
+    admin: String,
+    name: String,
+    pub url: String,
+}
+
+impl ScratchDb {
+    pub async fn create(admin: &str, what: &str) -> anyhow::Result<Self> {
+        let name = format!("tasklift_{what}_{}", uuid::Uuid::new_v4().simple());
+        let (c, conn) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {admin} (--postgres)"))?;
+        tokio::spawn(conn);
+        c.batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .context("creating the scratch database")?;
+        let base = admin.split('?').next().unwrap_or(admin);
+        let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
+        Ok(Self {
+            admin: admin.to_string(),
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    pub async fn drop_db(&self) {
+        // The server may be coming back from a restart: try for a while.
+        for _ in 0..20 {
+            if let Ok((c, conn)) = tokio_postgres::connect(&self.admin, tokio_postgres::NoTls).await
+            {
+                tokio::spawn(conn);
+                let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+                if c.batch_execute(&sql).await.is_ok() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        eprintln!("could not drop the scratch database {}", self.name);
+    }
+}

@@ -8,54 +8,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::json;
 
+pub(super) use crate::procs::ScratchDb;
 use crate::procs::{self, Proc, TempDir};
 use crate::report;
 use crate::wire::{self, Conn, Endpoint};
 use crate::RunArgs;
-
-/// A scratch database on the PostgreSQL server the harness was given.
-pub(super) struct ScratchDb {
-    admin: String,
-    name: String,
-    pub(super) url: String,
-}
-
-impl ScratchDb {
-    pub(super) async fn create(admin: &str) -> anyhow::Result<Self> {
-        let name = format!("tasklift_bench_{}", std::process::id());
-        let (c, conn) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
-            .await
-            .with_context(|| format!("connecting to PostgreSQL at {admin} (--postgres)"))?;
-        tokio::spawn(conn);
-        for sql in [
-            format!("DROP DATABASE IF EXISTS {name}"),
-            format!("CREATE DATABASE {name}"),
-        ] {
-            c.batch_execute(&sql)
-                .await
-                .context("creating the scratch database")?;
-        }
-        let base = admin.split('?').next().unwrap_or(admin);
-        let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
-        Ok(Self {
-            admin: admin.to_string(),
-            url: format!("{base}/{name}"),
-            name,
-        })
-    }
-
-    pub(super) async fn drop_db(self) {
-        if let Ok((c, conn)) = tokio_postgres::connect(&self.admin, tokio_postgres::NoTls).await {
-            tokio::spawn(conn);
-            let _ = c
-                .batch_execute(&format!(
-                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                    self.name
-                ))
-                .await;
-        }
-    }
-}
 
 /// What a tasklift instance fronts.
 pub(super) enum Via<'a> {

@@ -99,7 +99,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The same tasks/get and creation scenarios with the PostgreSQL store, on a
     // scratch database dropped at the end.
     let scratch = match &args.postgres {
-        Some(url) => Some(ScratchDb::create(url).await?),
+        Some(url) => Some(ScratchDb::create(url, "bench").await?),
         None => None,
     };
     let mut pg = None;

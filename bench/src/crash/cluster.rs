@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+pub use crate::procs::ScratchDb;
 use crate::procs::{self, Proc};
 use crate::wire::Endpoint;
 
@@ -138,49 +139,6 @@ pub fn tail(p: &Path) -> String {
     let t = std::fs::read_to_string(p).unwrap_or_default();
     let lines: Vec<&str> = t.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
-}
-
-/// A database of its own for one run (`tasklift_crash_<random>`), dropped at the end.
-pub struct ScratchDb {
-    admin: String,
-    name: String,
-    pub url: String,
-}
-
-impl ScratchDb {
-    pub async fn create(admin: &str) -> anyhow::Result<Self> {
-        let name = format!("tasklift_crash_{}", uuid::Uuid::new_v4().simple());
-        let (c, conn) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
-            .await
-            .with_context(|| format!("connecting to PostgreSQL at {admin} (--postgres)"))?;
-        tokio::spawn(conn);
-        c.batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .context("creating the scratch database")?;
-        let base = admin.split('?').next().unwrap_or(admin);
-        let base = base.rsplit_once('/').map(|(b, _)| b).unwrap_or(base);
-        Ok(Self {
-            admin: admin.to_string(),
-            url: format!("{base}/{name}"),
-            name,
-        })
-    }
-
-    pub async fn drop_db(&self) {
-        // The server may be coming back from a restart: try for a while.
-        for _ in 0..20 {
-            if let Ok((c, conn)) = tokio_postgres::connect(&self.admin, tokio_postgres::NoTls).await
-            {
-                tokio::spawn(conn);
-                let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-                if c.batch_execute(&sql).await.is_ok() {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        eprintln!("could not drop the scratch database {}", self.name);
-    }
 }
 
 /// The Debian cluster to restart: `--pg-cluster "VERSION NAME"`, else the one

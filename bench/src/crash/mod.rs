@@ -152,7 +152,7 @@ pub async fn run(args: CrashArgs) -> anyhow::Result<bool> {
     let dir = crate::procs::TempDir::new("crash")?;
     let db = match args.store {
         StoreKind::Sled => None,
-        StoreKind::Postgres => Some(ScratchDb::create(&args.postgres).await?),
+        StoreKind::Postgres => Some(ScratchDb::create(&args.postgres, "crash").await?),
     };
     let cluster_name = if args.restart_postgres && db.is_some() {
         Some(cluster::pg_cluster(args.pg_cluster.as_deref())?)
