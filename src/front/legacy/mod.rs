@@ -384,15 +384,6 @@ pub fn get(
         return Rejected::NotAcceptable.response(None);
     }
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    if s.resumed_past_the_end(last) {
-        // 204: the stream is over and the client has all of it; an empty stream
-        // would make some clients (the TypeScript SDK v1 after an error answer)
-        // resume it again and again.
-        return Response::builder()
-            .status(StatusCode::NO_CONTENT)
-            .body(body::full(Bytes::new()))
-            .expect("valid response");
-    }
     let mut ctx = ctx;
     ctx.session = Some(s.peer());
     listen(mount, &s, &ctx, false);

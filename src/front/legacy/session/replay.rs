@@ -233,22 +233,6 @@ impl ClientSession {
         self.push(STANDALONE, msg).await;
     }
 
-    /// Whether `last_event_id` names a finished stream of this process with nothing
-    /// after that event: the client has had all of it. (Some clients resume a
-    /// finished stream again whenever it closes, unless told there is nothing.)
-    pub fn resumed_past_the_end(&self, last_event_id: Option<&str>) -> bool {
-        let Some(e) = last_event_id.and_then(parse_event_id) else {
-            return false;
-        };
-        if e.inc != self.incarnation || e.stream == STANDALONE {
-            return false;
-        }
-        let streams = self.streams.lock().expect("lock");
-        streams
-            .get(&e.stream)
-            .is_some_and(|log| log.done && log.events.back().is_none_or(|(seq, _)| *seq <= e.seq))
-    }
-
     /// Open the standalone GET stream, or resume a stream after `last_event_id`.
     /// Replaces any connection already reading that stream.
     pub fn open_stream(
