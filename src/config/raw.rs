@@ -196,6 +196,9 @@ pub struct RawTasks {
     pub sweep_interval: String,
     /// How long a task failed for running past its TTL stays readable before deletion.
     pub expired_grace: String,
+    /// The longest one `tasklift_wait` call blocks (its `waitSeconds` is capped to
+    /// this), kept below the request timeouts of common clients.
+    pub max_wait: String,
 }
 
 impl Default for RawTasks {
@@ -206,6 +209,7 @@ impl Default for RawTasks {
             poll_interval: "1s".into(),
             sweep_interval: "30s".into(),
             expired_grace: "5m".into(),
+            max_wait: "50s".into(),
         }
     }
 }
@@ -322,6 +326,17 @@ pub struct RawUpstream {
     /// Speak HTTP/2 to a `url` upstream (prior knowledge on `http://`, ALPN on
     /// `https://`): every call shares a few connections instead of holding one.
     pub http2: bool,
+    /// What a client that did not declare the tasks extension gets when its call
+    /// outlasts the threshold: `wait` (keep-alives until the result) or
+    /// `tool_handles` (a still-running answer naming `tasklift_wait`).
+    pub non_task_clients: String,
+    /// What happens to a synchronous call whose client goes away after the
+    /// threshold: `cancel` (cancelled upstream) or `detach` (it runs on as a task,
+    /// and a retry of the identical call joins it).
+    pub on_disconnect: String,
+    /// With `detach`: how long after a call starts an identical one is joined to
+    /// it instead of running again. Empty: the task's TTL.
+    pub replay_window: String,
     /// Per-tool rules, by tool name.
     pub tools: BTreeMap<String, RawToolRule>,
 }
@@ -350,6 +365,9 @@ impl Default for RawUpstream {
             list_cache_scope: "private".into(),
             ca_file: String::new(),
             http2: false,
+            non_task_clients: "wait".into(),
+            on_disconnect: "cancel".into(),
+            replay_window: String::new(),
             tools: BTreeMap::new(),
         }
     }
@@ -371,4 +389,13 @@ pub struct RawToolRule {
     /// Poll interval for this tool's tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_interval: Option<String>,
+    /// `wait` or `tool_handles`, for this tool (default: the upstream's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub non_task_clients: Option<String>,
+    /// `cancel` or `detach`, for this tool (default: the upstream's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_disconnect: Option<String>,
+    /// Replay window for this tool (default: the upstream's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_window: Option<String>,
 }

@@ -90,6 +90,8 @@ pub struct TaskDefaults {
     pub sweep_interval: Duration,
     /// Readable time of a task failed at its TTL.
     pub expired_grace: Duration,
+    /// The longest one `tasklift_wait` blocks.
+    pub max_wait: Duration,
 }
 
 /// How callers are identified.
@@ -149,6 +151,48 @@ pub struct ToolPolicy {
     pub ttl: Duration,
     /// Poll interval.
     pub poll_interval: Duration,
+    /// What a client without the tasks extension gets past the threshold.
+    pub non_task_clients: NonTaskClients,
+    /// What a synchronous caller's leaving after the threshold does.
+    pub on_disconnect: OnDisconnect,
+    /// With [`OnDisconnect::Detach`]: how long an identical call is joined to this
+    /// one (at most the task's TTL).
+    pub replay_window: Duration,
+}
+
+impl ToolPolicy {
+    /// `mode = "auto"` with these times and every other rule at its default.
+    pub fn auto(threshold: Duration, ttl: Duration, poll_interval: Duration) -> Self {
+        Self {
+            mode: ToolMode::Auto,
+            threshold,
+            ttl,
+            poll_interval,
+            non_task_clients: NonTaskClients::Wait,
+            on_disconnect: OnDisconnect::Cancel,
+            replay_window: ttl,
+        }
+    }
+}
+
+/// What a client that did not declare the tasks extension gets once its call
+/// outlasts the threshold. It never gets a `CreateTaskResult`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonTaskClients {
+    /// It keeps waiting (SSE keep-alives) for the result.
+    Wait,
+    /// A successful `CallToolResult` saying the job still runs, with its task id and
+    /// `tasklift_wait` to wait for it (tools the listing then offers).
+    ToolHandles,
+}
+
+/// What a synchronous call does when its client goes away after the threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDisconnect {
+    /// It is cancelled upstream.
+    Cancel,
+    /// It runs on as a task, and an identical retry joins it (replay).
+    Detach,
 }
 
 /// Validated upstream.

@@ -117,7 +117,11 @@ impl RawConfig {
             poll_interval: parse_duration("tasks.poll_interval", &t.poll_interval)?,
             sweep_interval: parse_duration("tasks.sweep_interval", &t.sweep_interval)?,
             expired_grace: parse_duration("tasks.expired_grace", &t.expired_grace)?,
+            max_wait: parse_duration("tasks.max_wait", &t.max_wait)?,
         };
+        if tasks.max_wait.is_zero() {
+            return Err(invalid("tasks.max_wait", "must be greater than zero"));
+        }
         if tasks.ttl.is_zero() {
             return Err(invalid("tasks.ttl", "must be greater than zero"));
         }
@@ -342,11 +346,20 @@ fn validate_upstream(
             .map_err(|_| invalid(key(&format!("headers.{k}")), "not a valid header value"))?;
         headers.push((name, value));
     }
+    let handles = non_task_clients(&key("non_task_clients"), &u.non_task_clients)?;
+    let disconnect = on_disconnect(&key("on_disconnect"), &u.on_disconnect)?;
+    let window = match u.replay_window.trim() {
+        "" => None,
+        w => Some(parse_duration(&key("replay_window"), w)?),
+    };
     let default_policy = ToolPolicy {
         mode: ToolMode::Auto,
         threshold: d.threshold,
         ttl: d.ttl,
         poll_interval: d.poll_interval,
+        non_task_clients: handles,
+        on_disconnect: disconnect,
+        replay_window: window.unwrap_or(d.ttl).min(d.ttl),
     };
     let mut tools = BTreeMap::new();
     for (name, r) in &u.tools {
@@ -375,6 +388,10 @@ fn validate_upstream(
         if ttl.is_zero() {
             return Err(invalid(k("ttl"), "must be greater than zero"));
         }
+        let tool_window = match &r.replay_window {
+            Some(w) => Some(parse_duration(&k("replay_window"), w)?),
+            None => window,
+        };
         tools.insert(
             name.clone(),
             ToolPolicy {
@@ -382,6 +399,16 @@ fn validate_upstream(
                 threshold,
                 ttl,
                 poll_interval: dur("poll_interval", &r.poll_interval, d.poll_interval)?,
+                non_task_clients: match &r.non_task_clients {
+                    Some(v) => non_task_clients(&k("non_task_clients"), v)?,
+                    None => handles,
+                },
+                on_disconnect: match &r.on_disconnect {
+                    Some(v) => on_disconnect(&k("on_disconnect"), v)?,
+                    None => disconnect,
+                },
+                // A task is not kept past its TTL, so neither is its replay.
+                replay_window: tool_window.unwrap_or(ttl).min(ttl),
             },
         );
     }
@@ -410,4 +437,26 @@ fn validate_upstream(
         tools,
         default_policy,
     })
+}
+
+fn non_task_clients(key: &str, v: &str) -> Result<NonTaskClients, ConfigError> {
+    match v {
+        "wait" => Ok(NonTaskClients::Wait),
+        "tool_handles" => Ok(NonTaskClients::ToolHandles),
+        other => Err(invalid(
+            key,
+            format!("{other:?}: expected wait or tool_handles"),
+        )),
+    }
+}
+
+fn on_disconnect(key: &str, v: &str) -> Result<OnDisconnect, ConfigError> {
+    match v {
+        "cancel" => Ok(OnDisconnect::Cancel),
+        "detach" => Ok(OnDisconnect::Detach),
+        other => Err(invalid(
+            key,
+            format!("{other:?}: expected cancel or detach"),
+        )),
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::config::{ToolMode, ToolPolicy};
+use tasklift::config::ToolPolicy;
 use tasklift::reply::{Reply, StreamItem};
 use tasklift::store::{SledStore, StoreFuture, StoreStats, TaskRecord, TaskStore};
 use tasklift::tasks::{into_detailed_task, Caller, Engine, EngineSettings};
@@ -77,12 +77,11 @@ impl Upstream for Timed {
 }
 
 fn policy(threshold: u64, ttl: u64) -> ToolPolicy {
-    ToolPolicy {
-        mode: ToolMode::Auto,
-        threshold: Duration::from_secs(threshold),
-        ttl: Duration::from_secs(ttl),
-        poll_interval: Duration::from_secs(1),
-    }
+    ToolPolicy::auto(
+        Duration::from_secs(threshold),
+        Duration::from_secs(ttl),
+        Duration::from_secs(1),
+    )
 }
 
 fn call(tasks: bool) -> Request {

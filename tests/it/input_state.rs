@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::config::{ToolMode, ToolPolicy};
+use tasklift::config::ToolPolicy;
 use tasklift::reply::Reply;
 use tasklift::store::{SledStore, TaskStore};
 use tasklift::tasks::{Engine, EngineSettings};
@@ -183,12 +183,11 @@ async fn a_parked_call_nobody_resumes_expires_after_ten_minutes() {
         answers: answers.clone(),
         cancelled: cancelled.clone(),
     });
-    let policy = ToolPolicy {
-        mode: ToolMode::Auto,
-        threshold: Duration::from_secs(3600),
-        ttl: Duration::from_secs(7200),
-        poll_interval: Duration::from_secs(1),
-    };
+    let policy = ToolPolicy::auto(
+        Duration::from_secs(3600),
+        Duration::from_secs(7200),
+        Duration::from_secs(1),
+    );
     let req = |id: u64, state: Option<&Value>| {
         let mut p = json!({"name": "t", "_meta": {"io.modelcontextprotocol/clientCapabilities": caps(true, &["elicitation"])}});
         if let Some(s) = state {
