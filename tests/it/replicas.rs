@@ -27,16 +27,16 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const LOST: &str = "the tasklift replica running this task was lost";
 
 /// A fresh database for one test, dropped when the test ends.
-struct Db {
+pub(crate) struct Db {
     admin: String,
     name: String,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Db {
     /// Create one, or `None` (with a message) when no server is reachable and none
     /// is required.
-    async fn create() -> Option<Db> {
+    pub(crate) async fn create() -> Option<Db> {
         let required = std::env::var("TASKLIFT_TEST_POSTGRES").ok();
         let admin = match required.as_deref() {
             Some(u) if u.starts_with("postgres") => u.to_string(),
