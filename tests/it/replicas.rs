@@ -27,16 +27,17 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const LOST: &str = "the tasklift replica running this task was lost";
 
 /// A fresh database for one test, dropped when the test ends.
-struct Db {
+pub(crate) struct Db {
     admin: String,
     name: String,
-    url: String,
+    /// The URL of the test database.
+    pub(crate) url: String,
 }
 
 impl Db {
     /// Create one, or `None` (with a message) when no server is reachable and none
     /// is required.
-    async fn create() -> Option<Db> {
+    pub(crate) async fn create() -> Option<Db> {
         let required = std::env::var("TASKLIFT_TEST_POSTGRES").ok();
         let admin = match required.as_deref() {
             Some(u) if u.starts_with("postgres") => u.to_string(),
@@ -70,7 +71,7 @@ impl Db {
     }
 
     /// A connection to the test database, for looking at rows.
-    async fn client(&self) -> tokio_postgres::Client {
+    pub(crate) async fn client(&self) -> tokio_postgres::Client {
         let (client, conn) = tokio_postgres::connect(&self.url, NoTls).await.unwrap();
         tokio::spawn(conn);
         client
