@@ -123,6 +123,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             metrics: metrics.clone(),
             shared_state_key: cfg.store.url.is_some().then(|| key.clone()),
             disk: disk.clone(),
+            max_wait: cfg.tasks.max_wait,
             ..EngineSettings::new(cfg.tasks.expired_grace, cfg.server.keepalive_interval)
         },
     );

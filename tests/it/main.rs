@@ -49,6 +49,7 @@ mod stdio;
 mod stdio_faults;
 mod stdio_peer;
 mod store_cli;
+mod tool_handles;
 mod ts_clients;
 mod upstream_tasks;
 mod upstreams;
