@@ -404,3 +404,213 @@ async fn without_authentication_replays_by_arguments_stay_within_a_session() {
     assert_eq!(runs(&h, "slow"), 2);
     h.stop().await;
 }
+
+/// The demo tools (HTTP or stdio) with tool-level handles, and `confirm_delete`
+/// a task at once, so its question comes after the handle.
+async fn asking(stdio: bool) -> Harness {
+    crate::input_common::demo(stdio, |c| {
+        handles(c);
+        c.upstreams[0]
+            .tools
+            .insert("confirm_delete".into(), rule("always"));
+    })
+    .await
+}
+
+async fn legacy_session_is_asked_its_own_elicitation_through_tasklift_wait(stdio: bool) {
+    use crate::wire::LegacyClient;
+    let h = asking(stdio).await;
+    let (c, _) = LegacyClient::start(&h.url, "2025-06-18", json!({"elicitation": {}})).await;
+    let list = c.request(1, "tools/list", json!({})).await.response();
+    let listed: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(listed.contains(&"tasklift_wait"), "{list}");
+    let first = c
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"}}),
+        )
+        .await
+        .response();
+    let id = followed(&first["result"]);
+    let mut s = c
+        .open(
+            3,
+            "tools/call",
+            json!({"name": "tasklift_wait", "arguments": {"taskId": id, "waitSeconds": 20}}),
+        )
+        .await;
+    let ask = s
+        .message_where("the task's question", |m| {
+            m["method"] == "elicitation/create"
+        })
+        .await;
+    assert_eq!(ask["params"]["message"], "Delete a.txt?", "{ask}");
+    let yes = json!({"action": "accept", "content": {"confirm": true}});
+    assert_eq!(c.respond(&ask["id"], yes).await.status, 202);
+    let done = s.finish_guarded("the job's result").await;
+    let last = done.sse_messages().pop().unwrap();
+    assert_eq!(last["id"], 3, "{last}");
+    assert_eq!(text(&last["result"]), "Deleted a.txt.", "{last}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn http_legacy_session_is_asked_its_own_elicitation_through_tasklift_wait() {
+    legacy_session_is_asked_its_own_elicitation_through_tasklift_wait(false).await
+}
+
+#[tokio::test]
+async fn stdio_legacy_session_is_asked_its_own_elicitation_through_tasklift_wait() {
+    legacy_session_is_asked_its_own_elicitation_through_tasklift_wait(true).await
+}
+
+#[tokio::test]
+async fn a_modern_client_gets_the_tasks_question_as_input_required_from_tasklift_wait() {
+    let h = asking(false).await;
+    let mut c = h.plain_client();
+    c.capabilities.insert("elicitation".into(), json!({}));
+    let id = followed(
+        &c.call_tool("confirm_delete", json!({"filename": "b.txt"}))
+            .await
+            .unwrap()
+            .result,
+    );
+    let asked = c
+        .call_tool("tasklift_wait", json!({"taskId": id, "waitSeconds": 20}))
+        .await
+        .unwrap()
+        .result;
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let (key, q) = asked["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    assert_eq!(q["params"]["message"], "Delete b.txt?", "{asked}");
+    let retry = json!({"name": "tasklift_wait", "arguments": {"taskId": id, "waitSeconds": 20},
+        "inputResponses": {key: {"action": "accept", "content": {"confirm": true}}},
+        "requestState": asked["requestState"]});
+    let done = c.request("tools/call", retry).await.unwrap().result;
+    assert_eq!(text(&done), "Deleted b.txt.", "{done}");
+    // Without elicitation declared, the model is told what the job waits for.
+    let plain = h.plain_client();
+    let id = followed(
+        &plain
+            .call_tool("confirm_delete", json!({"filename": "c.txt"}))
+            .await
+            .unwrap()
+            .result,
+    );
+    let t = plain
+        .call_tool("tasklift_wait", json!({"taskId": id, "waitSeconds": 1}))
+        .await
+        .unwrap()
+        .result;
+    assert_ne!(t["resultType"], "input_required", "{t}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn stdio_upstream_detach_and_tool_handles() {
+    let h = crate::input_common::demo(true, |c| {
+        handles(c);
+        detach(c);
+        bearer(c);
+    })
+    .await;
+    let c = plain_as(&h, "alice");
+    let args = json!({"seconds": 3, "label": "stdio"});
+    let id = followed(
+        &c.call_tool("slow_compute", args.clone())
+            .await
+            .unwrap()
+            .result,
+    );
+    assert_eq!(
+        followed(&c.call_tool("slow_compute", args).await.unwrap().result),
+        id,
+        "replayed"
+    );
+    let done = c
+        .call_tool("tasklift_wait", json!({"taskId": id, "waitSeconds": 20}))
+        .await
+        .unwrap()
+        .result;
+    assert_eq!(text(&done), "computed stdio in 3 s", "{done}");
+    let log = std::fs::read_to_string(h.dir.path().join("fixture.log")).unwrap();
+    let runs = log.lines().filter(|l| *l == "call slow_compute").count();
+    assert_eq!(runs, 1, "{log}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_retry_on_another_replica_joins_the_detached_call() {
+    let Some(db) = crate::replicas::Db::create().await else {
+        return;
+    };
+    let up = slow_server(None)
+        .start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let start = |dir: &std::path::Path| {
+        let mut c = config(&up.url(), dir);
+        c.store.url = db.url.clone();
+        c.tasks.threshold = "300ms".into();
+        detach(&mut c);
+        handles(&mut c);
+        bearer(&mut c);
+        c
+    };
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = tasklift::app::start(start(d1.path()).validate().unwrap())
+        .await
+        .unwrap();
+    let b = tasklift::app::start(start(d2.path()).validate().unwrap())
+        .await
+        .unwrap();
+    let client = |addr: std::net::SocketAddr| {
+        let mut c = tasklift::tools::client::Client::new(&format!("http://{addr}/mcp")).unwrap();
+        c.tasks = false;
+        c.headers.push((
+            "authorization".parse().unwrap(),
+            http::HeaderValue::from_static("Bearer alice"),
+        ));
+        c
+    };
+    let args = json!({"seconds": 2, "label": "shared"});
+    let id = followed(
+        &client(a.addr)
+            .call_tool("slow", args.clone())
+            .await
+            .unwrap()
+            .result,
+    );
+    // The identical call on the other replica is the same job.
+    let again = client(b.addr).call_tool("slow", args).await.unwrap().result;
+    assert_eq!(followed(&again), id);
+    let done = client(b.addr)
+        .call_tool("tasklift_wait", json!({"taskId": id, "waitSeconds": 20}))
+        .await
+        .unwrap()
+        .result;
+    assert_eq!(text(&done), "slow shared done", "{done}");
+    let calls = up
+        .stats()
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|b| b["params"]["name"] == "slow")
+        .count();
+    assert_eq!(calls, 1);
+    a.shutdown().await;
+    b.shutdown().await;
+    up.stop().await;
+}
