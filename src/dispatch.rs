@@ -296,15 +296,10 @@ async fn task_method(engine: &Engine, req: &Request, who: Caller<'_>) -> Outcome
     let answered = match req.method.as_str() {
         method::TASKS_GET => engine.poll(task_id, who).await.map(into_detailed_task),
         method::TASKS_CANCEL => engine.cancel(task_id, who).await.map(done),
-        _ => {
-            let answers = req
-                .params
-                .get("inputResponses")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            engine.update(task_id, who, answers).await.map(done)
-        }
+        _ => engine
+            .update(task_id, who, handles::input_responses(req))
+            .await
+            .map(done),
     };
     answered.map_err(RpcError::from)
 }

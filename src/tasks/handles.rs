@@ -416,13 +416,7 @@ impl Engine {
         else {
             return Ok(None);
         };
-        let answers = req
-            .params
-            .get("inputResponses")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        self.update(id, w.who(), answers).await?;
+        self.update(id, w.who(), input_responses(req)).await?;
         Ok(Some(id.to_string()))
     }
 
@@ -636,6 +630,15 @@ impl Engine {
             tracing::warn!(task.id = %rec.id, error = %e, "could not index the call for replay; a retry will run it again");
         }
     }
+}
+
+/// A request's `inputResponses` (none: empty).
+pub fn input_responses(req: &Request) -> Map<String, Value> {
+    req.params
+        .get("inputResponses")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// A tool error for a task the caller cannot see (unknown, another caller's, or
