@@ -168,6 +168,9 @@ pub struct Status {
     pub tasks: Result<BTreeMap<&'static str, u64>, String>,
     /// Calls with a background owner now (tasks being driven).
     pub running: usize,
+    /// Retried calls answered from an identical earlier call's task: (joined it
+    /// running, answered from its stored result).
+    pub replays: (u64, u64),
     /// Bytes the store uses on disk.
     pub disk_bytes: Option<u64>,
     /// Bytes free for the embedded store and whether that is below the watermark,
@@ -218,6 +221,7 @@ impl Status {
             upstreams,
             tasks,
             running: state.engine.running_count(),
+            replays: state.metrics.replays(),
             disk_bytes: state.engine.health().await.ok().map(|s| s.disk_bytes),
             free_space: state
                 .engine
@@ -307,6 +311,13 @@ impl Status {
              legacy client sessions: <span id=\"legacy-sessions\">{legacy}</span> · \
              store on disk: {disk}</p>",
             self.running
+        );
+        let _ = writeln!(
+            o,
+            "<p>retried calls replayed instead of run again (on_disconnect = detach): \
+             joined a running call <span id=\"replays-joined\">{}</span> · \
+             answered from a stored result <span id=\"replays-stored\">{}</span></p>",
+            self.replays.0, self.replays.1
         );
         if let Some((free, low)) = &self.free_space {
             let free = free.map_or("unknown".to_string(), |b| format!("{b} bytes"));
@@ -517,6 +528,7 @@ mod tests {
             }],
             tasks: Ok([("working", 2), ("failed", 1)].into_iter().collect()),
             running: 2,
+            replays: (3, 4),
             disk_bytes: Some(4096),
             free_space: None,
             recent: vec![
@@ -539,6 +551,8 @@ mod tests {
         assert!(html.contains(">12s<"), "{html}");
         assert!(html.contains("id=\"count-working\">2<"), "{html}");
         assert!(html.contains("id=\"count-total\">3<"), "{html}");
+        assert!(html.contains("id=\"replays-joined\">3<"), "{html}");
+        assert!(html.contains("id=\"replays-stored\">4<"), "{html}");
         assert!(
             html.contains("up 1m 5s") || html.contains(">1m 5s<"),
             "{html}"

@@ -109,6 +109,14 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             (Arc::new(store), key, None, None)
         }
     };
+    let detaches = cfg.upstreams.iter().any(|u| {
+        std::iter::once(&u.default_policy)
+            .chain(u.tools.values())
+            .any(|p| p.on_disconnect == crate::config::OnDisconnect::Detach)
+    });
+    if detaches && cfg.auth.mode == crate::config::AuthMode::None {
+        tracing::warn!("on_disconnect = \"detach\" with auth.mode = \"none\": every caller is the same principal, so a retried call is matched by its arguments only within the same legacy session, or by the tasklift/idempotencyKey _meta key; set an auth mode to replay per caller");
+    }
     let metrics = Arc::new(crate::observe::metrics::Metrics::default());
     // The embedded store's free space, against store.min_free_bytes; for
     // PostgreSQL, whether the database refuses writes for lack of space.
@@ -123,6 +131,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             metrics: metrics.clone(),
             shared_state_key: cfg.store.url.is_some().then(|| key.clone()),
             disk: disk.clone(),
+            max_wait: cfg.tasks.max_wait,
             ..EngineSettings::new(cfg.tasks.expired_grace, cfg.server.keepalive_interval)
         },
     );

@@ -10,9 +10,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::config::UpstreamConfig;
+use crate::config::{NonTaskClients, ToolMode, ToolPolicy, UpstreamConfig};
 use crate::reply::{Reply, StreamItem};
 use crate::tasks::engine::{Engine, TaskRoute};
+use crate::tasks::handles;
 use crate::tasks::{into_detailed_task, Caller};
 use crate::upstream::task_bridge::{self, Follow};
 use crate::upstream::tools::{TaskSupport, ToolCatalog};
@@ -100,6 +101,13 @@ pub async fn dispatch(
             Ok(outcome) => json(outcome.map(|r| discover_result(r, &mount.cfg))),
             Err(e) => json(Err(e.to_rpc())),
         },
+        method::TOOLS_CALL if handles_for(mount, &req).is_some() => {
+            let up = mount.cfg.name.clone();
+            match req.str_param("name") {
+                Some(handles::WAIT_TOOL) => engine.tool_wait(req, &ctx, &up).await,
+                _ => engine.tool_cancel(req, &ctx, &up).await,
+            }
+        }
         method::TOOLS_CALL => {
             let policy = mount
                 .cfg
@@ -155,6 +163,13 @@ pub async fn dispatch(
                 _ => None,
             };
             let lists_tools = m == "tools/list";
+            // The first page of a listing for a client without the extension offers
+            // tasklift_wait and tasklift_cancel where tool-level handles are on.
+            let offer = (lists_tools
+                && offers_handles(&mount.cfg)
+                && !mcp::declares_tasks(&req.params)
+                && req.params.get("cursor").is_none_or(Value::is_null))
+            .then(|| (engine.max_wait(), mount.cfg.clone()));
             let reply = engine.relay(up, req, ctx, hint).await;
             if !lists_tools {
                 return reply;
@@ -163,10 +178,33 @@ pub async fn dispatch(
             map_final(reply, move |mut v| {
                 learned.observe(&v);
                 without_task_support(&mut v);
+                if let Some((max_wait, cfg)) = offer {
+                    handles::offer_tools(&mut v, max_wait, |name| gives_handles(cfg.policy(name)));
+                }
                 v
             })
         }
     }
+}
+
+/// Whether a tool's calls may answer a client without the extension with a
+/// tool-level handle.
+fn gives_handles(p: &ToolPolicy) -> bool {
+    p.non_task_clients == NonTaskClients::ToolHandles && p.mode != ToolMode::Never
+}
+
+/// Whether any tool of the upstream gives tool-level handles.
+fn offers_handles(cfg: &UpstreamConfig) -> bool {
+    gives_handles(&cfg.default_policy) || cfg.tools.values().any(gives_handles)
+}
+
+/// A `tools/call` of `tasklift_wait` or `tasklift_cancel` that tasklift answers
+/// itself: from a client without the extension, on an upstream that gives
+/// tool-level handles (the upstream's own tools of those names are shadowed there).
+fn handles_for<'a>(mount: &Mount, req: &'a Request) -> Option<&'a str> {
+    req.str_param("name")
+        .filter(|n| [handles::WAIT_TOOL, handles::CANCEL_TOOL].contains(n))
+        .filter(|_| offers_handles(&mount.cfg) && !mcp::declares_tasks(&req.params))
 }
 
 /// Whether a legacy upstream's capabilities (from its `initialize` result) include
@@ -258,15 +296,10 @@ async fn task_method(engine: &Engine, req: &Request, who: Caller<'_>) -> Outcome
     let answered = match req.method.as_str() {
         method::TASKS_GET => engine.poll(task_id, who).await.map(into_detailed_task),
         method::TASKS_CANCEL => engine.cancel(task_id, who).await.map(done),
-        _ => {
-            let answers = req
-                .params
-                .get("inputResponses")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            engine.update(task_id, who, answers).await.map(done)
-        }
+        _ => engine
+            .update(task_id, who, handles::input_responses(req))
+            .await
+            .map(done),
     };
     answered.map_err(RpcError::from)
 }

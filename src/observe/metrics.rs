@@ -93,6 +93,19 @@ pub struct Metrics {
     requests: DashMap<(&'static str, &'static str), AtomicU64>,
     limit_hits: DashMap<&'static str, AtomicU64>,
     upstreams: DashMap<String, Arc<UpstreamFigures>>,
+    replays_joined: AtomicU64,
+    replays_stored: AtomicU64,
+    tool_handles: AtomicU64,
+    detached: AtomicU64,
+}
+
+/// How a retried call was replayed instead of running the tool again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// It joined the task the identical call became, still running.
+    Joined,
+    /// It got the stored result of the identical call.
+    Stored,
 }
 
 /// Figures read at scrape time from the rest of tasklift.
@@ -144,6 +157,35 @@ impl Metrics {
             Finished::Cancelled => &self.tasks_cancelled,
         };
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A retried call was answered from the task of an identical earlier one.
+    pub fn replayed(&self, how: Replay) {
+        match how {
+            Replay::Joined => &self.replays_joined,
+            Replay::Stored => &self.replays_stored,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Replays so far: (joined a running task, answered from a stored result).
+    pub fn replays(&self) -> (u64, u64) {
+        (
+            self.replays_joined.load(Ordering::Relaxed),
+            self.replays_stored.load(Ordering::Relaxed),
+        )
+    }
+
+    /// A client without the tasks extension got a still-running answer naming
+    /// `tasklift_wait` (a tool-level handle).
+    pub fn tool_handle(&self) {
+        self.tool_handles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A synchronous call passed its threshold and runs on as a task its caller
+    /// waits on (`on_disconnect = "detach"`).
+    pub fn detached(&self) {
+        self.detached.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Tasks deleted by the sweeper at the end of their TTL.
@@ -236,6 +278,22 @@ impl Metrics {
             "Tasks deleted at the end of their TTL.",
             self.tasks_expired.load(Ordering::Relaxed),
         );
+        counter(
+            &mut out,
+            "tasklift_tool_handles_total",
+            "Still-running answers naming tasklift_wait, given to clients without the tasks extension.",
+            self.tool_handles.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "tasklift_detached_calls_total",
+            "Synchronous calls that passed their threshold and run on as tasks their callers wait on (on_disconnect = detach).",
+            self.detached.load(Ordering::Relaxed),
+        );
+        out.push_str("# HELP tasklift_replays_total Retried calls answered from the task of an identical earlier call instead of running the tool again.\n# TYPE tasklift_replays_total counter\n");
+        let (joined, stored) = self.replays();
+        let _ = writeln!(out, "tasklift_replays_total{{outcome=\"joined\"}} {joined}");
+        let _ = writeln!(out, "tasklift_replays_total{{outcome=\"stored\"}} {stored}");
         out.push_str("# HELP tasklift_tasks Tasks in the store by current status.\n# TYPE tasklift_tasks gauge\n");
         for status in [
             "working",

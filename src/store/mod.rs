@@ -4,6 +4,7 @@
 
 mod pg_store;
 mod record;
+mod replays;
 mod sessions;
 mod sled_store;
 pub mod space;
@@ -15,6 +16,7 @@ use serde_json::{Map, Value};
 
 pub use pg_store::{Change, PgStore};
 pub use record::{NewTask, Settle, Settled, TaskOutcome, TaskRecord, TaskStatus};
+pub use replays::ReplayStore;
 pub use sessions::{SessionRecord, SessionStore};
 pub use sled_store::{dir_size, result_file, SledStore};
 
@@ -135,6 +137,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Where legacy client sessions are kept across restarts, when this store
     /// keeps them.
     fn sessions(&self) -> Option<&dyn SessionStore> {
+        None
+    }
+    /// Where the calls that may be replayed (detached synchronous calls a retry
+    /// can join) are indexed, when this store keeps them.
+    fn replays(&self) -> Option<&dyn ReplayStore> {
         None
     }
 }

@@ -6,6 +6,10 @@
 //!   `expires_at_ms (big endian) ++ task id` to nothing, so the sweeper reads expired
 //!   ids in order without scanning every record.
 //!   Tree `sessions` maps a legacy client session id to its JSON `SessionRecord`.
+//!   Tree `replays` maps a replay key (`ReplayStore`) to `until_ms (big endian) ++
+//!   task id`: the task a call became and when its replay window closes. `delete`
+//!   leaves it alone; an entry naming a deleted task goes when its window closes
+//!   (`purge_calls`), and whoever recalls it checks that the task still exists.
 //! - `results/<id>.json`: outcomes larger than `large_result_bytes`, and every
 //!   outcome that would make the stored record larger than [`SLED_RECORD_MAX`]. The
 //!   record of such a task is stored without its outcome, and `get` reads the file;
@@ -27,8 +31,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{
-    SessionRecord, SessionStore, StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord,
-    TaskStatus, TaskStore,
+    ReplayStore, SessionRecord, SessionStore, StoreError, StoreFuture, StoreStats, TaskOutcome,
+    TaskRecord, TaskStatus, TaskStore,
 };
 
 /// sled-backed `TaskStore`.
@@ -46,6 +50,8 @@ struct Inner {
     expiry: sled::Tree,
     /// Legacy client session id -> its JSON [`SessionRecord`].
     sessions: sled::Tree,
+    /// Replay key -> `until_ms` (big endian) ++ task id (see [`replay_value`]).
+    replays: sled::Tree,
     /// Directory of large result files.
     results_dir: PathBuf,
     /// The whole data directory (for disk figures).
@@ -224,6 +230,26 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 /// `large_result_bytes` above this has no further effect.
 const SLED_RECORD_MAX: usize = 6 * 1024;
 
+/// A `replays` value: when the window closes (big endian) and the task id.
+fn replay_value(task_id: &str, until_ms: u64) -> Vec<u8> {
+    let mut v = until_ms.to_be_bytes().to_vec();
+    v.extend_from_slice(task_id.as_bytes());
+    v
+}
+
+/// A `replays` value read back: `(until_ms, task id)`, or why it cannot be.
+fn replay_entry(key: &[u8], value: &[u8]) -> Result<(u64, String), StoreError> {
+    let corrupt = |message: &str| StoreError::Corrupt {
+        id: format!("replay {}", String::from_utf8_lossy(key)),
+        message: message.to_string(),
+    };
+    let (until, id) = value
+        .split_first_chunk::<8>()
+        .ok_or_else(|| corrupt("shorter than its window's end"))?;
+    let id = std::str::from_utf8(id).map_err(|_| corrupt("the task id is not UTF-8"))?;
+    Ok((u64::from_be_bytes(*until), id.to_string()))
+}
+
 fn expiry_key(expires_at_ms: u64, id: &str) -> Vec<u8> {
     let mut k = expires_at_ms.to_be_bytes().to_vec();
     k.extend_from_slice(id.as_bytes());
@@ -266,12 +292,14 @@ impl SledStore {
         let tasks = db.open_tree("tasks").map_err(db_err)?;
         let expiry = db.open_tree("expiry").map_err(db_err)?;
         let sessions = db.open_tree("sessions").map_err(db_err)?;
+        let replays = db.open_tree("replays").map_err(db_err)?;
         let store = Self {
             inner: Arc::new(Inner {
                 commit: GroupCommit::new(Box::new(move || db.flush().map(|_| ()))),
                 tasks,
                 expiry,
                 sessions,
+                replays,
                 results_dir,
                 data_dir: data_dir.to_path_buf(),
                 large_result_bytes,
@@ -611,6 +639,10 @@ impl TaskStore for SledStore {
     fn sessions(&self) -> Option<&dyn SessionStore> {
         Some(self)
     }
+
+    fn replays(&self) -> Option<&dyn ReplayStore> {
+        Some(self)
+    }
 }
 
 impl SledStore {
@@ -692,6 +724,56 @@ impl SessionStore for SledStore {
                     && self
                         .inner
                         .sessions
+                        .compare_and_swap(&k, Some(v), None as Option<&[u8]>)
+                        .map_err(db_err)?
+                        .is_ok()
+                {
+                    gone += 1;
+                }
+            }
+            Ok(gone)
+        })
+    }
+}
+
+impl ReplayStore for SledStore {
+    fn remember_call<'a>(
+        &'a self,
+        key: &'a str,
+        task_id: &'a str,
+        until_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.inner
+                .replays
+                .insert(key.as_bytes(), replay_value(task_id, until_ms))
+                .map_err(db_err)?;
+            self.inner.commit.commit().await
+        })
+    }
+
+    fn recall_call<'a>(&'a self, key: &'a str, now_ms: u64) -> StoreFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let Some(v) = self.inner.replays.get(key.as_bytes()).map_err(db_err)? else {
+                return Ok(None);
+            };
+            let (until_ms, task_id) = replay_entry(key.as_bytes(), &v)?;
+            Ok((now_ms < until_ms).then_some(task_id))
+        })
+    }
+
+    fn purge_calls(&self, now_ms: u64) -> StoreFuture<'_, usize> {
+        Box::pin(async move {
+            let mut gone = 0;
+            for kv in self.inner.replays.iter() {
+                let (k, v) = kv.map_err(db_err)?;
+                // An entry that cannot be read is of no use to anyone: it goes too.
+                let closed = replay_entry(&k, &v).map_or(true, |(until, _)| until <= now_ms);
+                // Only if nobody remembered the key again meanwhile.
+                if closed
+                    && self
+                        .inner
+                        .replays
                         .compare_and_swap(&k, Some(v), None as Option<&[u8]>)
                         .map_err(db_err)?
                         .is_ok()
@@ -790,6 +872,88 @@ mod tests {
         assert!(
             flushes > 0 && flushes <= n as u64,
             "{flushes} flushes for {n} creates"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_replay_key_is_recalled_until_its_window_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
+        let replays = s.replays().expect("sled keeps replays");
+        let flushes = s.inner.commit.flushes_started();
+        replays.remember_call("k1", "task-1", 1_000).await.unwrap();
+        assert_eq!(
+            s.inner.commit.flushes_started(),
+            flushes + 1,
+            "remembering a call flushes"
+        );
+        assert_eq!(
+            replays.recall_call("k1", 999).await.unwrap().as_deref(),
+            Some("task-1")
+        );
+        assert_eq!(replays.recall_call("k1", 1_000).await.unwrap(), None);
+        assert_eq!(replays.recall_call("k1", 5_000).await.unwrap(), None);
+        assert_eq!(replays.recall_call("unknown", 0).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn remembering_a_replay_key_again_replaces_its_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
+        s.remember_call("k", "task-1", 1_000).await.unwrap();
+        s.remember_call("k", "task-2", 2_000).await.unwrap();
+        assert_eq!(
+            s.recall_call("k", 1_500).await.unwrap().as_deref(),
+            Some("task-2")
+        );
+        // A shorter window replaces a longer one too: the latest call decides.
+        s.remember_call("k", "task-3", 500).await.unwrap();
+        assert_eq!(s.recall_call("k", 600).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn purging_replays_removes_only_closed_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
+        s.remember_call("a", "task-a", 100).await.unwrap();
+        s.remember_call("b", "task-b", 200).await.unwrap();
+        s.remember_call("c", "task-c", 300).await.unwrap();
+        // An entry that cannot be read goes as well.
+        s.inner.replays.insert("bad", &[1u8, 2][..]).unwrap();
+        assert!(matches!(
+            s.recall_call("bad", 0).await,
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(
+            s.purge_calls(200).await.unwrap(),
+            3,
+            "a, b (at 200) and bad"
+        );
+        assert_eq!(s.recall_call("a", 0).await.unwrap(), None);
+        assert_eq!(s.recall_call("b", 0).await.unwrap(), None);
+        assert_eq!(
+            s.recall_call("c", 250).await.unwrap().as_deref(),
+            Some("task-c")
+        );
+        assert_eq!(s.purge_calls(200).await.unwrap(), 0);
+        assert_eq!(s.inner.replays.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_replay_key_survives_reopening_and_task_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
+            s.create(&working(1)).await.unwrap();
+            s.remember_call("k", "task-1", 10_000).await.unwrap();
+            // Deleting the task leaves the entry: whoever recalls it checks the task.
+            s.delete("task-1").await.unwrap();
+        }
+        let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
+        assert_eq!(s.get("task-1").await.unwrap(), None);
+        assert_eq!(
+            s.recall_call("k", 5_000).await.unwrap().as_deref(),
+            Some("task-1")
         );
     }
 

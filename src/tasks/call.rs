@@ -36,6 +36,10 @@ pub(super) struct TaskSpec {
     pub tool: String,
     /// The tool's rules.
     pub policy: ToolPolicy,
+    /// What the caller is answered when the task is created.
+    pub handle: super::handles::Handle,
+    /// The call's replay key (`on_disconnect = "detach"`): the task is indexed under it.
+    pub replay: Option<String>,
 }
 
 /// Messages to a task's background driver.

@@ -20,9 +20,10 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use super::call::{Control, Parked, StopReason, SyncCall, TaskSpec};
+use super::handles::{self, Handle, Waiter};
 use super::input::{StateSealer, STATE_PREFIX};
 use super::Clock;
-use crate::config::{ToolMode, ToolPolicy};
+use crate::config::{NonTaskClients, OnDisconnect, ToolMode, ToolPolicy};
 use crate::reply::Reply;
 use crate::store::{TaskRecord, TaskStore};
 use crate::upstream::{CallContext, Upstream};
@@ -60,6 +61,8 @@ pub struct Engine {
     gate: super::limits::Gate,
     /// Free space for the embedded store, when it is watched.
     disk: Option<Arc<crate::store::space::DiskSpace>>,
+    /// The longest one `tasklift_wait` blocks.
+    pub(super) max_wait: Duration,
 }
 
 /// Longest time an upstream's own task id is remembered.
@@ -101,6 +104,8 @@ pub struct EngineSettings {
     pub shared_state_key: Option<Vec<u8>>,
     /// Free space against `store.min_free_bytes`: below it no new tasks are created.
     pub disk: Option<Arc<crate::store::space::DiskSpace>>,
+    /// The longest one `tasklift_wait` blocks (`tasks.max_wait`).
+    pub max_wait: Duration,
 }
 
 impl EngineSettings {
@@ -114,6 +119,7 @@ impl EngineSettings {
             metrics: Arc::default(),
             shared_state_key: None,
             disk: None,
+            max_wait: Duration::from_secs(50),
         }
     }
 }
@@ -140,6 +146,7 @@ impl Engine {
             metrics: settings.metrics,
             gate: super::limits::Gate::new(settings.limits),
             disk: settings.disk,
+            max_wait: settings.max_wait,
         })
     }
 
@@ -218,6 +225,11 @@ impl Engine {
         Ok(orphans.len())
     }
 
+    /// The longest one `tasklift_wait` blocks.
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
     /// Free space for the embedded store, when it is watched.
     pub fn disk(&self) -> Option<&crate::store::space::DiskSpace> {
         self.disk.as_deref()
@@ -232,12 +244,46 @@ impl Engine {
         ctx: CallContext,
     ) -> Reply {
         let declares = mcp::declares_tasks(&req.params);
-        if policy.mode == ToolMode::Required && !declares {
+        // A client without the extension never gets a CreateTaskResult: past the
+        // threshold it gets a tool-level handle, or waits on the task (detach).
+        let handle = if declares {
+            Handle::Extension
+        } else if policy.non_task_clients == NonTaskClients::ToolHandles {
+            Handle::Tool
+        } else if policy.on_disconnect == OnDisconnect::Detach && policy.mode != ToolMode::Required
+        {
+            Handle::Join
+        } else if policy.mode == ToolMode::Required {
             let tool = req.str_param("name").unwrap_or_default();
             let err = mcp::missing_tasks_capability(&format!("tool {tool:?}"));
             return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(err)));
+        } else {
+            Handle::Extension
+        };
+        let mut eligible =
+            (declares || handle != Handle::Extension) && policy.mode != ToolMode::Never;
+        let waiter = || Waiter::new(&req, &ctx, upstream.name());
+        // An answer to questions asked while the caller waited on the task.
+        if handle != Handle::Extension {
+            match self.answer_waited(&req, &waiter()).await {
+                Ok(None) => {}
+                Ok(Some(id)) => return self.join(id, waiter()),
+                Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into()))),
+            }
         }
-        let mut eligible = declares && policy.mode != ToolMode::Never;
+        // The retry of an identical call that became a task: that task's answer.
+        let replay = (eligible && !declares && policy.on_disconnect == OnDisconnect::Detach)
+            .then(|| handles::replay_key(&ctx, upstream.name(), &req))
+            .flatten();
+        if let Some(key) = &replay {
+            let who = super::Caller {
+                principal: &ctx.principal,
+                upstream: upstream.name(),
+            };
+            if let Some(rec) = self.replayable(key, who).await {
+                return self.replay(rec, waiter(), handle);
+            }
+        }
         let low = self.disk.as_ref().filter(|d| eligible && d.is_low());
         if let Some(d) = low {
             // No room to store a new task: a tool that runs only as a task is
@@ -268,6 +314,8 @@ impl Engine {
         let task = eligible.then(|| TaskSpec {
             tool: req.str_param("name").unwrap_or_default().to_string(),
             policy: policy.clone(),
+            handle,
+            replay,
         });
         // A retry answering input tasklift asked for on behalf of a legacy upstream.
         if let Some(state) = req
@@ -501,6 +549,9 @@ impl Engine {
             }
         }
         let now = self.clock.now_ms();
+        if let Some(replays) = self.store.replays() {
+            replays.purge_calls(now).await?;
+        }
         self.upstream_tasks.retain(|_, r| r.expires_at_ms > now);
         if deleted > 0 {
             self.metrics.tasks_expired(deleted as u64);

@@ -6,6 +6,7 @@ mod api;
 mod call;
 mod driver;
 pub mod engine;
+pub mod handles;
 pub mod input;
 pub mod limits;
 mod listen;

@@ -16,6 +16,7 @@ use super::call::{
     Origin, Parked, SyncCall, TaskSpec, WRITE_AHEAD,
 };
 use super::engine::Engine;
+use super::handles::{still_running, Handle, Waiter};
 use super::input::{askable, request_binding, StateClaims};
 use super::{create_task_result, progress_message};
 use crate::reply::{Reply, StreamItem};
@@ -61,7 +62,7 @@ impl Engine {
                 .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
                 .await
             {
-                Some(v) => return Reply::Json(v),
+                Some(reply) => return reply,
                 None => vec![],
             },
             Step::Input(reqs) => match sc.session.clone() {
@@ -104,7 +105,19 @@ impl Engine {
                                 )
                                 .await
                             {
-                                Some(v) => StreamItem::Message(v),
+                                Some(Reply::Stream(mut joined)) => {
+                                    // The caller now waits on the task: pass its stream on.
+                                    while let Some(item) = joined.recv().await {
+                                        if tx.send(item).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                    return;
+                                }
+                                Some(reply) => match reply.parsed() {
+                                    Reply::Json(v) => StreamItem::Message(v),
+                                    _ => return,
+                                },
                                 None => continue,
                             }
                         }
@@ -382,13 +395,15 @@ impl Engine {
     }
 
     /// The threshold passed: persist a task, hand the call to a background driver,
-    /// and return the `CreateTaskResult` message. `None` if the task could not be
-    /// stored: the caller then keeps waiting synchronously, so nothing is lost.
+    /// and answer the caller: the `CreateTaskResult` (a client that declared the
+    /// extension), the still-running tool result (a tool-level handle), or the
+    /// caller's wait on the task (detach). `None` if the task could not be stored:
+    /// the caller then keeps waiting synchronously, so nothing is lost.
     pub(super) async fn create_task(
         self: &Arc<Self>,
         sc: &mut SyncCall,
         spec: &TaskSpec,
-    ) -> Option<Value> {
+    ) -> Option<Reply> {
         let tool = &spec.tool;
         sc.threshold_at = None;
         let ahead = match sc.ahead.take() {
@@ -419,8 +434,29 @@ impl Engine {
         self.running.insert(rec.id.clone(), control_tx);
         self.metrics().task_created();
         self.publish(&rec);
-        let handle = create_task_result(&rec);
-        tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, "call became a task");
+        if let Some(key) = &spec.replay {
+            self.remember_call(key, &rec, spec.policy.replay_window)
+                .await;
+        }
+        let answer = match spec.handle {
+            Handle::Extension => Some(create_task_result(&rec)),
+            Handle::Tool => {
+                self.metrics().tool_handle();
+                Some(still_running(&rec, self.max_wait, None))
+            }
+            Handle::Join => {
+                self.metrics().detached();
+                None
+            }
+        };
+        let waiter = Waiter {
+            principal: sc.owner.clone(),
+            upstream: sc.upstream.clone(),
+            id: sc.id.clone(),
+            peer: sc.session.clone(),
+            caps: sc.caps.clone(),
+        };
+        tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, handle = ?spec.handle, "call became a task");
         let owner = Driver {
             slot: sc.slot.take(),
             active: Some(self.gate().task_started(&rec.owner)),
@@ -437,9 +473,13 @@ impl Engine {
         };
         let engine = self.clone();
         let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
+        let id = rec.id.clone();
         self.drivers
             .spawn(engine.own(rec, owner, control_rx).instrument(span));
-        Some(jsonrpc::response(sc.id.as_ref(), &Ok(handle)))
+        Some(match answer {
+            Some(a) => Reply::Json(jsonrpc::response(sc.id.as_ref(), &Ok(a))),
+            None => self.join(id, waiter),
+        })
     }
 }
 

@@ -24,6 +24,8 @@ pub async fn run(keep_data: bool) -> anyhow::Result<()> {
     raw.store.data_dir = data_dir.display().to_string();
     let mut up = RawUpstream {
         url: upstream.url(),
+        // Clients without the tasks extension get tool-level handles (step 6).
+        non_task_clients: "tool_handles".into(),
         ..RawUpstream::default()
     };
     // Always a task, however quickly it ends: shows how a failed call looks.
@@ -155,7 +157,52 @@ async fn walk(url: &str) -> anyhow::Result<()> {
     client.request("tasks/update", answer).await?;
     let t = poll(&client, &id, "   ").await?;
     println!("   ← completed: {}\n", text_of(&t["result"]));
-    println!("Done: fast calls stay synchronous, slow calls become durable tasks you can poll, answer or cancel.");
+    tool_handles(url).await?;
+    println!("Done: fast calls stay synchronous, slow calls become durable tasks you can poll, answer or cancel,");
+    println!("      and clients that never heard of tasks follow a tool-level handle to the same result.");
+    Ok(())
+}
+
+/// Step 6: a client without the tasks extension (most clients today), and a
+/// "model" that only reads the text it is answered.
+async fn tool_handles(url: &str) -> anyhow::Result<()> {
+    let mut client = Client::new(url)?;
+    client.tasks = false;
+    println!("6. A client that never heard of tasks gets a tool-level handle (non_task_clients = \"tool_handles\")");
+    let list = client.request("tools/list", json!({})).await?;
+    let extra: Vec<&str> = list.result["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .filter(|n| n.starts_with("tasklift_"))
+        .collect();
+    println!("   tools/list also offers it: {}", extra.join(", "));
+    println!("   → tools/call generate_report {{\"pages\": 3}} (no tasks extension declared)");
+    let mut answer = client
+        .call_tool("generate_report", json!({"pages": 3}))
+        .await?
+        .result;
+    while let Some(id) = answer["structuredContent"]["taskId"]
+        .as_str()
+        .map(str::to_string)
+    {
+        let text = text_of(&answer);
+        let first = text.split(". ").next().unwrap_or(&text);
+        println!(
+            "   ← \"{first}.\" (status {})",
+            answer["structuredContent"]["status"]
+        );
+        println!("   → the model follows the text: tools/call tasklift_wait {{\"taskId\": \"{id}\", \"waitSeconds\": 2}}");
+        answer = client
+            .call_tool("tasklift_wait", json!({"taskId": id, "waitSeconds": 2}))
+            .await?
+            .result;
+    }
+    if answer["isError"] == json!(true) {
+        bail!("the job failed: {}", text_of(&answer));
+    }
+    println!("   ← the tool's own result: {}\n", text_of(&answer));
     Ok(())
 }
 

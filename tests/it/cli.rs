@@ -211,3 +211,28 @@ fn cargo_run_starts_the_proxy() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The README's first command: the demo walks every step and ends well, the last
+/// one a client without the tasks extension following a tool-level handle.
+#[test]
+fn the_demo_walks_the_whole_lifecycle_and_the_tool_level_handle() {
+    let out = run(&["demo"], Duration::from_secs(120));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    for step in [
+        "1. A fast call is answered directly",
+        "← completed: Monthly report: 4 pages",
+        "← final status: \"cancelled\"",
+        "← completed: Deleted report.pdf.",
+        "tools/list also offers it: tasklift_wait, tasklift_cancel",
+        "the model follows the text: tools/call tasklift_wait",
+        "← the tool's own result: Monthly report: 3 pages",
+    ] {
+        assert!(stdout.contains(step), "missing {step:?} in\n{stdout}");
+    }
+}

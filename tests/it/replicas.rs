@@ -30,6 +30,7 @@ const LOST: &str = "the tasklift replica running this task was lost";
 pub(crate) struct Db {
     admin: String,
     name: String,
+    /// The URL of the test database.
     pub(crate) url: String,
 }
 
@@ -70,7 +71,7 @@ impl Db {
     }
 
     /// A connection to the test database, for looking at rows.
-    async fn client(&self) -> tokio_postgres::Client {
+    pub(crate) async fn client(&self) -> tokio_postgres::Client {
         let (client, conn) = tokio_postgres::connect(&self.url, NoTls).await.unwrap();
         tokio::spawn(conn);
         client

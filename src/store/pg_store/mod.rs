@@ -10,6 +10,10 @@
 //! - `tasklift_meta`: the principal hash key shared by every replica.
 //! - `tasklift_sessions`: legacy client sessions, so that any replica (and a
 //!   restarted one) serves a 2025-era client's `Mcp-Session-Id`.
+//! - `tasklift_replays`: replay key to the task a synchronous call became, until
+//!   its replay window closes, so that a retried call joins that task on any
+//!   replica. Not tied to `tasklift_tasks`: a row may name a deleted task (the
+//!   engine checks), and goes when its window closes.
 //!
 //! Writes are conditional. The replica that created a task writes it only while the
 //! row is unfinished and still carries the epoch it created it with; any other
@@ -25,7 +29,8 @@
 //!
 //! This module connects and holds the pool; `schema` has the migrations, `rows`
 //! turns rows into records, `task_store` and `shared` implement the two traits,
-//! `listen` hears the other replicas.
+//! `sessions` and `replays` the session and replay indexes, `listen` hears the
+//! other replicas.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -42,6 +47,7 @@ use crate::observe::error_chain as chain;
 use super::StoreError;
 
 mod listen;
+mod replays;
 mod rows;
 mod schema;
 mod sessions;

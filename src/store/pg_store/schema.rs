@@ -59,6 +59,17 @@ CREATE TABLE tasklift_sessions (
 CREATE INDEX tasklift_sessions_seen ON tasklift_sessions (last_seen_ms);
 "#,
     ),
+    (
+        3,
+        r#"
+CREATE TABLE tasklift_replays (
+    key       text PRIMARY KEY,
+    task_id   text NOT NULL,
+    until_ms  bigint NOT NULL
+);
+CREATE INDEX tasklift_replays_until ON tasklift_replays (until_ms);
+"#,
+    ),
 ];
 
 impl PgStore {

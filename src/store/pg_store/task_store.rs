@@ -288,4 +288,8 @@ impl TaskStore for PgStore {
     fn sessions(&self) -> Option<&dyn crate::store::SessionStore> {
         Some(self)
     }
+
+    fn replays(&self) -> Option<&dyn crate::store::ReplayStore> {
+        Some(self)
+    }
 }

@@ -1,0 +1,677 @@
+//! Slow calls for clients that never declared the tasks extension, which must
+//! never be answered with a `CreateTaskResult`:
+//!
+//! - **Tool-level handles** (`non_task_clients = "tool_handles"`): past its
+//!   threshold such a call answers a normal, successful `CallToolResult` saying the
+//!   job still runs, with its task id; the listing offers `tasklift_wait` and
+//!   `tasklift_cancel`, which wait for the stored task or stop it.
+//! - **Detach and replay** (`on_disconnect = "detach"`): past its threshold a
+//!   synchronous call becomes a task its caller waits on ([`Engine::join`]), so a
+//!   caller that goes away leaves it running; a retry of the identical call (same
+//!   caller, tool and arguments, or the same `_meta` idempotency key) joins it, or
+//!   gets its stored result, instead of running the tool again.
+//!
+//! Waiting goes through [`Engine::get`], so a task is found only by the caller
+//! that created it, on its upstream, exactly as `tasks/get` finds it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::api::{Caller, TaskError};
+use super::input::check_allowed;
+use super::Engine;
+use crate::observe::metrics::Replay;
+use crate::reply::{Reply, StreamItem};
+use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
+use crate::upstream::{CallContext, ClientPeer};
+use tasklift_protocol::jsonrpc::{self, Request, RpcError, INTERNAL_ERROR};
+use tasklift_protocol::mcp;
+
+/// The tool that waits for a tool-level handle's task.
+pub const WAIT_TOOL: &str = "tasklift_wait";
+/// The tool that cancels a tool-level handle's task.
+pub const CANCEL_TOOL: &str = "tasklift_cancel";
+/// The `_meta` key a client may set to name a call for replay: calls with the same
+/// key (and caller, upstream and tool) are one call, whatever their arguments.
+pub const IDEMPOTENCY_KEY: &str = "tasklift/idempotencyKey";
+/// `requestState` of input asked while a client waits on a task (MRTR): the task
+/// id follows. Not sealed: it names a task only its owner can answer.
+pub const WAIT_STATE_PREFIX: &str = "tlw1.";
+/// A waiter reads the record again at least this often (a task another replica
+/// runs changes without this process publishing it).
+const RECHECK: Duration = Duration::from_secs(1);
+/// The principal of every caller when `auth.mode = "none"`.
+const ANONYMOUS: &str = "anonymous";
+
+/// How a call that did not declare the extension may outlive its threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Handle {
+    /// The client declared the extension: a `CreateTaskResult`.
+    Extension,
+    /// A still-running `CallToolResult` naming `tasklift_wait`.
+    Tool,
+    /// The caller keeps waiting, on the task (detach): it may go away.
+    Join,
+}
+
+/// What waiting on a task saw.
+enum Waited {
+    /// It ended.
+    Done(TaskRecord),
+    /// It waits for answers.
+    Input(TaskRecord),
+    /// Still running when the wait was up.
+    Running(TaskRecord),
+}
+
+/// Who waits on a task, and how to reach it for input.
+#[derive(Clone)]
+pub(super) struct Waiter {
+    pub principal: String,
+    pub upstream: String,
+    /// The request id to answer.
+    pub id: Option<Value>,
+    /// A legacy client's session: questions become its own requests.
+    pub peer: Option<Arc<ClientPeer>>,
+    /// The request's clientCapabilities (may it be asked with MRTR).
+    pub caps: Value,
+}
+
+impl Waiter {
+    pub(super) fn new(req: &Request, ctx: &CallContext, upstream: &str) -> Self {
+        Self {
+            principal: ctx.principal.clone(),
+            upstream: upstream.to_string(),
+            id: req.id.clone(),
+            peer: ctx.session.clone(),
+            caps: req
+                .meta()
+                .and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES))
+                .cloned()
+                .unwrap_or_default(),
+        }
+    }
+
+    fn who(&self) -> Caller<'_> {
+        Caller {
+            principal: &self.principal,
+            upstream: &self.upstream,
+        }
+    }
+
+    fn answer(&self, outcome: jsonrpc::Outcome) -> Value {
+        jsonrpc::response_from(self.id.as_ref(), outcome)
+    }
+}
+
+/// The tools a client without the extension is offered beside the upstream's.
+pub fn listed_tools(max_wait: Duration) -> [Value; 2] {
+    let secs = max_wait.as_secs().max(1);
+    [
+        json!({
+            "name": WAIT_TOOL,
+            "description": format!("Wait for a job that is still running in the background and get its result. Use it when a tool answered that its job is still running and gave a taskId: call this with that taskId instead of calling the tool again. It waits up to waitSeconds (at most {secs}) and returns the job's own result once it has finished, an error if it failed, or says it is still running: then call it again with the same taskId."),
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "taskId": {"type": "string", "description": "The taskId the still-running answer gave."},
+                    "waitSeconds": {"type": "number", "minimum": 0, "maximum": secs, "description": format!("How long to wait for the result before answering that the job still runs (default and maximum {secs}).")}
+                },
+                "required": ["taskId"]
+            }
+        }),
+        json!({
+            "name": CANCEL_TOOL,
+            "description": "Stop a job that is still running in the background (one a tool answered is still running, with a taskId). Only when the user no longer wants its result.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "taskId": {"type": "string", "description": "The taskId of the job to stop."}
+                },
+                "required": ["taskId"]
+            }
+        }),
+    ]
+}
+
+/// A successful tool result with this text and nothing else.
+fn text_result(text: String, error: bool) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": error})
+}
+
+/// The answer while a task runs: text a model can follow to `tasklift_wait`, and the
+/// same facts as `structuredContent`. `needs` says what input the client was asked
+/// for and cannot give here.
+pub(super) fn still_running(rec: &TaskRecord, max_wait: Duration, needs: Option<&str>) -> Value {
+    let (tool, id, secs) = (&rec.tool, &rec.id, max_wait.as_secs().max(1));
+    let mut text = format!(
+        "The job `{tool}` is still running in the background (taskId {id}); its result is not ready yet. Do not call `{tool}` again for this job. To get its result, call the tool `{WAIT_TOOL}` with {{\"taskId\": \"{id}\"}}: it waits up to {secs} seconds and returns the result once the job has finished. Call `{WAIT_TOOL}` again while it says the job is still running. To stop the job, call `{CANCEL_TOOL}` with the same taskId."
+    );
+    if let Some(m) = rec.status_message.as_deref().filter(|m| !m.is_empty()) {
+        text.push_str(&format!(" Latest status: {m}"));
+    }
+    if let Some(n) = needs {
+        text.push_str(&format!(
+            " The job is waiting for input that this client cannot be asked for here: {n}"
+        ));
+    }
+    let mut structured =
+        json!({"taskId": id, "status": rec.status().as_str(), "pollWith": WAIT_TOOL});
+    if let Some(m) = &rec.status_message {
+        structured["statusMessage"] = json!(m);
+    }
+    let mut r = text_result(text, false);
+    r["structuredContent"] = structured;
+    r
+}
+
+/// What a finished task gives a model through `tasklift_wait`: the tool's own
+/// result, or a tool error saying how it failed.
+fn finished_result(rec: &TaskRecord) -> Value {
+    match (&rec.outcome, rec.status()) {
+        (Some(TaskOutcome::Result(r)), TaskStatus::Completed) => {
+            let mut r = r.clone();
+            if let Value::Object(o) = &mut r {
+                o.remove("resultType");
+            }
+            r
+        }
+        (Some(TaskOutcome::Error(e)), _) => {
+            let why = e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("an error");
+            text_result(
+                format!("The job `{}` (taskId {}) failed: {why}", rec.tool, rec.id),
+                true,
+            )
+        }
+        (_, TaskStatus::Cancelled) => text_result(
+            format!(
+                "The job `{}` (taskId {}) was cancelled: {}",
+                rec.tool,
+                rec.id,
+                rec.status_message.as_deref().unwrap_or("no reason given")
+            ),
+            true,
+        ),
+        _ => text_result(
+            format!(
+                "The job `{}` (taskId {}) ended without a result.",
+                rec.tool, rec.id
+            ),
+            true,
+        ),
+    }
+}
+
+/// What a finished task gives a synchronous caller waiting on it: what the call
+/// itself would have answered.
+fn finished_outcome(rec: &TaskRecord) -> jsonrpc::Outcome {
+    match &rec.outcome {
+        Some(TaskOutcome::Result(r)) => Ok(r.clone()),
+        Some(TaskOutcome::Error(e)) => Err(RpcError::new(
+            e.get("code")
+                .and_then(Value::as_i64)
+                .unwrap_or(INTERNAL_ERROR),
+            e.get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the call failed"),
+        )
+        .with_data(e.get("data").cloned().unwrap_or(Value::Null))),
+        None => Err(RpcError::new(
+            INTERNAL_ERROR,
+            format!(
+                "the call was cancelled: {}",
+                rec.status_message.as_deref().unwrap_or("no reason given")
+            ),
+        )),
+    }
+}
+
+/// The questions of an `input_required` task, in words.
+fn questions(rec: &TaskRecord) -> String {
+    let asks: Vec<String> = rec
+        .input_requests
+        .values()
+        .map(|r| {
+            let method = r
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or("a request");
+            match r.pointer("/params/message").and_then(Value::as_str) {
+                Some(m) => format!("{method}: {m}"),
+                None => method.to_string(),
+            }
+        })
+        .collect();
+    asks.join("; ")
+}
+
+/// Wakes when a change to task `id` is published (or changes were missed).
+async fn changed(changes: &mut broadcast::Receiver<TaskRecord>, id: &str) {
+    use broadcast::error::RecvError;
+    loop {
+        match changes.recv().await {
+            Ok(r) if r.id == id => return,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// The digest naming a call for replay: who called which tool on which upstream,
+/// with which arguments or idempotency key. `None` when the call cannot be told
+/// apart from another caller's: without authentication every caller is the same
+/// principal, so only a legacy session's own calls, or a client's own key, count.
+pub(super) fn replay_key(ctx: &CallContext, upstream: &str, req: &Request) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let tool = req.str_param("name").unwrap_or_default();
+    let key = req
+        .meta()
+        .and_then(|m| m.get(IDEMPOTENCY_KEY))
+        .and_then(Value::as_str)
+        .filter(|k| !k.is_empty());
+    let session = ctx.session.as_ref().map(|s| s.id.as_str());
+    if key.is_none() && ctx.principal == ANONYMOUS && session.is_none() {
+        return None;
+    }
+    let mut h = Sha256::new();
+    for part in [ctx.principal.as_str(), upstream, tool] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    if ctx.principal == ANONYMOUS && key.is_none() {
+        h.update(b"session\0");
+        h.update(session.unwrap_or_default().as_bytes());
+        h.update([0]);
+    }
+    match key {
+        Some(k) => {
+            h.update(b"key\0");
+            h.update(k.as_bytes());
+        }
+        None => {
+            // serde_json's maps are ordered: the same arguments give the same text.
+            let args = req.params.get("arguments").cloned().unwrap_or(Value::Null);
+            h.update(b"args\0");
+            h.update(args.to_string().as_bytes());
+        }
+    }
+    Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl Engine {
+    /// Wait on a task until it ends, asks for input, or `until` passes.
+    async fn wait_on(
+        &self,
+        id: &str,
+        who: Caller<'_>,
+        until: Instant,
+    ) -> Result<Waited, TaskError> {
+        let mut changes = self.subscribe();
+        loop {
+            let rec = self.get(id, who).await?;
+            match rec.status() {
+                s if s.is_terminal() => return Ok(Waited::Done(rec)),
+                TaskStatus::InputRequired => return Ok(Waited::Input(rec)),
+                _ => {}
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Ok(Waited::Running(rec));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until((now + RECHECK).min(until)) => {}
+                _ = changed(&mut changes, id) => {}
+            }
+        }
+    }
+
+    /// Ask a legacy client the task's questions as its own requests on `tx`, and
+    /// give the task its answers.
+    async fn ask_peer(
+        &self,
+        peer: &ClientPeer,
+        rec: &TaskRecord,
+        w: &Waiter,
+        tx: &mpsc::Sender<StreamItem>,
+    ) -> Result<(), RpcError> {
+        let mut waiting = Vec::new();
+        for (key, r) in &rec.input_requests {
+            let method = r.get("method").and_then(Value::as_str).unwrap_or_default();
+            let params = r.get("params").cloned().unwrap_or_else(|| json!({}));
+            let (otx, orx) = oneshot::channel();
+            let msg = peer.ask(
+                method,
+                params,
+                Box::new(move |o| {
+                    let _ = otx.send(o);
+                }),
+            );
+            if tx.send(StreamItem::Message(msg)).await.is_err() {
+                return Err(RpcError::new(INTERNAL_ERROR, "the client went away"));
+            }
+            waiting.push((key.clone(), orx));
+        }
+        let mut answers = Map::new();
+        for (key, orx) in waiting {
+            match orx.await {
+                Ok(Ok(v)) => {
+                    answers.insert(key, v);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(RpcError::new(
+                        INTERNAL_ERROR,
+                        "the client's session ended before it answered",
+                    ))
+                }
+            }
+        }
+        self.update(&rec.id, w.who(), answers)
+            .await
+            .map_err(RpcError::from)
+    }
+
+    /// Whether this waiter can be asked the task's questions with an MRTR
+    /// `InputRequiredResult`: a caller without a session that declared what each needs.
+    fn mrtr_possible(w: &Waiter, rec: &TaskRecord) -> bool {
+        w.peer.is_none()
+            && !rec.input_requests.is_empty()
+            && rec.input_requests.values().all(|r| {
+                check_allowed(
+                    &w.caps,
+                    r.get("method").and_then(Value::as_str).unwrap_or_default(),
+                )
+                .is_ok()
+            })
+    }
+
+    /// The MRTR answer carrying a task's questions; the retry's `requestState`
+    /// names the task ([`WAIT_STATE_PREFIX`]).
+    fn input_required(w: &Waiter, rec: &TaskRecord) -> Value {
+        w.answer(Ok(json!({
+            "resultType": "input_required",
+            "inputRequests": rec.input_requests,
+            "requestState": format!("{WAIT_STATE_PREFIX}{}", rec.id),
+        })))
+    }
+
+    /// A retry carrying a waiter's `requestState`: give the task the answers, and
+    /// return its id to wait on again.
+    pub(super) async fn answer_waited(
+        &self,
+        req: &Request,
+        w: &Waiter,
+    ) -> Result<Option<String>, TaskError> {
+        let Some(id) = req
+            .str_param("requestState")
+            .and_then(|s| s.strip_prefix(WAIT_STATE_PREFIX))
+        else {
+            return Ok(None);
+        };
+        self.update(id, w.who(), input_responses(req)).await?;
+        Ok(Some(id.to_string()))
+    }
+
+    /// A synchronous caller waits on task `id` (detached, or a replay joining it):
+    /// keep-alives until the task ends, then what the call would have answered. Its
+    /// questions go to the caller (a legacy session's own requests, or MRTR). The
+    /// caller going away leaves the task running.
+    pub(super) fn join(self: &Arc<Self>, id: String, w: Waiter) -> Reply {
+        let (tx, rx) = mpsc::channel(32);
+        let engine = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let until = Instant::now() + engine.keepalive;
+                let waited = tokio::select! {
+                    _ = tx.closed() => {
+                        tracing::debug!(task.id = %id, "a caller waiting on a detached call went away; the call runs on");
+                        return;
+                    }
+                    w = engine.wait_on(&id, w.who(), until) => w,
+                };
+                let msg = match waited {
+                    Ok(Waited::Running(_)) => {
+                        if tx.send(StreamItem::KeepAlive).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Ok(Waited::Done(rec)) => w.answer(finished_outcome(&rec)),
+                    Ok(Waited::Input(rec)) => match &w.peer {
+                        Some(peer) => match engine.ask_peer(peer, &rec, &w, &tx).await {
+                            Ok(()) => continue,
+                            Err(e) => w.answer(Err(e)),
+                        },
+                        None if Self::mrtr_possible(&w, &rec) => Self::input_required(&w, &rec),
+                        // Never reached: the driver admits only questions this
+                        // caller's capabilities allow. Keep waiting for its TTL.
+                        None => {
+                            if tx.send(StreamItem::KeepAlive).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(engine.keepalive).await;
+                            continue;
+                        }
+                    },
+                    Err(e) => w.answer(Err(e.into())),
+                };
+                let _ = tx.send(StreamItem::Message(msg)).await;
+                return;
+            }
+        });
+        Reply::Stream(rx)
+    }
+
+    /// `tasklift_wait`: wait up to `waitSeconds` (at most `tasks.max_wait`) for the
+    /// caller's task, and answer its result, a tool error saying how it failed, or
+    /// the still-running answer again.
+    pub async fn tool_wait(
+        self: &Arc<Self>,
+        req: Request,
+        ctx: &CallContext,
+        upstream: &str,
+    ) -> Reply {
+        let w = Waiter::new(&req, ctx, upstream);
+        let args = req.params.get("arguments").cloned().unwrap_or_default();
+        let answered = match self.answer_waited(&req, &w).await {
+            Ok(id) => id,
+            Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, None)))),
+        };
+        let Some(id) = answered.or_else(|| {
+            args.get("taskId")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }) else {
+            return Reply::Json(w.answer(Ok(text_result(
+                format!("{WAIT_TOOL} needs the taskId a still-running answer gave, as {{\"taskId\": \"...\"}}."),
+                true,
+            ))));
+        };
+        let max = self.max_wait;
+        let wait = args
+            .get("waitSeconds")
+            .and_then(Value::as_f64)
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map_or(max, |s| Duration::from_secs_f64(s).min(max));
+        let deadline = Instant::now() + wait;
+        let (tx, rx) = mpsc::channel(32);
+        let engine = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let until = deadline.min(Instant::now() + engine.keepalive);
+                let waited = tokio::select! {
+                    _ = tx.closed() => return,
+                    w = engine.wait_on(&id, w.who(), until) => w,
+                };
+                let result = match waited {
+                    Ok(Waited::Running(_)) if Instant::now() < deadline => {
+                        if tx.send(StreamItem::KeepAlive).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Ok(Waited::Running(rec)) => still_running(&rec, max, None),
+                    Ok(Waited::Done(rec)) => finished_result(&rec),
+                    Ok(Waited::Input(rec)) => match &w.peer {
+                        Some(peer) => match engine.ask_peer(peer, &rec, &w, &tx).await {
+                            Ok(()) => continue,
+                            Err(e) => still_running(
+                                &rec,
+                                max,
+                                Some(&format!(
+                                    "{} (asking the client failed: {})",
+                                    questions(&rec),
+                                    e.message
+                                )),
+                            ),
+                        },
+                        None if Self::mrtr_possible(&w, &rec) => {
+                            let _ = tx
+                                .send(StreamItem::Message(Self::input_required(&w, &rec)))
+                                .await;
+                            return;
+                        }
+                        None => still_running(&rec, max, Some(&questions(&rec))),
+                    },
+                    Err(e) => unknown(&e, Some(&id)),
+                };
+                let _ = tx.send(StreamItem::Message(w.answer(Ok(result)))).await;
+                return;
+            }
+        });
+        Reply::Stream(rx)
+    }
+
+    /// `tasklift_cancel`: stop the caller's task.
+    pub async fn tool_cancel(&self, req: Request, ctx: &CallContext, upstream: &str) -> Reply {
+        let w = Waiter::new(&req, ctx, upstream);
+        let id = req
+            .params
+            .get("arguments")
+            .and_then(|a| a.get("taskId"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let result = match self.get(&id, w.who()).await {
+            Ok(rec) if rec.status().is_terminal() => text_result(
+                format!(
+                    "The job `{}` (taskId {id}) had already ended ({}); nothing to stop.",
+                    rec.tool,
+                    rec.status().as_str()
+                ),
+                false,
+            ),
+            Ok(rec) => match self.cancel(&id, w.who()).await {
+                Ok(()) => text_result(
+                    format!(
+                        "Stopping the job `{}` (taskId {id}): it was cancelled upstream.",
+                        rec.tool
+                    ),
+                    false,
+                ),
+                Err(e) => unknown(&e, Some(&id)),
+            },
+            Err(e) => unknown(&e, Some(&id)),
+        };
+        Reply::Json(w.answer(Ok(result)))
+    }
+
+    /// A call's retry found the task of an identical earlier call (`on_disconnect =
+    /// "detach"`): the task, unless it failed or was cancelled (then the tool runs
+    /// again).
+    pub(super) async fn replayable(&self, key: &str, who: Caller<'_>) -> Option<TaskRecord> {
+        let store = self.store().replays()?;
+        let id = match store.recall_call(key, self.clock().now_ms()).await {
+            Ok(id) => id?,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look up a retried call; it runs again");
+                return None;
+            }
+        };
+        let rec = self.get(&id, who).await.ok()?;
+        match rec.status() {
+            TaskStatus::Failed | TaskStatus::Cancelled => None,
+            _ => Some(rec),
+        }
+    }
+
+    /// Answer a replayed call from the earlier call's task: as a tool-level handle
+    /// (its result, or the still-running answer), or by joining it.
+    pub(super) fn replay(self: &Arc<Self>, rec: TaskRecord, w: Waiter, handle: Handle) -> Reply {
+        let done = rec.status().is_terminal();
+        self.metrics()
+            .replayed(if done { Replay::Stored } else { Replay::Joined });
+        tracing::info!(task.id = %rec.id, tool = %rec.tool, stored = done, "an identical call was replayed instead of running again");
+        match handle {
+            Handle::Tool if done => Reply::Json(w.answer(Ok(finished_result(&rec)))),
+            Handle::Tool => {
+                self.metrics().tool_handle();
+                Reply::Json(w.answer(Ok(still_running(&rec, self.max_wait, None))))
+            }
+            _ => self.join(rec.id, w),
+        }
+    }
+
+    /// Index a new task under its call's replay key, for the replay window.
+    pub(super) async fn remember_call(&self, key: &str, rec: &TaskRecord, window: Duration) {
+        let Some(store) = self.store().replays() else {
+            return;
+        };
+        let until = rec.created_at_ms + window.as_millis() as u64;
+        if let Err(e) = store.remember_call(key, &rec.id, until).await {
+            tracing::warn!(task.id = %rec.id, error = %e, "could not index the call for replay; a retry will run it again");
+        }
+    }
+}
+
+/// A request's `inputResponses` (none: empty).
+pub fn input_responses(req: &Request) -> Map<String, Value> {
+    req.params
+        .get("inputResponses")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A tool error for a task the caller cannot see (unknown, another caller's, or
+/// expired) or a store that cannot be read.
+fn unknown(e: &TaskError, id: Option<&str>) -> Value {
+    let id = id.unwrap_or("?");
+    let text = match e {
+        TaskError::NotFound => format!("Unknown taskId {id}: no such job for this caller. Use the taskId a still-running answer gave."),
+        TaskError::Expired => format!("The job with taskId {id} has expired; its result is no longer kept."),
+        other => format!("Could not read the job with taskId {id}: {other}"),
+    };
+    text_result(text, true)
+}
+
+/// Add `tasklift_wait` and `tasklift_cancel` to a `tools/list` answer, and drop the
+/// `outputSchema` of tools that may answer with a still-running result (which it
+/// would not match; SDK clients check results against it). `handles(name)` says
+/// whether a tool may.
+pub fn offer_tools(msg: &mut Value, max_wait: Duration, handles: impl Fn(&str) -> bool) {
+    let Some(Value::Array(tools)) = msg.get_mut("result").and_then(|r| r.get_mut("tools")) else {
+        return;
+    };
+    for t in tools.iter_mut() {
+        let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+        if handles(name) {
+            if let Value::Object(o) = t {
+                o.remove("outputSchema");
+            }
+        }
+    }
+    tools.retain(|t| {
+        let name = t.get("name").and_then(Value::as_str);
+        name != Some(WAIT_TOOL) && name != Some(CANCEL_TOOL)
+    });
+    tools.extend(listed_tools(max_wait));
+}
