@@ -264,25 +264,21 @@ async fn py_v1_client_times_out_on_the_server_directly() {
 // ---------------------------------------------------------------------------
 
 #[tokio::test]
-#[ignore = "tool handles (non_task_clients = \"tool_handles\") are not in tasklift yet"]
 async fn ts_v1_client_follows_tool_handles_over_http() {
     case(Ts, Handles, Http).await
 }
 
 #[tokio::test]
-#[ignore = "tool handles (non_task_clients = \"tool_handles\") are not in tasklift yet"]
 async fn ts_v1_client_follows_tool_handles_over_stdio() {
     case(Ts, Handles, Stdio).await
 }
 
 #[tokio::test]
-#[ignore = "tool handles (non_task_clients = \"tool_handles\") are not in tasklift yet"]
 async fn py_v1_client_follows_tool_handles_over_http() {
     case(Py, Handles, Http).await
 }
 
 #[tokio::test]
-#[ignore = "tool handles (non_task_clients = \"tool_handles\") are not in tasklift yet"]
 async fn py_v1_client_follows_tool_handles_over_stdio() {
     case(Py, Handles, Stdio).await
 }
@@ -292,25 +288,21 @@ async fn py_v1_client_follows_tool_handles_over_stdio() {
 // ---------------------------------------------------------------------------
 
 #[tokio::test]
-#[ignore = "detach (on_disconnect = \"detach\") is not in tasklift yet"]
 async fn ts_v1_client_retry_joins_the_detached_call_over_http() {
     case(Ts, Detach, Http).await
 }
 
 #[tokio::test]
-#[ignore = "detach (on_disconnect = \"detach\") is not in tasklift yet"]
 async fn ts_v1_client_retry_joins_the_detached_call_over_stdio() {
     case(Ts, Detach, Stdio).await
 }
 
 #[tokio::test]
-#[ignore = "detach (on_disconnect = \"detach\") is not in tasklift yet"]
 async fn py_v1_client_retry_joins_the_detached_call_over_http() {
     case(Py, Detach, Http).await
 }
 
 #[tokio::test]
-#[ignore = "detach (on_disconnect = \"detach\") is not in tasklift yet"]
 async fn py_v1_client_retry_joins_the_detached_call_over_stdio() {
     case(Py, Detach, Stdio).await
 }
@@ -347,7 +339,6 @@ async fn py_v1_client_retry_runs_the_tool_again_by_default_over_stdio() {
 /// own; see replicas.rs for when PostgreSQL is required): both clients, each mode
 /// on a tasklift of its own, over HTTP.
 #[tokio::test]
-#[ignore = "tool handles and detach are not in tasklift yet"]
 async fn both_clients_follow_handles_and_join_detached_calls_on_postgres() {
     if peers_or_skip().is_none() || py::python("mcp130").is_none() {
         return;
