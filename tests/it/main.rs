@@ -45,6 +45,7 @@ mod security;
 mod session_restart;
 mod sessions;
 mod shutdown;
+mod slow_clients;
 mod stdio;
 mod stdio_faults;
 mod stdio_peer;

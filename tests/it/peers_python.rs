@@ -43,7 +43,7 @@ enum Sdk {
 
 /// How the server is served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// Stateful Streamable HTTP (the SDKs' default).
     Http,
     /// mcp 1.x `stateless_http=True`.
@@ -116,13 +116,13 @@ impl Mode {
     }
 }
 
-fn peers_dir() -> PathBuf {
+pub(crate) fn peers_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python")
 }
 
 /// The Python of an installed environment (`target/tools/py-NAME`), or `None` after
 /// saying why the test is skipped (a failure under CI).
-fn python(venv: &str) -> Option<PathBuf> {
+pub(crate) fn python(venv: &str) -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("target/tools")
         .join(format!("py-{venv}"));
@@ -142,15 +142,15 @@ fn python(venv: &str) -> Option<PathBuf> {
 }
 
 /// A Python server on a free port, killed when dropped; its stderr goes to a file.
-struct PyServer {
+pub(crate) struct PyServer {
     _child: tokio::process::Child,
     stderr: PathBuf,
-    url: String,
+    pub(crate) url: String,
     _dir: tempfile::TempDir,
 }
 
 impl PyServer {
-    async fn start(python: &Path, script: &str, mode: Mode) -> Self {
+    pub(crate) async fn start(python: &Path, script: &str, mode: Mode) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.log");
         let port = {
@@ -190,7 +190,7 @@ impl PyServer {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 }
