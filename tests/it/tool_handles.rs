@@ -614,3 +614,55 @@ async fn on_postgres_a_retry_on_another_replica_joins_the_detached_call() {
     b.shutdown().await;
     up.stop().await;
 }
+
+#[tokio::test]
+async fn after_the_replay_window_the_identical_call_runs_again() {
+    let h = Harness::start(slow_server(None), |c| {
+        detach(c);
+        bearer(c);
+        c.upstreams[0].replay_window = "500ms".into();
+    })
+    .await;
+    let alice = plain_as(&h, "alice");
+    let args = json!({"seconds": 1, "label": "window"});
+    assert_eq!(
+        text(&alice.call_tool("slow", args.clone()).await.unwrap().result),
+        "slow window done"
+    );
+    // The call took a second, past its 500 ms window: the next one runs.
+    assert_eq!(
+        text(&alice.call_tool("slow", args).await.unwrap().result),
+        "slow window done"
+    );
+    assert_eq!(runs(&h, "slow"), 2);
+    h.stop().await;
+}
+
+#[test]
+fn unknown_modes_are_refused_naming_the_key() {
+    for (set, key) in [
+        (
+            (|c: &mut RawConfig| c.upstreams[0].non_task_clients = "handles".into())
+                as fn(&mut RawConfig),
+            "non_task_clients",
+        ),
+        (
+            |c: &mut RawConfig| c.upstreams[0].on_disconnect = "keep".into(),
+            "on_disconnect",
+        ),
+        (
+            |c: &mut RawConfig| c.upstreams[0].replay_window = "soon".into(),
+            "replay_window",
+        ),
+        (
+            |c: &mut RawConfig| c.tasks.max_wait = "0s".into(),
+            "max_wait",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config("http://127.0.0.1:9/mcp", dir.path());
+        set(&mut c);
+        let e = c.validate().expect_err(key).to_string();
+        assert!(e.contains(key), "{e}");
+    }
+}
