@@ -361,7 +361,13 @@ impl Engine {
         }
         let mut answers = Map::new();
         for (key, orx) in waiting {
-            match orx.await {
+            // A client that goes away without answering stops the asking; the task
+            // stays input_required for the next wait.
+            let answered = tokio::select! {
+                _ = tx.closed() => return Err(RpcError::new(INTERNAL_ERROR, "the client went away")),
+                a = orx => a,
+            };
+            match answered {
                 Ok(Ok(v)) => {
                     answers.insert(key, v);
                 }
