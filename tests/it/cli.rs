@@ -236,3 +236,28 @@ fn the_demo_walks_the_whole_lifecycle_and_the_tool_level_handle() {
         assert!(stdout.contains(step), "missing {step:?} in\n{stdout}");
     }
 }
+
+/// `tasklift --version` names the package version and the commit it was built
+/// from (build.rs): 7 or more hex digits, `-dirty` when the tree differed, or
+/// `unknown` without git history.
+#[test]
+fn version_names_the_release_and_the_commit() {
+    let out = run(&["--version"], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let prefix = format!("tasklift {} (commit ", env!("CARGO_PKG_VERSION"));
+    let commit = stdout
+        .trim_end()
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not `{prefix}…)`: {stdout:?}"));
+    let sha = commit.strip_suffix("-dirty").unwrap_or(commit);
+    assert!(
+        sha == "unknown" || (sha.len() >= 7 && sha.chars().all(|c| c.is_ascii_hexdigit())),
+        "not a commit: {commit:?}"
+    );
+    // Built from this repository, so the commit is known.
+    if Path::new(env!("CARGO_MANIFEST_DIR")).join(".git").exists() {
+        assert_ne!(sha, "unknown", "{stdout}");
+    }
+}
