@@ -89,6 +89,7 @@ fn from_git(dir: &Path) -> Option<String> {
 fn from_vcs_info(dir: &Path) -> Option<String> {
     let path = dir.join(".cargo_vcs_info.json");
     let text = std::fs::read_to_string(&path).ok()?;
+    println!("cargo:rerun-if-changed={}", path.display());
     let after = &text[text.find("\"sha1\"")? + 6..];
     let start = after.find('"')? + 1;
     let sha: String = after[start..]
