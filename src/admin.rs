@@ -215,7 +215,7 @@ impl Status {
             Err(e) => (Err(e.to_string()), Vec::new()),
         };
         Self {
-            version: env!("CARGO_PKG_VERSION"),
+            version: crate::VERSION,
             uptime,
             listen: state.cfg.listen,
             upstreams,

@@ -8,7 +8,7 @@ use crate::config::{ConfigError, RawConfig, RawUpstream};
 
 /// tasklift: durable MCP task handles for slow tool calls, in front of any MCP server.
 #[derive(Debug, Parser)]
-#[command(name = "tasklift", version, about, long_about = None)]
+#[command(name = "tasklift", version = crate::VERSION, about, long_about = None)]
 pub struct Cli {
     /// Log output format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty)]

@@ -24,6 +24,16 @@
 //!   feature, with the bundled slow server of the `tasklift-fixture` crate).
 #![forbid(unsafe_code)]
 
+/// The version `tasklift --version` and the status page show: the package version
+/// and the commit it was built from (`-dirty` when tracked files differed from it;
+/// `unknown` without git history, see build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TASKLIFT_COMMIT"),
+    ")"
+);
+
 pub mod admin;
 pub mod app;
 pub mod auth;

@@ -236,3 +236,223 @@ fn the_demo_walks_the_whole_lifecycle_and_the_tool_level_handle() {
         assert!(stdout.contains(step), "missing {step:?} in\n{stdout}");
     }
 }
+
+/// `tasklift --version` names the package version and the commit it was built
+/// from (build.rs): 7 or more hex digits, `-dirty` when the tree differed, or
+/// `unknown` without git history.
+#[test]
+fn version_names_the_release_and_the_commit() {
+    let out = run(&["--version"], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let prefix = format!("tasklift {} (commit ", env!("CARGO_PKG_VERSION"));
+    let commit = stdout
+        .trim_end()
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not `{prefix}…)`: {stdout:?}"));
+    let sha = commit.strip_suffix("-dirty").unwrap_or(commit);
+    assert!(
+        sha == "unknown" || (sha.len() >= 7 && sha.chars().all(|c| c.is_ascii_hexdigit())),
+        "not a commit: {commit:?}"
+    );
+    // Built from this repository, so the commit is known.
+    if Path::new(env!("CARGO_MANIFEST_DIR")).join(".git").exists() {
+        assert_ne!(sha, "unknown", "{stdout}");
+    }
+}
+
+/// Every key of the configuration, by table: `upstreams` for `[[upstreams]]`,
+/// `upstreams.tools.NAME` for any tool's rules. Empty tables (`env`, `headers`)
+/// are values.
+fn config_keys(v: &toml::Value) -> std::collections::BTreeMap<String, Vec<(String, toml::Value)>> {
+    fn walk(
+        table: &toml::Table,
+        path: &str,
+        out: &mut std::collections::BTreeMap<String, Vec<(String, toml::Value)>>,
+    ) {
+        out.entry(path.to_string()).or_default();
+        for (k, v) in table {
+            let sub = match path {
+                "" => k.clone(),
+                "upstreams.tools" => "upstreams.tools.NAME".to_string(),
+                p => format!("{p}.{k}"),
+            };
+            match v {
+                toml::Value::Table(t) if !t.is_empty() => walk(t, &sub, out),
+                toml::Value::Array(a) if a.first().is_some_and(|e| e.is_table()) => {
+                    for e in a {
+                        walk(e.as_table().unwrap(), &sub, out);
+                    }
+                }
+                _ if path == "upstreams.tools" => {}
+                _ => out
+                    .entry(path.to_string())
+                    .or_default()
+                    .push((k.clone(), v.clone())),
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(v.as_table().expect("a table"), "", &mut out);
+    out.remove("");
+    out.remove("upstreams.tools");
+    for keys in out.values_mut() {
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        keys.dedup_by(|a, b| a.0 == b.0);
+    }
+    out
+}
+
+/// docs/configuration.md as (table, key) → default cell, from the rows of the
+/// table under each `` ## `[table]` `` heading.
+fn documented_keys(doc: &str) -> std::collections::BTreeMap<(String, String), String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut table = None;
+    for line in doc.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            let name = h.trim().trim_matches('`').trim_matches(['[', ']']);
+            table = h.contains('[').then(|| name.to_string());
+            continue;
+        }
+        let (Some(t), Some(row)) = (&table, line.strip_prefix("| `")) else {
+            continue;
+        };
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let key = cells[0].trim_end_matches('`');
+        let default = cells.get(1).copied().unwrap_or("").trim().to_string();
+        assert!(
+            out.insert((t.clone(), key.to_string()), default).is_none(),
+            "{t}.{key} documented twice"
+        );
+    }
+    out
+}
+
+/// docs/configuration.md and config.example.toml cannot drift from the code: every
+/// key `RawConfig` has is in both, each default the page gives is tasklift's, the
+/// example shows the defaults it claims to, and every flag and environment
+/// variable of `tasklift serve` is named on the page.
+#[test]
+fn config_reference_matches_the_code() {
+    use tasklift::config::{RawConfig, RawToolRule, RawUpstream};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
+    let example_text = std::fs::read_to_string(root.join("config.example.toml")).unwrap();
+
+    // The defaults, with one upstream and one tool rule holding every key (no
+    // `..Default::default()`: a new rule key must be added here, and so to the docs).
+    let mut defaults = RawConfig::default();
+    let mut up = RawUpstream::default();
+    let s = || Some(String::new());
+    up.tools.insert(
+        "NAME".into(),
+        RawToolRule {
+            mode: s(),
+            threshold: s(),
+            ttl: s(),
+            poll_interval: s(),
+            non_task_clients: s(),
+            on_disconnect: s(),
+            replay_window: s(),
+        },
+    );
+    defaults.upstreams.push(up);
+    let code = config_keys(&toml::Value::try_from(&defaults).unwrap());
+    let example = config_keys(&toml::Value::Table(
+        toml::from_str(&example_text).expect("config.example.toml parses"),
+    ));
+    let documented = documented_keys(&doc);
+
+    let mut problems = Vec::new();
+    for (table, keys) in &code {
+        for (key, default) in keys {
+            let name = format!("[{table}] {key}");
+            let rule = table == "upstreams.tools.NAME";
+            match documented.get(&(table.clone(), key.clone())) {
+                None => problems.push(format!("{name}: not in docs/configuration.md")),
+                Some(cell) if rule => {
+                    if !cell.starts_with("inherits ") {
+                        problems.push(format!(
+                            "{name}: default {cell:?} should say what it inherits"
+                        ));
+                    }
+                }
+                Some(cell) => {
+                    let literal = cell.strip_prefix('`').and_then(|c| c.strip_suffix('`'));
+                    let parsed = literal
+                        .and_then(|l| toml::from_str::<toml::Table>(&format!("v = {l}")).ok())
+                        .and_then(|mut t| t.remove("v"));
+                    if parsed.as_ref() != Some(default) {
+                        problems.push(format!(
+                            "{name}: docs/configuration.md says the default is {cell}, tasklift's is `{default}`"
+                        ));
+                    }
+                }
+            }
+            let shown = example
+                .get(table)
+                .and_then(|keys| keys.iter().find(|(k, _)| k == key));
+            match shown {
+                None => problems.push(format!("{name}: not in config.example.toml")),
+                // The example says "every key is shown with its default"; an
+                // upstream needs a URL, and tool rules show examples.
+                Some((_, v)) if !rule && name != "[upstreams] url" && v != default => problems
+                    .push(format!(
+                        "{name}: config.example.toml shows `{v}`, the default is `{default}`"
+                    )),
+                Some(_) => {}
+            }
+        }
+    }
+    for (table, key) in documented.keys() {
+        if !code
+            .get(table)
+            .is_some_and(|keys| keys.iter().any(|(k, _)| k == key))
+        {
+            problems.push(format!(
+                "[{table}] {key}: in docs/configuration.md, but not a key of tasklift's"
+            ));
+        }
+    }
+    for (table, keys) in &example {
+        for (key, _) in keys {
+            if !code
+                .get(table)
+                .is_some_and(|keys| keys.iter().any(|(k, _)| k == key))
+            {
+                problems.push(format!(
+                    "[{table}] {key}: in config.example.toml, but not a key"
+                ));
+            }
+        }
+    }
+
+    // Flags and environment variables of `serve`, as clap knows them.
+    use clap::CommandFactory;
+    let cli = tasklift::cli::Cli::command();
+    let serve = cli.find_subcommand("serve").expect("serve");
+    for arg in serve.get_arguments() {
+        if let Some(env) = arg.get_env() {
+            let env = env.to_string_lossy();
+            if !doc.contains(&format!("`{env}`")) {
+                problems.push(format!(
+                    "environment variable {env}: not in docs/configuration.md"
+                ));
+            }
+        }
+        let Some(long) = arg.get_long() else {
+            if arg.get_id() == "command" && !doc.contains("`-- COMMAND ARGS`") {
+                problems.push("`-- COMMAND ARGS`: not in docs/configuration.md".into());
+            }
+            continue;
+        };
+        if ["config", "log-format", "help"].contains(&long) {
+            continue;
+        }
+        if !doc.contains(&format!("`--{long}`")) {
+            problems.push(format!("--{long}: not in docs/configuration.md"));
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}

@@ -229,3 +229,80 @@ async fn a_trace_id_sent_by_the_client_reaches_the_upstream() {
     assert!(seen.starts_with(&format!("00-{trace}-")), "{seen}");
     h.stop().await;
 }
+
+/// Every metric deploy/grafana/tasklift.json queries is one `/metrics` renders
+/// (a histogram by its `_bucket`, `_sum` and `_count` series), and every family
+/// `/metrics` renders has a panel, so the dashboard follows the metrics.
+#[tokio::test]
+async fn the_grafana_dashboard_queries_what_metrics_renders() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/tasklift.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .expect("the dashboard is JSON");
+    fn exprs<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(e) = m.get("expr").and_then(|e| e.as_str()) {
+                    out.push(e);
+                }
+                m.values().for_each(|v| exprs(v, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+            _ => {}
+        }
+    }
+    let mut queries = Vec::new();
+    exprs(&dashboard, &mut queries);
+    assert!(queries.len() > 10, "{} queries", queries.len());
+    let mut used = std::collections::BTreeSet::new();
+    for q in &queries {
+        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let mut rest = *q;
+        while let Some(i) = rest.find("tasklift_") {
+            let before = rest[..i].chars().next_back();
+            let name: String = rest[i..].chars().take_while(|c| ident(*c)).collect();
+            if !before.is_some_and(|c| ident(c) || c == '$') {
+                used.insert(name.clone());
+            }
+            rest = &rest[i + name.len()..];
+        }
+    }
+
+    let h = Harness::start(FixtureServer::new().tool(Tool::new("fast")), |_| {}).await;
+    h.client().call_tool("fast", json!({})).await.unwrap();
+    let page = scrape(&h).await;
+    let mut rendered = std::collections::BTreeSet::new();
+    let mut families = Vec::new();
+    for line in page.lines() {
+        if let Some(t) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = t.split_once(' ').unwrap();
+            let series: &[&str] = if kind == "histogram" {
+                &["_bucket", "_sum", "_count"]
+            } else {
+                &[""]
+            };
+            let names: Vec<String> = series.iter().map(|s| format!("{name}{s}")).collect();
+            rendered.extend(names.iter().cloned());
+            families.push((name.to_string(), names));
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let name = line.split(['{', ' ']).next().unwrap();
+            rendered.insert(name.to_string());
+        }
+    }
+    let unknown: Vec<_> = used.difference(&rendered).collect();
+    assert!(
+        unknown.is_empty(),
+        "the dashboard queries metrics /metrics does not render: {unknown:?}\n{page}"
+    );
+    let unshown: Vec<_> = families
+        .iter()
+        .filter(|(_, names)| !names.iter().any(|n| used.contains(n)))
+        .map(|(f, _)| f)
+        .collect();
+    assert!(
+        unshown.is_empty(),
+        "metrics without a panel in the dashboard: {unshown:?}"
+    );
+    h.stop().await;
+}
