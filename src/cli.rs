@@ -97,7 +97,12 @@ pub struct Overrides {
     pub data_dir: Option<String>,
     /// Share tasks with other replicas through PostgreSQL, e.g.
     /// postgres://tasklift@db:5432/tasklift [default: the embedded store in --data-dir].
-    #[arg(long = "store", value_name = "URL")]
+    #[arg(
+        long = "store",
+        value_name = "URL",
+        env = "TASKLIFT_STORE_URL",
+        hide_env_values = true
+    )]
     pub store_url: Option<String>,
     /// Principal mode: none, bearer, header:NAME, or jwt ([auth.jwt] keys) [default: none].
     #[arg(long)]
