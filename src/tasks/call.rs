@@ -30,6 +30,18 @@ pub(super) enum StopReason {
     Superseded,
 }
 
+/// What a caller is answered when its call becomes a task. A client that did
+/// not declare the extension never gets a `CreateTaskResult`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Handle {
+    /// The client declared the extension: a `CreateTaskResult`.
+    Extension,
+    /// A still-running `CallToolResult` naming `tasklift_wait` (tool-level handle).
+    Tool,
+    /// The caller keeps waiting, on the task (detach): it may go away.
+    Join,
+}
+
 /// How a call may become a task.
 pub(super) struct TaskSpec {
     /// Tool name.
@@ -37,7 +49,7 @@ pub(super) struct TaskSpec {
     /// The tool's rules.
     pub policy: ToolPolicy,
     /// What the caller is answered when the task is created.
-    pub handle: super::handles::Handle,
+    pub handle: Handle,
     /// The call's replay key (`on_disconnect = "detach"`): the task is indexed under it.
     pub replay: Option<String>,
 }

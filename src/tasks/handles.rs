@@ -22,6 +22,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::api::{Caller, TaskError};
+pub(super) use super::call::Handle;
 use super::input::check_allowed;
 use super::Engine;
 use crate::observe::metrics::Replay;
@@ -46,17 +47,6 @@ pub const WAIT_STATE_PREFIX: &str = "tlw1.";
 const RECHECK: Duration = Duration::from_secs(1);
 /// The principal of every caller when `auth.mode = "none"`.
 const ANONYMOUS: &str = "anonymous";
-
-/// How a call that did not declare the extension may outlive its threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Handle {
-    /// The client declared the extension: a `CreateTaskResult`.
-    Extension,
-    /// A still-running `CallToolResult` naming `tasklift_wait`.
-    Tool,
-    /// The caller keeps waiting, on the task (detach): it may go away.
-    Join,
-}
 
 /// What waiting on a task saw.
 enum Waited {
@@ -214,15 +204,7 @@ fn finished_result(rec: &TaskRecord) -> Value {
 fn finished_outcome(rec: &TaskRecord) -> jsonrpc::Outcome {
     match &rec.outcome {
         Some(TaskOutcome::Result(r)) => Ok(r.clone()),
-        Some(TaskOutcome::Error(e)) => Err(RpcError::new(
-            e.get("code")
-                .and_then(Value::as_i64)
-                .unwrap_or(INTERNAL_ERROR),
-            e.get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("the call failed"),
-        )
-        .with_data(e.get("data").cloned().unwrap_or(Value::Null))),
+        Some(TaskOutcome::Error(e)) => Err(RpcError::from_value(e)),
         None => Err(RpcError::new(
             INTERNAL_ERROR,
             format!(
