@@ -46,6 +46,9 @@ pub enum StartError {
     /// An upstream could not be set up.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// The trace exporter could not be set up.
+    #[error("telemetry: {0}")]
+    Telemetry(String),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -71,6 +74,9 @@ pub struct Running {
     upstreams: Vec<Arc<dyn Upstream>>,
     /// How long calls and tasks may take to finish at shutdown.
     grace: std::time::Duration,
+    /// Spans, sent to the collector at the end of shutdown.
+    tracer: crate::observe::spans::Tracer,
+    exporter: Option<JoinHandle<()>>,
 }
 
 /// Start tasklift with a validated configuration.
@@ -118,6 +124,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         tracing::warn!("on_disconnect = \"detach\" with auth.mode = \"none\": every caller is the same principal, so a retried call is matched by its arguments only within the same legacy session, or by the tasklift/idempotencyKey _meta key; set an auth mode to replay per caller");
     }
     let metrics = Arc::new(crate::observe::metrics::Metrics::default());
+    let (tracer, exporter) = tracer(&cfg.telemetry, &metrics)?;
     // The embedded store's free space, against store.min_free_bytes; for
     // PostgreSQL, whether the database refuses writes for lack of space.
     let disk = Some(match &pg {
@@ -132,6 +139,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             shared_state_key: cfg.store.url.is_some().then(|| key.clone()),
             disk: disk.clone(),
             max_wait: cfg.tasks.max_wait,
+            tracer: tracer.clone(),
             ..EngineSettings::new(cfg.tasks.expired_grace, cfg.server.keepalive_interval)
         },
     );
@@ -262,7 +270,35 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         background,
         upstreams,
         grace: cfg.server.shutdown_grace,
+        tracer,
+        exporter,
     })
+}
+
+/// The tracer tasklift records its spans with, and the exporter sending them,
+/// when `[telemetry] otlp_endpoint` is set.
+#[cfg(feature = "otlp")]
+fn tracer(
+    cfg: &crate::config::TelemetryConfig,
+    metrics: &Arc<crate::observe::metrics::Metrics>,
+) -> Result<(crate::observe::spans::Tracer, Option<JoinHandle<()>>), StartError> {
+    match crate::observe::otlp::start(cfg, metrics.clone()).map_err(StartError::Telemetry)? {
+        Some((t, exporter)) => Ok((t, Some(exporter))),
+        None => Ok((Default::default(), None)),
+    }
+}
+
+/// Without the `otlp` feature nothing is exported; an endpoint that is set is
+/// said to be ignored rather than silently dropped.
+#[cfg(not(feature = "otlp"))]
+fn tracer(
+    cfg: &crate::config::TelemetryConfig,
+    _: &Arc<crate::observe::metrics::Metrics>,
+) -> Result<(crate::observe::spans::Tracer, Option<JoinHandle<()>>), StartError> {
+    if let Some(e) = &cfg.endpoint {
+        tracing::warn!(endpoint = %e, "telemetry.otlp_endpoint is set, but this tasklift was built without the otlp feature: no traces are exported");
+    }
+    Ok((Default::default(), None))
 }
 
 impl Running {
@@ -296,6 +332,11 @@ impl Running {
         }
         if let Err(e) = self.engine.flush().await {
             tracing::error!(error = %e, "final store flush failed");
+        }
+        // The spans of the last requests and tasks, then the exporter stops.
+        if let Some(exporter) = self.exporter {
+            self.tracer.flush(std::time::Duration::from_secs(5)).await;
+            exporter.abort();
         }
         tracing::info!("tasklift stopped");
     }

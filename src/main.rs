@@ -34,6 +34,7 @@ fn load(
         Some(f) => RawConfig::from_file(f)?,
         None => RawConfig::default(),
     };
+    raw.telemetry.apply_env(|k| std::env::var(k).ok());
     overrides.apply(&mut raw)?;
     Ok(raw)
 }

@@ -26,8 +26,90 @@ pub struct RawConfig {
     pub limits: RawLimits,
     /// The admin listener (status page, metrics, health), off unless set.
     pub admin: RawAdmin,
+    /// Traces exported over OTLP, off unless an endpoint is set.
+    pub telemetry: RawTelemetry,
     /// The servers tasklift fronts, each at its own path.
     pub upstreams: Vec<RawUpstream>,
+}
+
+/// `[telemetry]`: OpenTelemetry traces (OTLP over HTTP/protobuf).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTelemetry {
+    /// Where spans are POSTed (the collector's traces URL, e.g.
+    /// `http://otel-collector:4318/v1/traces`); empty: no traces are exported.
+    pub otlp_endpoint: String,
+    /// Headers sent with every export (a vendor's API key, say).
+    pub otlp_headers: BTreeMap<String, String>,
+    /// The `service.name` resource attribute of every span.
+    pub service_name: String,
+    /// The share of new traces (requests that arrive without a `traceparent`)
+    /// recorded; a caller's own sampling decision is always followed.
+    pub sample_ratio: f64,
+}
+
+impl Default for RawTelemetry {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: String::new(),
+            otlp_headers: BTreeMap::new(),
+            service_name: "tasklift".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
+impl RawTelemetry {
+    /// The OpenTelemetry SDK environment variables, which override the file as
+    /// flags do: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the traces URL as it is),
+    /// else `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL, `/v1/traces` appended),
+    /// `OTEL_EXPORTER_OTLP_HEADERS` (`key=value,key2=value2`, values
+    /// percent-encoded) added to the file's, and `OTEL_SERVICE_NAME`.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        let var = |k: &str| var(k).filter(|v| !v.trim().is_empty());
+        if let Some(url) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            self.otlp_endpoint = url.trim().to_string();
+        } else if let Some(base) = var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            self.otlp_endpoint = format!("{}/v1/traces", base.trim().trim_end_matches('/'));
+        }
+        if let Some(list) = var("OTEL_EXPORTER_OTLP_HEADERS") {
+            for pair in list.split(',') {
+                if let Some((k, v)) = pair.split_once('=') {
+                    self.otlp_headers
+                        .insert(k.trim().to_string(), percent_decode(v.trim()));
+                }
+            }
+        }
+        if let Some(name) = var("OTEL_SERVICE_NAME") {
+            self.service_name = name.trim().to_string();
+        }
+    }
+}
+
+/// `%XX` escapes decoded (OTEL_EXPORTER_OTLP_HEADERS values are URL-encoded);
+/// anything else is kept as it is.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `[admin]`.

@@ -22,6 +22,8 @@ pub struct Config {
     pub limits: Limits,
     /// The admin listener.
     pub admin: AdminConfig,
+    /// Trace export.
+    pub telemetry: TelemetryConfig,
     /// Upstreams, each with a distinct path.
     pub upstreams: Vec<UpstreamConfig>,
 }
@@ -47,6 +49,19 @@ pub struct ServerConfig {
     pub lenient_task_name_header: bool,
     /// Front-door threads (at least 1; `server.workers = 0` resolved to the cores).
     pub workers: usize,
+}
+
+/// Validated `[telemetry]`.
+#[derive(Debug, Clone, Default)]
+pub struct TelemetryConfig {
+    /// The OTLP/HTTP traces URL; `None`: traces are not exported.
+    pub endpoint: Option<http::Uri>,
+    /// Headers sent with every export.
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// `service.name`.
+    pub service_name: String,
+    /// Share of new traces recorded (0.0 to 1.0).
+    pub sample_ratio: f64,
 }
 
 /// Validated `[admin]`.

@@ -39,6 +39,12 @@ impl RawConfig {
             shown.auth.jwt.hs256_secret = REDACTED.into();
         }
         shown.store.url = redact_url_credentials(&shown.store.url);
+        shown.telemetry.otlp_endpoint = redact_url_credentials(&shown.telemetry.otlp_endpoint);
+        shown
+            .telemetry
+            .otlp_headers
+            .values_mut()
+            .for_each(|v| *v = REDACTED.into());
         for u in &mut shown.upstreams {
             u.url = redact_url_credentials(&u.url);
             u.headers.values_mut().for_each(|v| *v = REDACTED.into());
@@ -146,6 +152,7 @@ impl RawConfig {
             ));
         }
         let admin = self.validate_admin(listen)?;
+        let telemetry = self.validate_telemetry()?;
         let auth = AuthConfig {
             mode: parse_auth_mode(&self.auth.mode, &self.auth.jwt)?,
             hash_key: (!self.auth.hash_key.is_empty()).then(|| self.auth.hash_key.clone()),
@@ -209,7 +216,57 @@ impl RawConfig {
                 poll_rate_limit: self.limits.poll_rate_limit,
             },
             admin,
+            telemetry,
             upstreams,
+        })
+    }
+
+    /// `[telemetry]`: an http(s) URL or empty, headers that can be sent, a ratio.
+    fn validate_telemetry(&self) -> Result<TelemetryConfig, ConfigError> {
+        let t = &self.telemetry;
+        let text = t.otlp_endpoint.trim();
+        let endpoint = match text {
+            "" => None,
+            _ => {
+                let uri: http::Uri = text.parse().map_err(|e| {
+                    invalid(
+                        "telemetry.otlp_endpoint",
+                        format!("{text:?} is not a URL: {e}"),
+                    )
+                })?;
+                if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+                    return Err(invalid(
+                        "telemetry.otlp_endpoint",
+                        format!("{text:?}: give an http:// or https:// URL, e.g. http://otel-collector:4318/v1/traces"),
+                    ));
+                }
+                Some(uri)
+            }
+        };
+        let mut headers = Vec::new();
+        for (k, v) in &t.otlp_headers {
+            let key = format!("telemetry.otlp_headers.{k}");
+            let name = http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| invalid(key.clone(), "not a valid HTTP header name"))?;
+            let mut value = http::HeaderValue::from_str(v)
+                .map_err(|_| invalid(key, "not a valid HTTP header value"))?;
+            value.set_sensitive(true);
+            headers.push((name, value));
+        }
+        if !(0.0..=1.0).contains(&t.sample_ratio) {
+            return Err(invalid(
+                "telemetry.sample_ratio",
+                "must be between 0.0 (no new traces) and 1.0 (all)",
+            ));
+        }
+        if t.service_name.trim().is_empty() {
+            return Err(invalid("telemetry.service_name", "must not be empty"));
+        }
+        Ok(TelemetryConfig {
+            endpoint,
+            headers,
+            service_name: t.service_name.trim().to_string(),
+            sample_ratio: t.sample_ratio,
         })
     }
 

@@ -23,13 +23,21 @@ pub fn full(b: impl Into<Bytes>) -> RespBody {
 
 /// An SSE body that ends after the channel closes.
 pub fn sse(rx: mpsc::Receiver<StreamItem>) -> RespBody {
-    SseBody { rx }.boxed()
+    SseBody { rx, span: None }.boxed()
+}
+
+/// [`sse`], with the span of the request it answers: the answer on the stream
+/// (a result, an error) is recorded on it, and it ends with the stream.
+pub fn sse_traced(rx: mpsc::Receiver<StreamItem>, span: crate::observe::spans::Span) -> RespBody {
+    let span = span.is_recording().then_some(span);
+    SseBody { rx, span }.boxed()
 }
 
 /// Streams `StreamItem`s as SSE events. When the client goes away hyper drops the
 /// body, the receiver closes, and the sender side cancels the work.
 struct SseBody {
     rx: mpsc::Receiver<StreamItem>,
+    span: Option<crate::observe::spans::Span>,
 }
 
 impl Body for SseBody {
@@ -42,6 +50,11 @@ impl Body for SseBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(StreamItem::Message(v))) => {
+                if let Some(s) = &mut self.span {
+                    if v.get("id").is_some() {
+                        s.record_answer(&v);
+                    }
+                }
                 let text = sse::encode_event(&v.to_string());
                 Poll::Ready(Some(Ok(Frame::data(Bytes::from(text)))))
             }
@@ -56,8 +69,64 @@ impl Body for SseBody {
                 let text = sse::encode_tagged(&id, None, Some(retry_ms));
                 Poll::Ready(Some(Ok(Frame::data(Bytes::from(text)))))
             }
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                self.span.take();
+                Poll::Ready(None)
+            }
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+/// `resp` with `span` ending when its body has been sent (or the client went
+/// away): a streamed call's span lasts as long as the call. The HTTP status is
+/// recorded on it.
+pub fn with_span(
+    resp: http::Response<RespBody>,
+    mut span: crate::observe::spans::Span,
+) -> http::Response<RespBody> {
+    if !span.is_recording() {
+        return resp;
+    }
+    span.set(
+        "http.response.status_code",
+        i64::from(resp.status().as_u16()),
+    );
+    resp.map(|inner| {
+        Traced {
+            inner,
+            span: Some(span),
+        }
+        .boxed()
+    })
+}
+
+/// A body carrying the span of the request it answers, ended with the body.
+struct Traced {
+    inner: RespBody,
+    span: Option<crate::observe::spans::Span>,
+}
+
+impl Body for Traced {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = r {
+            self.span.take();
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -263,9 +263,16 @@ async fn handle(
             Ok(c) => c,
             Err(r) => return *r,
         };
-        if let Some(t) = crate::observe::trace::propagate(&parts.headers, &mut msg, &mut ctx) {
-            tracing::Span::current().record("trace_id", t.as_str());
+        let hop = crate::observe::trace::propagate(
+            &parts.headers,
+            &mut msg,
+            &mut ctx,
+            state.engine.tracer(),
+        );
+        if let Some(h) = &hop {
+            tracing::Span::current().record("trace_id", h.trace_hex().as_str());
         }
+        let mut traced = request_span(state.engine.tracer(), hop.as_ref(), &msg, mount, peer, None);
         if msg.method == tasklift_protocol::mcp::method::TOOLS_CALL {
             let checked = params::check(
                 &mount.tools,
@@ -278,13 +285,24 @@ async fn handle(
             if let Err(r) = checked {
                 state.metrics.request(&msg.method, "rejected");
                 tracing::debug!(error = %r.rpc(), "rejected at the front door");
-                return r.response(msg.id.as_ref());
+                traced.set("tasklift.outcome", "rejected");
+                traced.fail(r.rpc().message.clone());
+                return body::with_span(r.response(msg.id.as_ref()), traced);
             }
         }
         let method = msg.method.clone();
         let reply = dispatch(&state.engine, mount, msg, ctx).await;
-        state.metrics.request(&method, outcome_of(&reply));
-        match reply {
+        let outcome = outcome_of(&reply);
+        state.metrics.request(&method, outcome);
+        if traced.is_recording() {
+            traced.set("tasklift.outcome", outcome);
+            match &reply {
+                Reply::Json(v) => traced.record_answer(v),
+                Reply::Raw(b) => traced.record_answer_bytes(b),
+                _ => {}
+            }
+        }
+        let resp = match reply {
             Reply::Json(v) => json_response(errors::status_of(&v), &v),
             Reply::Raw(b) => json_bytes(StatusCode::OK, b),
             Reply::Accepted => Response::builder()
@@ -296,12 +314,59 @@ async fn handle(
                 .header(header::CONTENT_TYPE, "text/event-stream")
                 .header(header::CACHE_CONTROL, "no-cache")
                 .header("x-accel-buffering", "no")
-                .body(body::sse(rx))
+                .body(body::sse_traced(rx, std::mem::take(&mut traced)))
                 .expect("valid response"),
-        }
+        };
+        body::with_span(resp, traced)
     }
     .instrument(span)
     .await
+}
+
+/// tasklift's span for one request at the front door, named after its method
+/// (and tool, for `tools/call`), with the attributes of OpenTelemetry's MCP
+/// conventions; `session` is a 2025-era client's session on tasklift.
+pub(crate) fn request_span(
+    tracer: &crate::observe::spans::Tracer,
+    hop: Option<&crate::observe::spans::Hop>,
+    msg: &Request,
+    mount: &Mount,
+    peer: SocketAddr,
+    session: Option<&str>,
+) -> crate::observe::spans::Span {
+    let tool = (msg.method == tasklift_protocol::mcp::method::TOOLS_CALL)
+        .then(|| msg.str_param("name"))
+        .flatten();
+    let name = match tool {
+        Some(t) => format!("{} {t}", msg.method),
+        None => msg.method.clone(),
+    };
+    let mut s = tracer.server_span(hop, name);
+    if !s.is_recording() {
+        return s;
+    }
+    s.set("mcp.method.name", msg.method.clone());
+    if let Some(id) = &msg.id {
+        s.set(
+            "jsonrpc.request.id",
+            match id {
+                Value::String(t) => t.clone(),
+                other => other.to_string(),
+            },
+        );
+    }
+    if let Some(t) = tool {
+        s.set("gen_ai.tool.name", t.to_string());
+    }
+    if let Some(t) = msg.str_param("taskId") {
+        s.set("tasklift.task.id", t.to_string());
+    }
+    if let Some(sid) = session {
+        s.set("mcp.session.id", sid.to_string());
+    }
+    s.set("tasklift.upstream", mount.cfg.name.clone());
+    s.set("client.address", peer.ip().to_string());
+    s
 }
 
 /// The 403 for a request from an Origin that is not allowed (DNS rebinding).
@@ -337,6 +402,7 @@ fn context(
             .flatten(),
         forward_headers: forwarded_headers(headers),
         session: None,
+        trace: None,
     })
 }
 

@@ -97,6 +97,9 @@ pub struct Metrics {
     replays_stored: AtomicU64,
     tool_handles: AtomicU64,
     detached: AtomicU64,
+    spans_exported: AtomicU64,
+    spans_dropped: AtomicU64,
+    spans_failed: AtomicU64,
 }
 
 /// How a retried call was replayed instead of running the tool again.
@@ -186,6 +189,18 @@ impl Metrics {
     /// waits on (`on_disconnect = "detach"`).
     pub fn detached(&self) {
         self.detached.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Spans that reached the OTLP collector (`exported`), were dropped because
+    /// the export queue was full (`dropped`), or were lost to a failed export
+    /// (`failed`).
+    pub fn span(&self, outcome: &'static str, n: u64) {
+        let c = match outcome {
+            "exported" => &self.spans_exported,
+            "dropped" => &self.spans_dropped,
+            _ => &self.spans_failed,
+        };
+        c.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Tasks deleted by the sweeper at the end of their TTL.
@@ -290,6 +305,18 @@ impl Metrics {
             "Synchronous calls that passed their threshold and run on as tasks their callers wait on (on_disconnect = detach).",
             self.detached.load(Ordering::Relaxed),
         );
+        out.push_str("# HELP tasklift_trace_spans_total Spans sent to the OTLP collector (exported), dropped with the export queue full (dropped), or lost to an export that failed (failed).\n# TYPE tasklift_trace_spans_total counter\n");
+        for (outcome, c) in [
+            ("exported", &self.spans_exported),
+            ("dropped", &self.spans_dropped),
+            ("failed", &self.spans_failed),
+        ] {
+            let _ = writeln!(
+                out,
+                "tasklift_trace_spans_total{{outcome=\"{outcome}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
         out.push_str("# HELP tasklift_replays_total Retried calls answered from the task of an identical earlier call instead of running the tool again.\n# TYPE tasklift_replays_total counter\n");
         let (joined, stored) = self.replays();
         let _ = writeln!(out, "tasklift_replays_total{{outcome=\"joined\"}} {joined}");

@@ -1,8 +1,13 @@
 //! What an operator sees of tasklift at work: the Prometheus counters behind
-//! `/metrics` ([`metrics`]) and the W3C trace context carried from a client to its
-//! upstream ([`trace`]), and how an error is told ([`error_chain`]).
+//! `/metrics` ([`metrics`]), the W3C trace context carried from a client to its
+//! upstream ([`trace`]), tasklift's own spans ([`spans`]) and their export over
+//! OTLP (`otlp`, the default feature of that name), and how an error is told
+//! ([`error_chain`]).
 
 pub mod metrics;
+#[cfg(feature = "otlp")]
+pub mod otlp;
+pub mod spans;
 pub mod trace;
 
 /// An error and its causes as one line ("error performing TLS handshake: invalid

@@ -3,11 +3,14 @@
 //! of its own: same trace id, a new parent id for tasklift's span, the flags and
 //! `tracestate`/`baggage` kept. The upstream gets it both ways, as a header (HTTP
 //! upstreams) and in `_meta` (every upstream, stdio too), so a trace crosses tasklift
-//! whichever one the server reads. Logs carry the trace id for correlation.
+//! whichever one the server reads. Logs carry the trace id for correlation. When
+//! tasklift exports spans, a request without a trace starts one, so the upstream's
+//! spans join tasklift's.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
 
+use super::spans::{unhex, Hop, Tracer};
 use crate::upstream::CallContext;
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp;
@@ -16,9 +19,16 @@ use tasklift_protocol::traceparent::parse;
 /// The keys and headers of trace context.
 const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
 
-/// Continue the caller's trace, if it sent one: rewrite the request's `_meta` and the
-/// headers that go upstream, and return the trace id (for the request's span).
-pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext) -> Option<String> {
+/// Continue the caller's trace, if it sent one, or start one when tasklift exports
+/// spans (`tracer` on): rewrite the request's `_meta` and the headers that go
+/// upstream to carry tasklift's hop, record it in `ctx.trace` (a task the request
+/// becomes is a child of it), and return it (for the request's span).
+pub fn propagate(
+    headers: &HeaderMap,
+    req: &mut Request,
+    ctx: &mut CallContext,
+    tracer: &Tracer,
+) -> Option<Hop> {
     let from_header = |k: &str| {
         headers
             .get(k)
@@ -40,27 +50,49 @@ pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext) 
                 .filter(|t| parse(t).is_some())
                 .map(|t| (t, false))
         });
-    let Some(incoming) = incoming else {
-        // No valid trace: an invalid traceparent header (and its state) is not passed on.
-        ctx.forward_headers
-            .retain(|(k, _)| k.as_str() != "traceparent" && k.as_str() != "tracestate");
-        return None;
-    };
-    let (trace_id, flags) = parse(&incoming.0).map(|(t, f)| (t.to_string(), f.to_string()))?;
-    let span = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
-    let outgoing = format!("00-{trace_id}-{span}-{flags}");
     let mut values: Map<String, Value> = Map::new();
-    values.insert("traceparent".into(), json!(outgoing));
-    for k in ["tracestate", "baggage"] {
-        let v = if incoming.1 {
-            from_header(k)
-        } else {
-            from_meta(k)
-        };
-        if let Some(v) = v.or_else(|| from_meta(k)).or_else(|| from_header(k)) {
-            values.insert(k.into(), json!(v));
+    let hop = match incoming {
+        Some((tp, in_header)) => {
+            let mut parts = tp.trim().split('-').skip(1);
+            let (trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?);
+            let mut hop = Hop::child_of(
+                unhex::<16>(trace)?,
+                unhex::<8>(parent)?,
+                unhex::<1>(flags)?[0],
+            );
+            for k in ["tracestate", "baggage"] {
+                let v = if in_header {
+                    from_header(k)
+                } else {
+                    from_meta(k)
+                };
+                if let Some(v) = v.or_else(|| from_meta(k)).or_else(|| from_header(k)) {
+                    if k == "tracestate" {
+                        hop.trace_state = Some(v.clone());
+                    }
+                    values.insert(k.into(), json!(v));
+                }
+            }
+            hop
         }
-    }
+        None => match tracer.new_trace() {
+            Some(hop) => {
+                // A new trace: whatever trace state came with an invalid
+                // traceparent belongs to no trace; baggage is not trace state.
+                if let Some(v) = from_header("baggage").or_else(|| from_meta("baggage")) {
+                    values.insert("baggage".into(), json!(v));
+                }
+                hop
+            }
+            None => {
+                // No valid trace: an invalid traceparent header (and its state) is not passed on.
+                ctx.forward_headers
+                    .retain(|(k, _)| k.as_str() != "traceparent" && k.as_str() != "tracestate");
+                return None;
+            }
+        },
+    };
+    values.insert("traceparent".into(), json!(hop.traceparent()));
     let meta = mcp::meta_mut(&mut req.params);
     for k in KEYS {
         meta.remove(k);
@@ -75,7 +107,8 @@ pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext) 
         }
         meta.insert(k, v);
     }
-    Some(trace_id)
+    ctx.trace = Some(hop.clone());
+    Some(hop)
 }
 
 fn key_name(k: &str) -> &'static str {
@@ -105,8 +138,10 @@ mod tests {
         h.insert("tracestate", HeaderValue::from_static("vendor=1"));
         let mut r = req(json!({}));
         let mut ctx = CallContext::default();
-        let id = propagate(&h, &mut r, &mut ctx).unwrap();
-        assert_eq!(id, "0af7651916cd43dd8448eb211c80319c");
+        let hop = propagate(&h, &mut r, &mut ctx, &Tracer::off()).unwrap();
+        assert_eq!(hop.trace_hex(), "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(hop.parent, unhex::<8>("00f067aa0ba902b7"));
+        assert_eq!(ctx.trace.as_ref(), Some(&hop));
         let out = r.meta().unwrap()["traceparent"]
             .as_str()
             .unwrap()
@@ -131,7 +166,7 @@ mod tests {
     fn meta_alone_is_enough_and_garbage_is_ignored() {
         let mut r = req(json!({"traceparent": TP}));
         let mut ctx = CallContext::default();
-        assert!(propagate(&HeaderMap::new(), &mut r, &mut ctx).is_some());
+        assert!(propagate(&HeaderMap::new(), &mut r, &mut ctx, &Tracer::off()).is_some());
         assert!(ctx.forward_headers.iter().any(|(k, _)| k == "traceparent"));
         for bad in [
             "",
@@ -141,7 +176,13 @@ mod tests {
         ] {
             let mut r = req(json!({"traceparent": bad}));
             assert!(
-                propagate(&HeaderMap::new(), &mut r, &mut CallContext::default()).is_none(),
+                propagate(
+                    &HeaderMap::new(),
+                    &mut r,
+                    &mut CallContext::default(),
+                    &Tracer::off()
+                )
+                .is_none(),
                 "{bad}"
             );
             assert_eq!(r.meta().unwrap()["traceparent"], bad, "left as it was");

@@ -14,6 +14,7 @@ use super::call::{
 };
 use super::engine::Engine;
 use super::{failed, progress_message};
+use crate::observe::spans::Span;
 use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallEvent, ServerRequest};
 use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR, UPSTREAM_ERROR};
@@ -42,6 +43,7 @@ impl Engine {
         mut rec: TaskRecord,
         mut o: Driver,
         mut control: mpsc::Receiver<Control>,
+        mut traced: Span,
     ) {
         let upstream = rec.upstream.clone();
         let mut legacy: HashMap<String, ServerRequest> = HashMap::new();
@@ -212,6 +214,7 @@ impl Engine {
             drop(o.meter.take());
             drop(o.slot.take());
             drop(o.active.take());
+            traced.set("tasklift.task.status", "settled_elsewhere");
             self.settled_elsewhere(
                 &rec.id,
                 "task settled by another replica; its call here was stopped",
@@ -265,6 +268,24 @@ impl Engine {
             let _ = self.store().put(&rec).await;
         }
         self.publish(&rec);
+        if traced.is_recording() {
+            traced.set("tasklift.task.status", rec.status().as_str());
+            match &rec.outcome {
+                Some(crate::store::TaskOutcome::Error(e)) => traced.fail(
+                    e.get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("failed")
+                        .to_string(),
+                ),
+                Some(crate::store::TaskOutcome::Result(r))
+                    if r.get("isError").and_then(Value::as_bool) == Some(true) =>
+                {
+                    traced.set("error.type", "tool_error");
+                    traced.fail("the tool answered isError: true");
+                }
+                _ => {}
+            }
+        }
         tracing::info!(status = rec.status().as_str(), "task settled");
         self.running.remove(&rec.id);
     }

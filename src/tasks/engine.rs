@@ -57,6 +57,8 @@ pub struct Engine {
     pub(super) keepalive: Duration,
     /// Counters for `/metrics`.
     metrics: Arc<crate::observe::metrics::Metrics>,
+    /// tasklift's spans (off unless traces are exported).
+    tracer: crate::observe::spans::Tracer,
     /// Limits on calls, tasks and results.
     gate: super::limits::Gate,
     /// Free space for the embedded store, when it is watched.
@@ -106,6 +108,8 @@ pub struct EngineSettings {
     pub disk: Option<Arc<crate::store::space::DiskSpace>>,
     /// The longest one `tasklift_wait` blocks (`tasks.max_wait`).
     pub max_wait: Duration,
+    /// Records tasklift's spans (requests at the front door, tasks here).
+    pub tracer: crate::observe::spans::Tracer,
 }
 
 impl EngineSettings {
@@ -120,6 +124,7 @@ impl EngineSettings {
             shared_state_key: None,
             disk: None,
             max_wait: Duration::from_secs(50),
+            tracer: Default::default(),
         }
     }
 }
@@ -147,6 +152,7 @@ impl Engine {
             gate: super::limits::Gate::new(settings.limits),
             disk: settings.disk,
             max_wait: settings.max_wait,
+            tracer: settings.tracer,
         })
     }
 
@@ -163,6 +169,11 @@ impl Engine {
     /// The counters behind `/metrics`.
     pub(super) fn metrics(&self) -> &Arc<crate::observe::metrics::Metrics> {
         &self.metrics
+    }
+
+    /// tasklift's spans: the front door records each request with it.
+    pub fn tracer(&self) -> &crate::observe::spans::Tracer {
+        &self.tracer
     }
 
     /// The store.

@@ -471,15 +471,36 @@ impl Engine {
                 .take()
                 .map(|(up, req, ctx)| Origin::new(up, &req, ctx)),
         };
+        // The task's own span, a child of the request that became it (its trace
+        // is the caller's, and a `tasks/get` with the same traceparent lands beside it).
+        let hop = owner.origin.as_ref().and_then(|o| o.ctx.trace.clone());
+        let mut traced = self
+            .tracer()
+            .task_span(hop.as_ref(), format!("task {tool}"));
+        if traced.is_recording() {
+            traced.set("tasklift.task.id", rec.id.clone());
+            traced.set("gen_ai.tool.name", tool.to_string());
+            traced.set("tasklift.upstream", sc.upstream.clone());
+            traced.set("tasklift.handle", handle_name(spec.handle));
+        }
         let engine = self.clone();
         let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
         let id = rec.id.clone();
         self.drivers
-            .spawn(engine.own(rec, owner, control_rx).instrument(span));
+            .spawn(engine.own(rec, owner, control_rx, traced).instrument(span));
         Some(match answer {
             Some(a) => Reply::Json(jsonrpc::response(sc.id.as_ref(), &Ok(a))),
             None => self.join(id, waiter),
         })
+    }
+}
+
+/// How a task's caller holds it (the `tasklift.handle` span attribute).
+fn handle_name(h: Handle) -> &'static str {
+    match h {
+        Handle::Extension => "task",
+        Handle::Tool => "tasklift_wait",
+        Handle::Join => "detached",
     }
 }
 

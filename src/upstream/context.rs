@@ -19,6 +19,9 @@ pub struct CallContext {
     /// with the client's capabilities, and its requests to the client are relayed
     /// as requests.
     pub session: Option<std::sync::Arc<ClientPeer>>,
+    /// tasklift's hop in the caller's trace (or the one it started), when there is
+    /// one: a task the call becomes is recorded as its child.
+    pub trace: Option<crate::observe::spans::Hop>,
 }
 
 /// Sends a request to a client on its response stream: the message to send, and

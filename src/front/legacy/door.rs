@@ -206,7 +206,7 @@ pub async fn post_entry(
     let r = async {
         match &session_id {
             Some(sid) => match find_session(state, mount, sid, &ctx.principal).await {
-                Ok(s) => post(state, mount, s, headers, value, ctx).await,
+                Ok(s) => post(state, mount, s, headers, value, ctx, peer).await,
                 Err(r) => *r,
             },
             None => match Request::from_value(value) {

@@ -177,6 +177,7 @@ pub async fn post(
     headers: &HeaderMap,
     value: Value,
     mut ctx: CallContext,
+    peer: std::net::SocketAddr,
 ) -> Response<RespBody> {
     if let Some(v) = headers
         .get("mcp-protocol-version")
@@ -215,9 +216,26 @@ pub async fn post(
         Err(e) => return Rejected::Malformed(e).response(value.get("id")),
     };
     ctx.session = Some(s.peer());
-    if let Some(t) = crate::observe::trace::propagate(headers, &mut req, &mut ctx) {
-        tracing::debug!(trace_id = %t, method = %req.method, "continuing the caller's trace");
+    let tracer = state.engine.tracer();
+    let hop = crate::observe::trace::propagate(headers, &mut req, &mut ctx, tracer);
+    if let Some(h) = &hop {
+        tracing::debug!(trace_id = %h.trace_hex(), method = %req.method, "continuing the caller's trace");
     }
+    let traced = match req.id {
+        Some(_) => crate::front::request_span(tracer, hop.as_ref(), &req, mount, peer, Some(&s.id)),
+        None => crate::observe::spans::Span::none(),
+    };
+    body::with_span(request(state, mount, s, req, ctx).await, traced)
+}
+
+/// A request or notification in a session, its trace context settled.
+async fn request(
+    state: &Arc<State>,
+    mount: &Mount,
+    s: Arc<ClientSession>,
+    req: Request,
+    ctx: CallContext,
+) -> Response<RespBody> {
     if req.id.is_none() {
         return notification(mount, &s, req, ctx).await;
     }
