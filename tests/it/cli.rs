@@ -9,9 +9,15 @@ use tasklift::config::RawConfig;
 
 /// Run the binary with `args`, killing it if it runs longer than `limit`.
 pub(crate) fn run(args: &[&str], limit: Duration) -> Output {
+    run_env(args, &[], limit)
+}
+
+/// [`run`] with environment variables set.
+pub(crate) fn run_env(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tasklift"))
         .args(args)
         .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -115,6 +121,87 @@ fn check_config_rejects_bad_values_with_exit_64_naming_the_key() {
         assert_eq!(out.status.code(), Some(64), "{body}: {stderr}");
         assert!(stderr.contains(key), "{key} not named: {stderr}");
         assert!(out.stdout.is_empty(), "nothing printed as effective");
+    }
+}
+
+/// `[telemetry]` from the file, or from the OpenTelemetry SDK's environment
+/// variables (which override it, as flags do); export headers are secrets.
+#[test]
+fn telemetry_comes_from_the_file_or_the_opentelemetry_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "t.toml",
+        "[telemetry]\notlp_endpoint = \"http://file-collector:4318/v1/traces\"\nsample_ratio = 0.25\n[telemetry.otlp_headers]\nauthorization = \"Bearer from-the-file\"\n[[upstreams]]\nurl = \"http://127.0.0.1:9000/mcp\"\n",
+    );
+    let limit = Duration::from_secs(30);
+    let out = run(&["check-config", &file], limit);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains(r#"otlp_endpoint = "http://file-collector:4318/v1/traces""#),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sample_ratio = 0.25"), "{stdout}");
+    assert!(
+        !stdout.contains("from-the-file"),
+        "a header is a secret: {stdout}"
+    );
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "x-api-key=s%3Dcret,x-team=edge",
+        ),
+        ("OTEL_SERVICE_NAME", "gateway-eu"),
+    ];
+    let out = run_env(&["check-config", &file], &env, limit);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains(r#"otlp_endpoint = "http://collector:4318/v1/traces""#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(r#"service_name = "gateway-eu""#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("x-api-key") && stdout.contains("x-team"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("s=cret") && !stdout.contains("s%3Dcret"),
+        "{stdout}"
+    );
+    // The traces endpoint is taken as it is, and wins over the base one.
+    let mut env = env.to_vec();
+    env.push((
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "https://traces.example.com/otlp",
+    ));
+    let out = run_env(&["check-config", &file], &env, limit);
+    assert!(text(&out.stdout).contains(r#"otlp_endpoint = "https://traces.example.com/otlp""#));
+    for (body, key) in [
+        (
+            "[telemetry]\notlp_endpoint = \"collector:4318\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "[telemetry]\nsample_ratio = 1.5\n",
+            "telemetry.sample_ratio",
+        ),
+        (
+            "[telemetry.otlp_headers]\n\"bad header\" = \"x\"\n",
+            "telemetry.otlp_headers.bad header",
+        ),
+    ] {
+        let body = format!("{body}[[upstreams]]\nurl = \"http://127.0.0.1:9000/mcp\"\n");
+        let file = write(dir.path(), "bad.toml", &body);
+        let out = run(&["check-config", &file], limit);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{body}: {stderr}");
+        assert!(stderr.contains(key), "{key} not named: {stderr}");
     }
 }
 

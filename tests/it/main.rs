@@ -33,6 +33,7 @@ mod listen;
 mod listen_upstream;
 mod low_space;
 mod metrics;
+mod otlp;
 mod peers_clients;
 mod peers_node;
 mod peers_python;

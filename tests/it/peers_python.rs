@@ -151,6 +151,16 @@ pub(crate) struct PyServer {
 
 impl PyServer {
     pub(crate) async fn start(python: &Path, script: &str, mode: Mode) -> Self {
+        Self::start_with_env(python, script, mode, &[]).await
+    }
+
+    /// `start`, with environment variables for the server.
+    pub(crate) async fn start_with_env(
+        python: &Path,
+        script: &str,
+        mode: Mode,
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.log");
         let port = {
@@ -160,6 +170,7 @@ impl PyServer {
         let mut child = tokio::process::Command::new(python)
             .arg(peers_dir().join(script))
             .args(["--mode", mode.arg(), "--port", &port.to_string()])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).unwrap())
