@@ -102,7 +102,7 @@ pub struct RunArgs {
     /// Clients of the task-creation scenario.
     #[arg(long, default_value_t = 8)]
     pub creation_clients: usize,
-    /// Scenarios to leave out: nginx, stdio, open, tasks-get, creation, memory, churn.
+    /// Scenarios to leave out: nginx, traced, stdio, open, tasks-get, creation, memory, churn.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// Where results.md and the SVG charts go.

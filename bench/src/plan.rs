@@ -18,6 +18,9 @@ pub const MEMORY_THRESHOLD: Duration = Duration::from_millis(10);
 
 /// The label of `tasks/get` with the PostgreSQL store.
 pub const PG_GET: &str = "tasks/get (PostgreSQL)";
+/// The label of pass-through with every request traced and its span exported
+/// over OTLP (`[telemetry] otlp_endpoint` set, to a collector that keeps nothing).
+pub const TRACED: &str = "tasklift (traced)";
 /// The label of pass-through with the upstream as tasklift's stdio child.
 pub const STDIO: &str = "tasklift (stdio upstream)";
 
@@ -33,6 +36,9 @@ pub fn order(args: &RunArgs) -> Vec<String> {
         v.push("nginx".into());
     }
     v.push("tasklift".into());
+    if !skip(args, "traced") {
+        v.push(TRACED.into());
+    }
     if !skip(args, "stdio") {
         v.push(STDIO.into());
     }

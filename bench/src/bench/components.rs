@@ -77,6 +77,19 @@ impl Tasklift {
         tools: &[(&str, Duration)],
         store_url: Option<&str>,
     ) -> anyhow::Result<Self> {
+        Self::start_with(bin, upstream, tag, threshold, tools, store_url, "").await
+    }
+
+    /// [`Tasklift::start`], with `extra` TOML tables appended to its configuration.
+    pub(super) async fn start_with(
+        bin: &Path,
+        upstream: &Via<'_>,
+        tag: &str,
+        threshold: Duration,
+        tools: &[(&str, Duration)],
+        store_url: Option<&str>,
+        extra: &str,
+    ) -> anyhow::Result<Self> {
         let dir = TempDir::new(tag)?;
         let listen = procs::free_port()?;
         let mut toml = format!(
@@ -114,6 +127,7 @@ path = "/mcp"
                 t.as_millis()
             ));
         }
+        toml.push_str(extra);
         let config = dir.path().join("tasklift.toml");
         std::fs::write(&config, toml)?;
         let log = dir.path().join("tasklift.log");
@@ -295,4 +309,60 @@ http {{
             )
         })?;
     Ok((proc_, Endpoint::new(listen, "/mcp")))
+}
+
+/// An OTLP/HTTP collector that takes every export and keeps nothing (it counts
+/// the bytes): what a traced tasklift exports to, so the traced pass-through
+/// figure is tasklift's cost of recording and sending spans, not a collector's.
+pub(super) struct TraceSink {
+    /// Its traces URL.
+    pub url: String,
+    /// Export bytes received.
+    pub bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TraceSink {
+    pub(super) async fn start() -> anyhow::Result<Self> {
+        use http_body_util::BodyExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/v1/traces", l.local_addr()?);
+        let bytes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = bytes.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = l.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let counted = counted.clone();
+                            async move {
+                                let n = req
+                                    .into_body()
+                                    .collect()
+                                    .await
+                                    .map(|b| b.to_bytes().len())
+                                    .unwrap_or(0);
+                                counted.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                                Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                    http_body_util::Full::new(bytes::Bytes::new()),
+                                ))
+                            }
+                        },
+                    );
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, svc)
+                        .await;
+                });
+            }
+        });
+        Ok(Self { url, bytes, task })
+    }
+}
+
+impl Drop for TraceSink {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::loadgen::{self, Workload};
 use crate::plan::{
     skip, CREATION_THRESHOLD, GET_THRESHOLD, MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET, STDIO,
+    TRACED,
 };
 use crate::procs::{self, TempDir};
 use crate::report::{Binary, Report};
@@ -30,7 +31,7 @@ mod tasks;
 
 use churn::churn;
 use components::{
-    find_nginx, start_nginx, start_upstream, stdio_upstream, ScratchDb, Tasklift, Via,
+    find_nginx, start_nginx, start_upstream, stdio_upstream, ScratchDb, Tasklift, TraceSink, Via,
 };
 use measure::{log_run, measured, quiet_budget_left, wait_quiet, Cpu};
 use memory::memory;
@@ -80,6 +81,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     )
     .await?;
     eprintln!("tasklift on {} (threshold 2s; sleep: 20ms)", main.ep.url());
+    // The same, with every request traced and exported over OTLP.
+    let mut traced = None;
+    if !skip(&args, "traced") {
+        let sink = TraceSink::start().await?;
+        let tl = Tasklift::start_with(
+            &tasklift_bin,
+            &http,
+            "traced",
+            MAIN_THRESHOLD,
+            &[("sleep", GET_THRESHOLD)],
+            None,
+            &format!("\n[telemetry]\notlp_endpoint = \"{}\"\n", sink.url),
+        )
+        .await?;
+        eprintln!("tasklift exporting every span over OTLP on {}", tl.ep.url());
+        traced = Some((tl, sink));
+    }
     // The same, in front of the baseline upstream as its stdio child.
     let mut stdio = None;
     if !skip(&args, "stdio") {
@@ -198,6 +216,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // The closed loop also runs tasklift with the stdio upstream, whose CPU is
         // its child's (looked up each time: a child tasklift restarted is new).
         let mut closed = targets.clone();
+        if let Some((tl, _)) = &traced {
+            let cpu = Cpu {
+                proxy: vec![tl.pid()?],
+                upstream: up_cpu.clone(),
+            };
+            closed.push((TRACED, &tl.ep, cpu));
+        }
         if let Some(tl) = &stdio {
             let pid = tl.pid()?;
             let cpu = Cpu {
@@ -279,6 +304,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     rep.logs.push(main.log_summary("main"));
     if let Some(tl) = stdio.take() {
         rep.logs.push(tl.log_summary("stdio"));
+    }
+    if let Some((tl, sink)) = traced.take() {
+        rep.logs.push(tl.log_summary("traced"));
+        let kib = sink.bytes.load(std::sync::atomic::Ordering::Relaxed) / 1024;
+        eprintln!("traced: {kib} KiB of OTLP exports received");
     }
     if let Some(t) = &creation_tl {
         rep.logs.push(t.log_summary("creation"));
