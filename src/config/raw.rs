@@ -75,8 +75,9 @@ impl RawTelemetry {
         if let Some(list) = var("OTEL_EXPORTER_OTLP_HEADERS") {
             for pair in list.split(',') {
                 if let Some((k, v)) = pair.split_once('=') {
+                    let v = percent_encoding::percent_decode_str(v.trim()).decode_utf8_lossy();
                     self.otlp_headers
-                        .insert(k.trim().to_string(), percent_decode(v.trim()));
+                        .insert(k.trim().to_string(), v.into_owned());
                 }
             }
         }
@@ -84,32 +85,6 @@ impl RawTelemetry {
             self.service_name = name.trim().to_string();
         }
     }
-}
-
-/// `%XX` escapes decoded (OTEL_EXPORTER_OTLP_HEADERS values are URL-encoded);
-/// anything else is kept as it is.
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `[admin]`.

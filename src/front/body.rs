@@ -28,7 +28,12 @@ pub fn sse(rx: mpsc::Receiver<StreamItem>) -> RespBody {
 
 /// [`sse`], with the span of the request it answers: the answer on the stream
 /// (a result, an error) is recorded on it, and it ends with the stream.
-pub fn sse_traced(rx: mpsc::Receiver<StreamItem>, span: crate::observe::spans::Span) -> RespBody {
+/// An SSE body is only ever sent with 200, so that is its span's HTTP status.
+pub fn sse_traced(
+    rx: mpsc::Receiver<StreamItem>,
+    mut span: crate::observe::spans::Span,
+) -> RespBody {
+    span.set("http.response.status_code", 200i64);
     let span = span.is_recording().then_some(span);
     SseBody { rx, span }.boxed()
 }

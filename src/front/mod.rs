@@ -263,16 +263,12 @@ async fn handle(
             Ok(c) => c,
             Err(r) => return *r,
         };
-        let hop = crate::observe::trace::propagate(
-            &parts.headers,
-            &mut msg,
-            &mut ctx,
-            state.engine.tracer(),
-        );
-        if let Some(h) = &hop {
+        let tracer = state.engine.tracer();
+        crate::observe::trace::propagate(&parts.headers, &mut msg, &mut ctx, tracer);
+        if let Some(h) = &ctx.trace {
             tracing::Span::current().record("trace_id", h.trace_hex().as_str());
         }
-        let mut traced = request_span(state.engine.tracer(), hop.as_ref(), &msg, mount, peer, None);
+        let mut traced = request_span(tracer, ctx.trace.as_ref(), &msg, mount, peer, None);
         if msg.method == tasklift_protocol::mcp::method::TOOLS_CALL {
             let checked = params::check(
                 &mount.tools,
@@ -337,11 +333,10 @@ pub(crate) fn request_span(
     let tool = (msg.method == tasklift_protocol::mcp::method::TOOLS_CALL)
         .then(|| msg.str_param("name"))
         .flatten();
-    let name = match tool {
+    let mut s = tracer.server_span(hop, || match tool {
         Some(t) => format!("{} {t}", msg.method),
         None => msg.method.clone(),
-    };
-    let mut s = tracer.server_span(hop, name);
+    });
     if !s.is_recording() {
         return s;
     }

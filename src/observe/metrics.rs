@@ -102,6 +102,17 @@ pub struct Metrics {
     spans_failed: AtomicU64,
 }
 
+/// What became of spans (the `outcome` label of `tasklift_trace_spans_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spans {
+    /// The collector took them.
+    Exported,
+    /// The export queue was full: never sent.
+    Dropped,
+    /// Their export failed (after its retries).
+    Failed,
+}
+
 /// How a retried call was replayed instead of running the tool again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replay {
@@ -191,14 +202,12 @@ impl Metrics {
         self.detached.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Spans that reached the OTLP collector (`exported`), were dropped because
-    /// the export queue was full (`dropped`), or were lost to a failed export
-    /// (`failed`).
-    pub fn span(&self, outcome: &'static str, n: u64) {
+    /// `n` spans went to the OTLP collector, or did not (`tasklift_trace_spans_total`).
+    pub fn spans(&self, outcome: Spans, n: u64) {
         let c = match outcome {
-            "exported" => &self.spans_exported,
-            "dropped" => &self.spans_dropped,
-            _ => &self.spans_failed,
+            Spans::Exported => &self.spans_exported,
+            Spans::Dropped => &self.spans_dropped,
+            Spans::Failed => &self.spans_failed,
         };
         c.fetch_add(n, Ordering::Relaxed);
     }

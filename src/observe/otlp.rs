@@ -21,7 +21,7 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Spans};
 use super::spans::{AttrValue, Export, SpanData, Tracer};
 use crate::config::TelemetryConfig;
 
@@ -115,9 +115,9 @@ impl Exporter {
             let part: Vec<SpanData> = batch.drain(..n).collect();
             let body = Bytes::from(encode_request(&self.resource, &part));
             match self.post(body).await {
-                Ok(()) => self.metrics.span("exported", n as u64),
+                Ok(()) => self.metrics.spans(Spans::Exported, n as u64),
                 Err(e) => {
-                    self.metrics.span("failed", n as u64);
+                    self.metrics.spans(Spans::Failed, n as u64);
                     let now = tokio::time::Instant::now();
                     if self
                         .last_warned
@@ -261,10 +261,6 @@ fn key_value(out: &mut Vec<u8>, field: u32, key: &str, v: &AttrValue) {
     let mut any = Vec::new();
     match v {
         AttrValue::Str(s) => string(&mut any, 1, s),
-        AttrValue::Bool(b) => {
-            tag(&mut any, 2, 0);
-            varint(&mut any, *b as u64);
-        }
         AttrValue::Int(i) => {
             tag(&mut any, 3, 0);
             varint(&mut any, *i as u64);

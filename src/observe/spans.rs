@@ -121,8 +121,6 @@ pub enum AttrValue {
     Str(String),
     /// A whole number.
     Int(i64),
-    /// Yes or no.
-    Bool(bool),
 }
 
 impl From<&str> for AttrValue {
@@ -138,11 +136,6 @@ impl From<String> for AttrValue {
 impl From<i64> for AttrValue {
     fn from(v: i64) -> Self {
         Self::Int(v)
-    }
-}
-impl From<bool> for AttrValue {
-    fn from(v: bool) -> Self {
-        Self::Bool(v)
     }
 }
 
@@ -222,11 +215,6 @@ impl Tracer {
         }
     }
 
-    /// Whether spans are exported at all.
-    pub fn is_on(&self) -> bool {
-        self.inner.is_some()
-    }
-
     /// A hop for a request that came without a trace: a new trace when spans are
     /// exported (sampled at `sample_ratio`), none otherwise (nothing is passed
     /// upstream, as before tasklift exported traces).
@@ -250,44 +238,31 @@ impl Tracer {
         })
     }
 
-    /// tasklift's span for a request of `hop` (already given its span id), named
-    /// `name`; records nothing when the tracer is off or the trace not sampled.
-    pub fn server_span(&self, hop: Option<&Hop>, name: String) -> Span {
-        self.start(
-            hop,
-            hop.map(|h| h.span_id),
-            hop.and_then(|h| h.parent),
-            name,
-            Kind::Server,
-        )
+    /// tasklift's span for a request of `hop` (its id is the hop's own, the one
+    /// the upstream sees as its parent), named by `name`, which is called only
+    /// when the span records: nothing is recorded, built or allocated when the
+    /// tracer is off or the trace not sampled.
+    pub fn server_span(&self, hop: Option<&Hop>, name: impl FnOnce() -> String) -> Span {
+        self.start(hop, Kind::Server, name)
     }
 
     /// A span for a task created by the request of `hop`: a child of that request's
     /// span, in its trace.
-    pub fn task_span(&self, hop: Option<&Hop>, name: String) -> Span {
-        self.start(
-            hop,
-            Some(new_span_id()),
-            hop.map(|h| h.span_id),
-            name,
-            Kind::Internal,
-        )
+    pub fn task_span(&self, hop: Option<&Hop>, name: impl FnOnce() -> String) -> Span {
+        self.start(hop, Kind::Internal, name)
     }
 
-    fn start(
-        &self,
-        hop: Option<&Hop>,
-        span_id: Option<[u8; 8]>,
-        parent: Option<[u8; 8]>,
-        name: String,
-        kind: Kind,
-    ) -> Span {
-        let (Some(on), Some(hop), Some(span_id)) = (&self.inner, hop, span_id) else {
+    fn start(&self, hop: Option<&Hop>, kind: Kind, name: impl FnOnce() -> String) -> Span {
+        let (Some(on), Some(hop)) = (&self.inner, hop) else {
             return Span::none();
         };
         if !hop.sampled() {
             return Span::none();
         }
+        let (span_id, parent) = match kind {
+            Kind::Server => (hop.span_id, hop.parent),
+            Kind::Internal => (new_span_id(), Some(hop.span_id)),
+        };
         Span {
             data: Some(Box::new(SpanData {
                 trace_id: hop.trace_id,
@@ -295,7 +270,7 @@ impl Tracer {
                 parent,
                 trace_state: hop.trace_state.clone(),
                 flags: hop.flags,
-                name: Cow::Owned(name),
+                name: Cow::Owned(name()),
                 kind,
                 start_ns: now_ns(),
                 end_ns: 0,
@@ -389,11 +364,6 @@ impl Span {
             }
         }
     }
-
-    /// The span's trace and id (tests; a child's parent).
-    pub fn ids(&self) -> Option<([u8; 16], [u8; 8])> {
-        self.data.as_ref().map(|d| (d.trace_id, d.span_id))
-    }
 }
 
 impl Drop for Span {
@@ -405,7 +375,7 @@ impl Drop for Span {
         // Never wait here: a full queue (the collector slow or down) drops the span.
         match on.tx.try_send(Export::Span(d)) {
             Ok(()) => {}
-            Err(_) => on.metrics.span("dropped", 1),
+            Err(_) => on.metrics.spans(super::metrics::Spans::Dropped, 1),
         }
     }
 }
@@ -428,15 +398,15 @@ mod tests {
         let off = Tracer::off();
         assert!(off.new_trace().is_none());
         let hop = Hop::child_of([1; 16], [2; 8], 1);
-        assert!(!off.server_span(Some(&hop), "x".into()).is_recording());
+        assert!(!off.server_span(Some(&hop), || "x".into()).is_recording());
 
         let (tx, mut rx) = mpsc::channel(4);
         let metrics = std::sync::Arc::new(super::super::metrics::Metrics::default());
         let on = Tracer::new(tx, 1.0, metrics);
-        let mut s = on.server_span(Some(&hop), "tools/call slow".into());
+        let mut s = on.server_span(Some(&hop), || "tools/call slow".into());
         s.set("gen_ai.tool.name", "slow");
         s.fail("boom");
-        let t = on.task_span(Some(&hop), "task slow".into());
+        let t = on.task_span(Some(&hop), || "task slow".into());
         drop(s);
         let Some(Export::Span(d)) = rx.recv().await else {
             panic!("a span")
@@ -453,7 +423,9 @@ mod tests {
         assert_eq!(d.kind, Kind::Internal);
 
         let unsampled = Hop::child_of([1; 16], [2; 8], 0);
-        assert!(!on.server_span(Some(&unsampled), "x".into()).is_recording());
+        assert!(!on
+            .server_span(Some(&unsampled), || unreachable!("not built"))
+            .is_recording());
         let (tx, _rx) = mpsc::channel(4);
         let m = std::sync::Arc::new(super::super::metrics::Metrics::default());
         let never = Tracer::new(tx, 0.0, m);

@@ -21,14 +21,9 @@ const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
 
 /// Continue the caller's trace, if it sent one, or start one when tasklift exports
 /// spans (`tracer` on): rewrite the request's `_meta` and the headers that go
-/// upstream to carry tasklift's hop, record it in `ctx.trace` (a task the request
-/// becomes is a child of it), and return it (for the request's span).
-pub fn propagate(
-    headers: &HeaderMap,
-    req: &mut Request,
-    ctx: &mut CallContext,
-    tracer: &Tracer,
-) -> Option<Hop> {
+/// upstream to carry tasklift's hop, and keep that hop in `ctx.trace`: the
+/// request's span is tasklift's hop, and a task the request becomes its child.
+pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext, tracer: &Tracer) {
     let from_header = |k: &str| {
         headers
             .get(k)
@@ -43,23 +38,16 @@ pub fn propagate(
     };
     // The header wins: it is what the HTTP hop in front of tasklift saw.
     let incoming = from_header("traceparent")
-        .filter(|t| parse(t).is_some())
-        .map(|t| (t, true))
+        .and_then(|t| continued(&t))
+        .map(|h| (h, true))
         .or_else(|| {
             from_meta("traceparent")
-                .filter(|t| parse(t).is_some())
-                .map(|t| (t, false))
+                .and_then(|t| continued(&t))
+                .map(|h| (h, false))
         });
     let mut values: Map<String, Value> = Map::new();
     let hop = match incoming {
-        Some((tp, in_header)) => {
-            let mut parts = tp.trim().split('-').skip(1);
-            let (trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?);
-            let mut hop = Hop::child_of(
-                unhex::<16>(trace)?,
-                unhex::<8>(parent)?,
-                unhex::<1>(flags)?[0],
-            );
+        Some((mut hop, in_header)) => {
             for k in ["tracestate", "baggage"] {
                 let v = if in_header {
                     from_header(k)
@@ -88,7 +76,8 @@ pub fn propagate(
                 // No valid trace: an invalid traceparent header (and its state) is not passed on.
                 ctx.forward_headers
                     .retain(|(k, _)| k.as_str() != "traceparent" && k.as_str() != "tracestate");
-                return None;
+                ctx.trace = None;
+                return;
             }
         },
     };
@@ -107,8 +96,17 @@ pub fn propagate(
         }
         meta.insert(k, v);
     }
-    ctx.trace = Some(hop.clone());
-    Some(hop)
+    ctx.trace = Some(hop);
+}
+
+/// tasklift's hop continuing a valid `traceparent`, parsed once.
+fn continued(tp: &str) -> Option<Hop> {
+    let t = parse(tp)?;
+    Some(Hop::child_of(
+        unhex::<16>(t.trace_id)?,
+        unhex::<8>(t.parent_id)?,
+        unhex::<1>(t.flags)?[0],
+    ))
 }
 
 fn key_name(k: &str) -> &'static str {
@@ -138,10 +136,10 @@ mod tests {
         h.insert("tracestate", HeaderValue::from_static("vendor=1"));
         let mut r = req(json!({}));
         let mut ctx = CallContext::default();
-        let hop = propagate(&h, &mut r, &mut ctx, &Tracer::off()).unwrap();
+        propagate(&h, &mut r, &mut ctx, &Tracer::off());
+        let hop = ctx.trace.clone().expect("the trace continues");
         assert_eq!(hop.trace_hex(), "0af7651916cd43dd8448eb211c80319c");
         assert_eq!(hop.parent, unhex::<8>("00f067aa0ba902b7"));
-        assert_eq!(ctx.trace.as_ref(), Some(&hop));
         let out = r.meta().unwrap()["traceparent"]
             .as_str()
             .unwrap()
@@ -166,7 +164,8 @@ mod tests {
     fn meta_alone_is_enough_and_garbage_is_ignored() {
         let mut r = req(json!({"traceparent": TP}));
         let mut ctx = CallContext::default();
-        assert!(propagate(&HeaderMap::new(), &mut r, &mut ctx, &Tracer::off()).is_some());
+        propagate(&HeaderMap::new(), &mut r, &mut ctx, &Tracer::off());
+        assert!(ctx.trace.is_some());
         assert!(ctx.forward_headers.iter().any(|(k, _)| k == "traceparent"));
         for bad in [
             "",
@@ -175,16 +174,9 @@ mod tests {
             "ff-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01",
         ] {
             let mut r = req(json!({"traceparent": bad}));
-            assert!(
-                propagate(
-                    &HeaderMap::new(),
-                    &mut r,
-                    &mut CallContext::default(),
-                    &Tracer::off()
-                )
-                .is_none(),
-                "{bad}"
-            );
+            let mut ctx = CallContext::default();
+            propagate(&HeaderMap::new(), &mut r, &mut ctx, &Tracer::off());
+            assert!(ctx.trace.is_none(), "{bad}");
             assert_eq!(r.meta().unwrap()["traceparent"], bad, "left as it was");
         }
     }

@@ -473,10 +473,8 @@ impl Engine {
         };
         // The task's own span, a child of the request that became it (its trace
         // is the caller's, and a `tasks/get` with the same traceparent lands beside it).
-        let hop = owner.origin.as_ref().and_then(|o| o.ctx.trace.clone());
-        let mut traced = self
-            .tracer()
-            .task_span(hop.as_ref(), format!("task {tool}"));
+        let hop = owner.origin.as_ref().and_then(|o| o.ctx.trace.as_ref());
+        let mut traced = self.tracer().task_span(hop, || format!("task {tool}"));
         if traced.is_recording() {
             traced.set("tasklift.task.id", rec.id.clone());
             traced.set("gen_ai.tool.name", tool.to_string());

@@ -217,12 +217,14 @@ pub async fn post(
     };
     ctx.session = Some(s.peer());
     let tracer = state.engine.tracer();
-    let hop = crate::observe::trace::propagate(headers, &mut req, &mut ctx, tracer);
-    if let Some(h) = &hop {
+    crate::observe::trace::propagate(headers, &mut req, &mut ctx, tracer);
+    if let Some(h) = &ctx.trace {
         tracing::debug!(trace_id = %h.trace_hex(), method = %req.method, "continuing the caller's trace");
     }
     let traced = match req.id {
-        Some(_) => crate::front::request_span(tracer, hop.as_ref(), &req, mount, peer, Some(&s.id)),
+        Some(_) => {
+            crate::front::request_span(tracer, ctx.trace.as_ref(), &req, mount, peer, Some(&s.id))
+        }
         None => crate::observe::spans::Span::none(),
     };
     body::with_span(request(state, mount, s, req, ctx).await, traced)
