@@ -1,6 +1,7 @@
 //! TLS client settings shared by every outgoing connection (HTTP upstreams, the
-//! bundled client, PostgreSQL): rustls with the ring provider, the system's root
-//! certificates, and optionally extra roots from a PEM file.
+//! bundled client, the OTLP exporter, PostgreSQL): rustls with the ring provider,
+//! the system's root certificates, and optionally extra roots from a PEM file; and
+//! the plain HTTP/1.1 client of tasklift's own requests ([`http1_client`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,4 +33,32 @@ pub fn client_config(
     .map_err(|e| format!("TLS setup: {e}"))?
     .with_root_certificates(roots)
     .with_no_client_auth())
+}
+
+/// An HTTP/1.1 client over plain HTTP or TLS (hyper-util's pooled client).
+pub type Http1Client = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Full<bytes::Bytes>,
+>;
+
+/// The client of requests tasklift makes on its own account (the bundled
+/// `tasklift call` client, the OTLP exporter): HTTP/1.1, plain HTTP, and TLS with
+/// the system's roots when `system_roots` (loaded only then, so plain-HTTP clients
+/// stay cheap to make); connections time out after 10 s. HTTP upstreams have their
+/// own (HTTP/2, extra roots, pool settings).
+pub fn http1_client(system_roots: bool) -> Result<Http1Client, String> {
+    let tls = client_config(system_roots, None)?;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(connector),
+    )
 }

@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 
 use super::metrics::{Metrics, Spans};
@@ -34,8 +32,6 @@ const EVERY: Duration = Duration::from_secs(1);
 /// How long one export may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-
 /// Start exporting to `cfg.endpoint`: the tracer the rest of tasklift records with,
 /// and the exporter's loop (at shutdown, [`Tracer::flush`] sends what is left, then
 /// the loop is aborted). `None` when no endpoint is configured.
@@ -46,13 +42,7 @@ pub fn start(
     let Some(endpoint) = cfg.endpoint.clone() else {
         return Ok(None);
     };
-    let tls = crate::tls::client_config(true, None)?;
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .build();
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build(https);
+    let client = crate::tls::http1_client(endpoint.scheme_str() == Some("https"))?;
     let (tx, rx) = mpsc::channel(QUEUE);
     let tracer = Tracer::new(tx, cfg.sample_ratio, metrics.clone());
     let exporter = Exporter {
@@ -68,7 +58,7 @@ pub fn start(
 }
 
 struct Exporter {
-    client: HttpClient,
+    client: crate::tls::Http1Client,
     endpoint: http::Uri,
     headers: Vec<(http::HeaderName, http::HeaderValue)>,
     /// The encoded `Resource` message, the same in every export.

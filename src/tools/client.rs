@@ -3,14 +3,10 @@
 //! for tests.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::{connect::HttpConnector, Client as HyperClient};
-use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use crate::observe::error_chain as chain;
@@ -32,7 +28,7 @@ pub enum ClientError {
 /// A modern MCP client.
 pub struct Client {
     url: http::Uri,
-    http: HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: crate::tls::Http1Client,
     next_id: AtomicU64,
     /// Declare the Tasks extension on every request.
     pub tasks: bool,
@@ -72,7 +68,7 @@ impl Client {
         }
         Ok(Self {
             url: uri,
-            http: http_client(https)?,
+            http: crate::tls::http1_client(https).map_err(ClientError::Http)?,
             next_id: AtomicU64::new(1),
             tasks: true,
             headers: Vec::new(),
@@ -234,22 +230,4 @@ impl Client {
             .await?
             .result)
     }
-}
-
-/// The HTTP client: plain HTTP, and TLS with the system's roots when `https` (loaded
-/// only then, so plain-HTTP clients stay cheap to make).
-fn http_client(
-    https: bool,
-) -> Result<HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>, ClientError> {
-    let tls = crate::tls::client_config(https, None).map_err(ClientError::Http)?;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(Duration::from_secs(10)));
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Ok(HyperClient::builder(TokioExecutor::new()).build(connector))
 }
