@@ -238,7 +238,7 @@ impl Client {
 
 /// The HTTP client: plain HTTP, and TLS with the system's roots when `https` (loaded
 /// only then, so plain-HTTP clients stay cheap to make).
-fn http_client(
+pub(crate) fn http_client(
     https: bool,
 ) -> Result<HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>, ClientError> {
     let tls = crate::tls::client_config(https, None).map_err(ClientError::Http)?;
