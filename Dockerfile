@@ -1,7 +1,8 @@
 # tasklift's container image: a build stage with the Rust toolchain, and a slim
 # Debian runtime holding only the `tasklift` binary, run as an unprivileged user.
 #
-#   podman build -t tasklift .            (or docker build)
+#   podman build --format docker -t tasklift .   (or docker build; podman's default
+#                                                 OCI format drops the HEALTHCHECK)
 #   podman run -p 127.0.0.1:8080:8080 -v tasklift-data:/data tasklift \
 #       serve --upstream http://mcp-server:9000/mcp
 #
@@ -41,15 +42,15 @@ FROM ${RUNTIME_IMAGE}
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/tasklift /usr/local/bin/tasklift
 COPY deploy/container/tasklift.toml /etc/tasklift/tasklift.toml
-# A fixed uid and gid, so a volume or a Kubernetes securityContext (runAsUser,
-# fsGroup) can be given to it.
-RUN groupadd --system --gid 10001 tasklift \
-    && useradd --system --uid 10001 --gid 10001 --home-dir /data --no-create-home \
+# A fixed uid and gid, the ones deploy/kubernetes gives the pod (runAsUser,
+# fsGroup: 65532), so the volume is writable there as it is here.
+RUN groupadd --system --gid 65532 tasklift \
+    && useradd --system --uid 65532 --gid 65532 --home-dir /data --no-create-home \
        --shell /usr/sbin/nologin tasklift \
     && mkdir -p /data \
-    && chown 10001:10001 /data
+    && chown 65532:65532 /data
 ENV TASKLIFT_CONFIG=/etc/tasklift/tasklift.toml
-USER 10001:10001
+USER 65532:65532
 WORKDIR /data
 # The task store (sled and result files) and principal.key: keep it on a volume.
 VOLUME /data
