@@ -3,6 +3,8 @@
 //! with `-dirty` when tracked files differed from it, or `unknown`.
 //!
 //! Where it comes from, in order:
+//! 0. the `TASKLIFT_COMMIT` environment variable, when not empty: a build without
+//!    the repository, such as the container image's (its context has no `.git`);
 //! 1. a git work tree whose top is this package's directory (a clone): `git
 //!    rev-parse` and `git status`;
 //! 2. `.cargo_vcs_info.json`, which `cargo package` writes into a crate (a build
@@ -20,7 +22,12 @@ use std::process::Command;
 fn main() {
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     println!("cargo:rerun-if-changed=build.rs");
-    let commit = from_git(&dir)
+    println!("cargo:rerun-if-env-changed=TASKLIFT_COMMIT");
+    let given = std::env::var("TASKLIFT_COMMIT").ok();
+    let commit = given
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| c.trim().to_string())
+        .or_else(|| from_git(&dir))
         .or_else(|| from_vcs_info(&dir))
         .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=TASKLIFT_COMMIT={commit}");

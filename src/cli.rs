@@ -55,6 +55,9 @@ pub enum Command {
     },
     /// Call a tool on any 2026-07-28 MCP endpoint, following a task to its result.
     Call(crate::tools::call::CallArgs),
+    /// Check that a running tasklift answers /healthz (exit 0) or not (exit 1): a
+    /// container's health check.
+    Health(crate::tools::health::HealthArgs),
     /// Run the bundled slow MCP server (legacy 2025-11-25 Streamable HTTP, or stdio) for trying tasklift.
     #[cfg(feature = "demo")]
     DemoServer(tasklift_fixture::ServeArgs),
@@ -64,7 +67,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// A TOML configuration file (see config.example.toml).
-    #[arg(long, short)]
+    #[arg(long, short, env = "TASKLIFT_CONFIG")]
     pub config: Option<PathBuf>,
     /// Flags that override the file.
     #[command(flatten)]
@@ -75,25 +78,25 @@ pub struct ServeArgs {
 #[derive(Debug, Args, Default)]
 pub struct Overrides {
     /// Upstream MCP endpoint (Streamable HTTP), e.g. http://127.0.0.1:9000/mcp.
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_UPSTREAM", hide_env_values = true)]
     pub upstream: Option<String>,
     /// Address to listen on [default: 127.0.0.1:8080].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_LISTEN")]
     pub listen: Option<String>,
     /// Path the upstream is served at [default: /mcp].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_PATH")]
     pub path: Option<String>,
     /// Time before a tools/call becomes a task, e.g. 500ms, 2s [default: 2s].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_THRESHOLD")]
     pub threshold: Option<String>,
     /// Task time-to-live, e.g. 1h [default: 1h].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_TTL")]
     pub ttl: Option<String>,
     /// Suggested polling interval [default: 1s].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_POLL_INTERVAL")]
     pub poll_interval: Option<String>,
     /// Directory for the task store [default: ./tasklift-data].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_DATA_DIR")]
     pub data_dir: Option<String>,
     /// Share tasks with other replicas through PostgreSQL, e.g.
     /// postgres://tasklift@db:5432/tasklift [default: the embedded store in --data-dir].
@@ -105,20 +108,25 @@ pub struct Overrides {
     )]
     pub store_url: Option<String>,
     /// Principal mode: none, bearer, header:NAME, or jwt ([auth.jwt] keys) [default: none].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_AUTH")]
     pub auth: Option<String>,
-    /// An allowed Origin besides localhost ones (repeatable; "*" allows any).
-    #[arg(long = "allow-origin")]
+    /// An allowed Origin besides localhost ones (repeatable; "*" allows any; in
+    /// the environment, comma-separated).
+    #[arg(
+        long = "allow-origin",
+        env = "TASKLIFT_ALLOW_ORIGINS",
+        value_delimiter = ','
+    )]
     pub allow_origins: Vec<String>,
     /// Largest request body in bytes [default: 4194304].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
     /// Forward the caller's Authorization header to the upstream.
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_FORWARD_AUTHORIZATION")]
     pub forward_authorization: bool,
     /// Serve the read-only status page, /metrics, /healthz and /readyz on this
     /// address too, e.g. 127.0.0.1:9090 [default: off].
-    #[arg(long)]
+    #[arg(long, env = "TASKLIFT_ADMIN_LISTEN")]
     pub admin_listen: Option<String>,
     /// Threads serving the front door, each with its own event loop and upstream
     /// connections; 0: one per CPU core [default: 0].

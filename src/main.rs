@@ -90,6 +90,7 @@ fn main() -> ExitCode {
             init_tracing(cli.log_format, "warn");
             tasklift::tools::call::run(args)
         }
+        Command::Health(args) => tasklift::tools::health::run(args),
         #[cfg(feature = "demo")]
         Command::Demo { keep_data } => {
             init_tracing(cli.log_format, "warn");

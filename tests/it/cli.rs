@@ -543,3 +543,60 @@ fn config_reference_matches_the_code() {
     }
     assert!(problems.is_empty(), "\n{}", problems.join("\n"));
 }
+
+/// A container is configured through its environment: each flag of `serve` has a
+/// `TASKLIFT_*` variable (docs/configuration.md), which wins over the file and
+/// loses to the flag; `TASKLIFT_CONFIG` names the file.
+#[test]
+fn serve_flags_can_come_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "t.toml", VALID);
+    let check = |env: &[(&str, &str)], args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tasklift"))
+            .arg("check-config")
+            .arg(&file)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .expect("tasklift runs");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let env = [
+        ("TASKLIFT_LISTEN", "0.0.0.0:8080"),
+        ("TASKLIFT_DATA_DIR", "/data"),
+        ("TASKLIFT_THRESHOLD", "5s"),
+        (
+            "TASKLIFT_ALLOW_ORIGINS",
+            "https://a.example,https://b.example",
+        ),
+        ("TASKLIFT_FORWARD_AUTHORIZATION", "true"),
+    ];
+    let stdout = check(&env, &[]);
+    for line in [
+        r#"listen = "0.0.0.0:8080""#,
+        r#"data_dir = "/data""#,
+        r#"threshold = "5s""#,
+        r#""https://a.example","#,
+        r#""https://b.example","#,
+        "forward_authorization = true",
+    ] {
+        assert!(stdout.contains(line), "missing {line}:\n{stdout}");
+    }
+    let stdout = check(&env, &["--threshold", "9s"]);
+    assert!(stdout.contains(r#"threshold = "9s""#), "{stdout}");
+
+    // TASKLIFT_CONFIG for `serve`: an invalid file named there is refused (exit 64,
+    // naming it) before anything is bound.
+    let bad = write(dir.path(), "bad.toml", "[tasks]\nttl = \"forever\"\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_tasklift"))
+        .args(["serve", "--upstream", "http://127.0.0.1:9/mcp"])
+        .env("TASKLIFT_CONFIG", &bad)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tasklift runs");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("tasks.ttl"), "{stderr}");
+}
