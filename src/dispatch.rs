@@ -102,10 +102,9 @@ pub async fn dispatch(
             Err(e) => json(Err(e.to_rpc())),
         },
         method::TOOLS_CALL if handles_for(mount, &req).is_some() => {
-            let up = mount.cfg.name.clone();
             match req.str_param("name") {
-                Some(handles::WAIT_TOOL) => engine.tool_wait(req, &ctx, &up).await,
-                _ => engine.tool_cancel(req, &ctx, &up).await,
+                Some(handles::WAIT_TOOL) => engine.tool_wait(req, &ctx, &mount.cfg).await,
+                _ => engine.tool_cancel(req, &ctx, &mount.cfg.name).await,
             }
         }
         method::TOOLS_CALL => {

@@ -65,6 +65,8 @@ pub struct Engine {
     disk: Option<Arc<crate::store::space::DiskSpace>>,
     /// The longest one `tasklift_wait` blocks.
     pub(super) max_wait: Duration,
+    /// How long each client waits, learned from its waits.
+    pub(super) patience: super::patience::Patience,
 }
 
 /// Longest time an upstream's own task id is remembered.
@@ -152,6 +154,7 @@ impl Engine {
             gate: super::limits::Gate::new(settings.limits),
             disk: settings.disk,
             max_wait: settings.max_wait,
+            patience: Default::default(),
             tracer: settings.tracer,
         })
     }
@@ -255,14 +258,24 @@ impl Engine {
         ctx: CallContext,
     ) -> Reply {
         let declares = mcp::declares_tasks(&req.params);
+        // The retry of a detached call is found by this key; a call without one
+        // (no principal, legacy session or idempotency key tells its caller apart)
+        // is never detached: its retry would run the tool a second time.
+        let replay = (!declares && policy.on_disconnect == OnDisconnect::Detach)
+            .then(|| handles::replay_key(&ctx, upstream.name(), &req))
+            .flatten();
+        let detach = policy.on_disconnect == OnDisconnect::Detach
+            && (replay.is_some() || policy.non_task_clients == NonTaskClients::ToolHandles || {
+                handles::warn_unmatchable(upstream.name());
+                false
+            });
         // A client without the extension never gets a CreateTaskResult: past the
         // threshold it gets a tool-level handle, or waits on the task (detach).
         let handle = if declares {
             Handle::Extension
         } else if policy.non_task_clients == NonTaskClients::ToolHandles {
             Handle::Tool
-        } else if policy.on_disconnect == OnDisconnect::Detach && policy.mode != ToolMode::Required
-        {
+        } else if detach && policy.mode != ToolMode::Required {
             Handle::Join
         } else if policy.mode == ToolMode::Required {
             let tool = req.str_param("name").unwrap_or_default();
@@ -278,14 +291,12 @@ impl Engine {
         if handle != Handle::Extension {
             match self.answer_waited(&req, &waiter()).await {
                 Ok(None) => {}
-                Ok(Some(id)) => return self.join(id, waiter()),
+                Ok(Some(id)) => return self.join(id, waiter(), Duration::ZERO),
                 Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into()))),
             }
         }
         // The retry of an identical call that became a task: that task's answer.
-        let replay = (eligible && !declares && policy.on_disconnect == OnDisconnect::Detach)
-            .then(|| handles::replay_key(&ctx, upstream.name(), &req))
-            .flatten();
+        let replay = replay.filter(|_| eligible);
         if let Some(key) = &replay {
             let who = super::Caller {
                 principal: &ctx.principal,

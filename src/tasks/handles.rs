@@ -25,6 +25,7 @@ use super::api::{Caller, TaskError};
 pub(super) use super::call::Handle;
 use super::input::check_allowed;
 use super::Engine;
+use crate::config::UpstreamConfig;
 use crate::observe::metrics::Replay;
 use crate::reply::{Reply, StreamItem};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
@@ -69,6 +70,8 @@ pub(super) struct Waiter {
     pub peer: Option<Arc<ClientPeer>>,
     /// The request's clientCapabilities (may it be asked with MRTR).
     pub caps: Value,
+    /// Which client program waits ([`client_key`]): how long it stays is learned.
+    pub client: String,
 }
 
 impl Waiter {
@@ -83,6 +86,7 @@ impl Waiter {
                 .and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES))
                 .cloned()
                 .unwrap_or_default(),
+            client: client_key(req, ctx),
         }
     }
 
@@ -98,18 +102,36 @@ impl Waiter {
     }
 }
 
+/// Who is calling, for learning how long it waits ([`super::patience`]): the
+/// principal with the client's `clientInfo` name and version (a legacy session's
+/// reaches the request's `_meta` too), or the session when there is no clientInfo.
+pub(super) fn client_key(req: &Request, ctx: &CallContext) -> String {
+    let info = req.meta().and_then(|m| m.get(mcp::META_CLIENT_INFO));
+    let field = |k: &str| info.and_then(|i| i.get(k)).and_then(Value::as_str);
+    match (field("name"), ctx.session.as_ref()) {
+        (Some(name), _) => format!(
+            "{}\0{name}\0{}",
+            ctx.principal,
+            field("version").unwrap_or_default()
+        ),
+        (None, Some(s)) => format!("{}\0session\0{}", ctx.principal, s.id),
+        (None, None) => format!("{}\0unnamed", ctx.principal),
+    }
+}
+
 /// The tools a client without the extension is offered beside the upstream's.
 pub fn listed_tools(max_wait: Duration) -> [Value; 2] {
     let secs = max_wait.as_secs().max(1);
     [
         json!({
             "name": WAIT_TOOL,
-            "description": format!("Wait for a job that is still running in the background and get its result. Use it when a tool answered that its job is still running and gave a taskId: call this with that taskId instead of calling the tool again. It waits up to waitSeconds (at most {secs}) and returns the job's own result once it has finished, an error if it failed, or says it is still running: then call it again with the same taskId."),
+            "description": format!("Wait for a job that is still running in the background and get its result. Use it when a tool answered that its job is still running and gave a taskId: call this with that taskId instead of calling the tool again. It waits for a while (never longer than this client waits for a tool, at most {secs} seconds) and returns the job's own result once it has finished, an error if it failed, or says it is still running: then call it again with the same taskId."),
             "inputSchema": {
                 "type": "object",
                 "properties": {
                     "taskId": {"type": "string", "description": "The taskId the still-running answer gave."},
-                    "waitSeconds": {"type": "number", "minimum": 0, "maximum": secs, "description": format!("How long to wait for the result before answering that the job still runs (default and maximum {secs}).")}
+                    "poll": {"type": "integer", "minimum": 1, "description": "The poll number the still-running answer gave with the taskId."},
+                    "waitSeconds": {"type": "number", "minimum": 0, "maximum": secs, "description": "At most how long to wait before answering that the job still runs. Leave it out: the default is as long as this client is known to wait."}
                 },
                 "required": ["taskId"]
             }
@@ -128,18 +150,24 @@ pub fn listed_tools(max_wait: Duration) -> [Value; 2] {
     ]
 }
 
-/// A successful tool result with this text and nothing else.
+/// A tool result with this text and nothing else. `resultType` is there for
+/// 2026-07-28 clients (the legacy door removes it, as from any result).
 fn text_result(text: String, error: bool) -> Value {
-    json!({"content": [{"type": "text", "text": text}], "isError": error})
+    json!({"content": [{"type": "text", "text": text}], "isError": error, "resultType": "complete"})
 }
 
 /// The answer while a task runs: text a model can follow to `tasklift_wait`, and the
-/// same facts as `structuredContent`. `needs` says what input the client was asked
-/// for and cannot give here.
-pub(super) fn still_running(rec: &TaskRecord, max_wait: Duration, needs: Option<&str>) -> Value {
-    let (tool, id, secs) = (&rec.tool, &rec.id, max_wait.as_secs().max(1));
+/// same in `structuredContent` (many clients show their model only that part when
+/// it is there): the sentence as `message`, and the machine-readable facts (`taskId`,
+/// `status`, the call to make next with its arguments). The next call's `poll` is
+/// `poll`: it counts up, so that waiting again is never the same call as the last
+/// (agents stop a run that repeats one call a few times, taking it for a loop).
+/// `needs` says what input the client was asked for and cannot give here.
+pub(super) fn still_running(rec: &TaskRecord, poll: u64, needs: Option<&str>) -> Value {
+    let (tool, id) = (&rec.tool, &rec.id);
+    let next = json!({"taskId": id, "poll": poll});
     let mut text = format!(
-        "The job `{tool}` is still running in the background (taskId {id}); its result is not ready yet. Do not call `{tool}` again for this job. To get its result, call the tool `{WAIT_TOOL}` with {{\"taskId\": \"{id}\"}}: it waits up to {secs} seconds and returns the result once the job has finished. Call `{WAIT_TOOL}` again while it says the job is still running. To stop the job, call `{CANCEL_TOOL}` with the same taskId."
+        "The job `{tool}` is still running in the background (taskId {id}); its result is not ready yet. Do not call `{tool}` again for this job. To get its result, call the tool `{WAIT_TOOL}` with {next}: it waits for the job and returns its result once it has finished, or says it is still running, with the arguments for the next call. To stop the job, call `{CANCEL_TOOL}` with {{\"taskId\":\"{id}\"}}."
     );
     if let Some(m) = rec.status_message.as_deref().filter(|m| !m.is_empty()) {
         text.push_str(&format!(" Latest status: {m}"));
@@ -149,8 +177,14 @@ pub(super) fn still_running(rec: &TaskRecord, max_wait: Duration, needs: Option<
             " The job is waiting for input that this client cannot be asked for here: {n}"
         ));
     }
-    let mut structured =
-        json!({"taskId": id, "status": rec.status().as_str(), "pollWith": WAIT_TOOL});
+    let mut structured = json!({
+        "message": text,
+        "taskId": id,
+        "status": rec.status().as_str(),
+        "next": {"tool": WAIT_TOOL, "arguments": next},
+        "cancel": {"tool": CANCEL_TOOL, "arguments": {"taskId": id}},
+        "pollWith": WAIT_TOOL,
+    });
     if let Some(m) = &rec.status_message {
         structured["statusMessage"] = json!(m);
     }
@@ -165,9 +199,7 @@ fn finished_result(rec: &TaskRecord) -> Value {
     match (&rec.outcome, rec.status()) {
         (Some(TaskOutcome::Result(r)), TaskStatus::Completed) => {
             let mut r = r.clone();
-            if let Value::Object(o) = &mut r {
-                o.remove("resultType");
-            }
+            mcp::mark_complete(&mut r);
             r
         }
         (Some(TaskOutcome::Error(e)), _) => {
@@ -286,6 +318,18 @@ pub(super) fn replay_key(ctx: &CallContext, upstream: &str, req: &Request) -> Op
         }
     }
     Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Say once per upstream, in the log, that a detached call could not be detached.
+pub(super) fn warn_unmatchable(upstream: &str) {
+    static WARNED: std::sync::LazyLock<dashmap::DashSet<String>> =
+        std::sync::LazyLock::new(Default::default);
+    if WARNED.len() < 1024 && WARNED.insert(upstream.to_string()) {
+        tracing::warn!(
+            upstream,
+            "on_disconnect = \"detach\": a call came without anything that tells its caller apart (an authenticated principal, a legacy session or a tasklift/idempotencyKey), so its retry could never be matched to it; it is cancelled when its client leaves, as with \"cancel\", rather than run twice (said once per upstream)"
+        );
+    }
 }
 
 impl Engine {
@@ -411,16 +455,19 @@ impl Engine {
     /// A synchronous caller waits on task `id` (detached, or a replay joining it):
     /// keep-alives until the task ends, then what the call would have answered. Its
     /// questions go to the caller (a legacy session's own requests, or MRTR). The
-    /// caller going away leaves the task running.
-    pub(super) fn join(self: &Arc<Self>, id: String, w: Waiter) -> Reply {
+    /// caller going away leaves the task running. It had waited `already` on the
+    /// call before: how long it stays in all is learned ([`super::patience`]).
+    pub(super) fn join(self: &Arc<Self>, id: String, w: Waiter, already: Duration) -> Reply {
         let (tx, rx) = mpsc::channel(32);
         let engine = self.clone();
+        let started = Instant::now();
         tokio::spawn(async move {
             loop {
                 let until = Instant::now() + engine.keepalive;
                 let waited = tokio::select! {
                     _ = tx.closed() => {
                         tracing::debug!(task.id = %id, "a caller waiting on a detached call went away; the call runs on");
+                        engine.patience.gave_up(&w.client, already + started.elapsed());
                         return;
                     }
                     w = engine.wait_on(&id, w.who(), until) => w,
@@ -432,7 +479,12 @@ impl Engine {
                         }
                         continue;
                     }
-                    Ok(Waited::Done(rec)) => w.answer(finished_outcome(&rec)),
+                    Ok(Waited::Done(rec)) => {
+                        engine
+                            .patience
+                            .stayed(&w.client, already + started.elapsed());
+                        w.answer(finished_outcome(&rec))
+                    }
                     Ok(Waited::Input(rec)) => match &w.peer {
                         Some(peer) => match engine.ask_peer(peer, &rec, &w, &tx).await {
                             Ok(()) => continue,
@@ -458,16 +510,19 @@ impl Engine {
         Reply::Stream(rx)
     }
 
-    /// `tasklift_wait`: wait up to `waitSeconds` (at most `tasks.max_wait`) for the
-    /// caller's task, and answer its result, a tool error saying how it failed, or
-    /// the still-running answer again.
+    /// `tasklift_wait`: wait for the caller's task as long as its client is known
+    /// to wait ([`super::patience`]: the tool's threshold in `cfg`, what the client
+    /// showed; at most `waitSeconds` and `tasks.max_wait`), and answer its result,
+    /// a tool error saying how it failed, or the still-running answer again. A
+    /// client that gives up on the wait teaches tasklift to answer it sooner.
     pub async fn tool_wait(
         self: &Arc<Self>,
         req: Request,
         ctx: &CallContext,
-        upstream: &str,
+        cfg: &UpstreamConfig,
     ) -> Reply {
-        let w = Waiter::new(&req, ctx, upstream);
+        let started = Instant::now();
+        let w = Waiter::new(&req, ctx, &cfg.name);
         let args = req.params.get("arguments").cloned().unwrap_or_default();
         let answered = match self.answer_waited(&req, &w).await {
             Ok(id) => id,
@@ -483,20 +538,34 @@ impl Engine {
                 true,
             ))));
         };
-        let max = self.max_wait;
-        let wait = args
+        let requested = args
             .get("waitSeconds")
             .and_then(Value::as_f64)
             .filter(|s| s.is_finite() && *s >= 0.0)
-            .map_or(max, |s| Duration::from_secs_f64(s).min(max));
-        let deadline = Instant::now() + wait;
+            .map(|s| Duration::from_secs_f64(s.min(86_400.0)));
+        let poll = args
+            .get("poll")
+            .and_then(Value::as_u64)
+            .unwrap_or(1)
+            .min(1 << 32);
+        let threshold = match self.get(&id, w.who()).await {
+            Ok(rec) => cfg.policy(&rec.tool).threshold,
+            Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, Some(&id))))),
+        };
+        let wait = self
+            .patience
+            .wait_for(&w.client, threshold, requested, self.max_wait);
+        let deadline = started + wait;
         let (tx, rx) = mpsc::channel(32);
         let engine = self.clone();
         tokio::spawn(async move {
             loop {
                 let until = deadline.min(Instant::now() + engine.keepalive);
                 let waited = tokio::select! {
-                    _ = tx.closed() => return,
+                    _ = tx.closed() => {
+                        engine.patience.gave_up(&w.client, started.elapsed());
+                        return;
+                    }
                     w = engine.wait_on(&id, w.who(), until) => w,
                 };
                 let result = match waited {
@@ -506,14 +575,14 @@ impl Engine {
                         }
                         continue;
                     }
-                    Ok(Waited::Running(rec)) => still_running(&rec, max, None),
+                    Ok(Waited::Running(rec)) => still_running(&rec, poll + 1, None),
                     Ok(Waited::Done(rec)) => finished_result(&rec),
                     Ok(Waited::Input(rec)) => match &w.peer {
                         Some(peer) => match engine.ask_peer(peer, &rec, &w, &tx).await {
                             Ok(()) => continue,
                             Err(e) => still_running(
                                 &rec,
-                                max,
+                                poll + 1,
                                 Some(&format!(
                                     "{} (asking the client failed: {})",
                                     questions(&rec),
@@ -527,7 +596,7 @@ impl Engine {
                                 .await;
                             return;
                         }
-                        None => still_running(&rec, max, Some(&questions(&rec))),
+                        None => still_running(&rec, poll + 1, Some(&questions(&rec))),
                     },
                     Err(e) => unknown(&e, Some(&id)),
                 };
@@ -602,9 +671,9 @@ impl Engine {
             Handle::Tool if done => Reply::Json(w.answer(Ok(finished_result(&rec)))),
             Handle::Tool => {
                 self.metrics().tool_handle();
-                Reply::Json(w.answer(Ok(still_running(&rec, self.max_wait, None))))
+                Reply::Json(w.answer(Ok(still_running(&rec, 1, None))))
             }
-            _ => self.join(rec.id, w),
+            _ => self.join(rec.id, w, Duration::ZERO),
         }
     }
 

@@ -10,6 +10,7 @@ pub mod handles;
 pub mod input;
 pub mod limits;
 mod listen;
+mod patience;
 mod race;
 pub mod replicas;
 pub mod sweeper;

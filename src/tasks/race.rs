@@ -442,7 +442,7 @@ impl Engine {
             Handle::Extension => Some(create_task_result(&rec)),
             Handle::Tool => {
                 self.metrics().tool_handle();
-                Some(still_running(&rec, self.max_wait, None))
+                Some(still_running(&rec, 1, None))
             }
             Handle::Join => {
                 self.metrics().detached();
@@ -455,6 +455,11 @@ impl Engine {
             id: sc.id.clone(),
             peer: sc.session.clone(),
             caps: sc.caps.clone(),
+            client: sc
+                .origin
+                .as_ref()
+                .map(|(_, req, ctx)| super::handles::client_key(req, ctx))
+                .unwrap_or_default(),
         };
         tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, handle = ?spec.handle, "call became a task");
         let owner = Driver {
@@ -488,7 +493,7 @@ impl Engine {
             .spawn(engine.own(rec, owner, control_rx, traced).instrument(span));
         Some(match answer {
             Some(a) => Reply::Json(jsonrpc::response(sc.id.as_ref(), &Ok(a))),
-            None => self.join(id, waiter),
+            None => self.join(id, waiter, spec.policy.threshold),
         })
     }
 }

@@ -86,6 +86,22 @@ fn followed(r: &Value) -> String {
     id
 }
 
+/// Follow `tasklift_wait` for task `id` until it stops answering still-running
+/// (each wait lasts as long as the client is known to wait: the threshold here).
+async fn wait_result(c: &tasklift::tools::client::Client, id: &str) -> Value {
+    for _ in 0..60 {
+        let r = c
+            .call_tool("tasklift_wait", json!({"taskId": id}))
+            .await
+            .unwrap()
+            .result;
+        if r["structuredContent"]["status"] != "working" {
+            return r;
+        }
+    }
+    panic!("task {id} still running after 60 waits");
+}
+
 async fn names(c: &tasklift::tools::client::Client) -> Vec<String> {
     let a = c.request("tools/list", json!({})).await.unwrap();
     a.result["tools"]
@@ -538,11 +554,7 @@ async fn stdio_upstream_detach_and_tool_handles() {
         id,
         "replayed"
     );
-    let done = c
-        .call_tool("tasklift_wait", json!({"taskId": id, "waitSeconds": 20}))
-        .await
-        .unwrap()
-        .result;
+    let done = wait_result(&c, &id).await;
     assert_eq!(text(&done), "computed stdio in 3 s", "{done}");
     let log = std::fs::read_to_string(h.dir.path().join("fixture.log")).unwrap();
     let runs = log.lines().filter(|l| *l == "call slow_compute").count();
@@ -595,11 +607,7 @@ async fn on_postgres_a_retry_on_another_replica_joins_the_detached_call() {
     // The identical call on the other replica is the same job.
     let again = client(b.addr).call_tool("slow", args).await.unwrap().result;
     assert_eq!(followed(&again), id);
-    let done = client(b.addr)
-        .call_tool("tasklift_wait", json!({"taskId": id, "waitSeconds": 20}))
-        .await
-        .unwrap()
-        .result;
+    let done = wait_result(&client(b.addr), &id).await;
     assert_eq!(text(&done), "slow shared done", "{done}");
     let calls = up
         .stats()
