@@ -115,17 +115,10 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             (Arc::new(store), key, None, None)
         }
     };
-    let detaches = cfg.upstreams.iter().any(|u| {
-        std::iter::once(&u.default_policy)
-            .chain(u.tools.values())
-            .any(|p| p.on_disconnect == crate::config::OnDisconnect::Detach)
-    });
-    if detaches && cfg.auth.mode == crate::config::AuthMode::None {
-        tracing::warn!("on_disconnect = \"detach\" with auth.mode = \"none\": every caller is the same principal, so a retried call is matched by its arguments only within the same legacy session, or by the tasklift/idempotencyKey _meta key; set an auth mode to replay per caller");
-    }
-    // A container's default (0.0.0.0 in its own network namespace): say what it means.
-    if !cfg.server.listen.ip().is_loopback() && cfg.auth.mode == crate::config::AuthMode::None {
-        tracing::warn!(listen = %cfg.server.listen, "auth.mode = \"none\" on an address other than loopback: whoever reaches it can call every tool and read any task whose id they hold; keep it behind something that authenticates callers, or set an auth mode");
+    // Detach without a principal, a container's default of 0.0.0.0 with auth none:
+    // say what they mean (check-config says the same).
+    for w in cfg.warnings() {
+        tracing::warn!("{w}");
     }
     let metrics = Arc::new(crate::observe::metrics::Metrics::default());
     let (tracer, exporter) = tracer(&cfg.telemetry, &metrics)?;

@@ -51,10 +51,12 @@ fn main() -> ExitCode {
         Command::CheckConfig { file, overrides } => {
             match load(Some(&file), &overrides).and_then(|r| r.validate().map(|_| r)) {
                 Ok(raw) => {
-                    println!(
-                        "# {}: valid. Effective configuration (secrets shown as <redacted>):\n",
-                        file.display()
-                    );
+                    println!("# {}: valid.", file.display());
+                    // Validated twice: the raw form prints, the valid one knows the rules.
+                    for w in raw.validate().map(|c| c.warnings()).unwrap_or_default() {
+                        println!("# warning: {w}");
+                    }
+                    println!("# Effective configuration (secrets shown as <redacted>):\n");
                     print!("{}", raw.to_toml());
                     ExitCode::SUCCESS
                 }

@@ -28,6 +28,34 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
 }
 
+impl Config {
+    /// What a valid configuration may still do that its operator should know:
+    /// said by `check-config` and logged by `serve` at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let detaching: Vec<&str> = self
+            .upstreams
+            .iter()
+            .filter(|u| {
+                std::iter::once(&u.default_policy)
+                    .chain(u.tools.values())
+                    .any(|p| p.on_disconnect == OnDisconnect::Detach)
+            })
+            .map(|u| u.name.as_str())
+            .collect();
+        if !detaching.is_empty() && self.auth.mode == AuthMode::None {
+            out.push(format!(
+                "on_disconnect = \"detach\" ({}) with auth.mode = \"none\": every caller is the same principal, so a retried call is matched only within the same legacy (2025) session, or by the tasklift/idempotencyKey _meta key. A call that has neither (a 2026-07-28 client without a key) is not detached: it is cancelled when its client leaves, as with \"cancel\", because its retry would run the tool a second time. Set an auth mode to detach every caller's calls.",
+                detaching.join(", ")
+            ));
+        }
+        if !self.server.listen.ip().is_loopback() && self.auth.mode == AuthMode::None {
+            out.push(format!("auth.mode = \"none\" on {} (not loopback): whoever reaches it can call every tool and read any task whose id they hold; keep it behind something that authenticates callers, or set an auth mode", self.server.listen));
+        }
+        out
+    }
+}
+
 /// Validated `[server]`.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -93,6 +93,38 @@ fn check_config_prints_the_effective_configuration() {
 }
 
 #[test]
+fn check_config_warns_that_detach_without_a_principal_cancels_unmatchable_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = "[[upstreams]]\nurl = \"http://127.0.0.1:9/mcp\"\non_disconnect = \"detach\"\n";
+    let file = write(dir.path(), "d.toml", body);
+    let out = run(&["check-config", &file], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let warning = stdout
+        .lines()
+        .find(|l| l.starts_with("# warning: on_disconnect = \"detach\""))
+        .unwrap_or_else(|| panic!("no detach warning:\n{stdout}"));
+    assert!(
+        warning.contains("cancelled when its client leaves"),
+        "{warning}"
+    );
+    // The printed configuration still parses (the warning is a comment).
+    RawConfig::from_toml(&stdout).expect("printed TOML parses");
+    // With a principal to tell callers apart, nothing to warn about.
+    let file = write(
+        dir.path(),
+        "b.toml",
+        &format!("{body}[auth]\nmode = \"bearer\"\n"),
+    );
+    let out = run(&["check-config", &file], Duration::from_secs(30));
+    assert!(
+        !text(&out.stdout).contains("# warning"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
 fn check_config_rejects_bad_values_with_exit_64_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     for (body, key) in [
