@@ -206,10 +206,17 @@ pub fn response(id: Option<&Value>, outcome: &Outcome) -> Value {
 }
 
 /// Build a response message, taking the outcome (no copy of a large result).
+///
+/// An id that is not a `RequestId` (a string or a number) is left out rather than
+/// sent as `null` or echoed: the request's id was unknown (a parse error, a
+/// refusal before the body was read) or is itself what was wrong, and MCP's
+/// `JSONRPCErrorResponse` makes `id` optional but, when present, a `RequestId`.
 pub fn response_from(id: Option<&Value>, outcome: Outcome) -> Value {
     let mut o = Map::new();
     o.insert("jsonrpc".into(), json!("2.0"));
-    o.insert("id".into(), id.cloned().unwrap_or(Value::Null));
+    if let Some(id @ (Value::String(_) | Value::Number(_))) = id {
+        o.insert("id".into(), id.clone());
+    }
     match outcome {
         Ok(r) => o.insert("result".into(), r),
         Err(e) => o.insert("error".into(), e.to_value()),
@@ -263,6 +270,12 @@ impl Incoming {
                 };
                 Some(Incoming::Response { id, outcome })
             }
+            // An error to a request whose id was unknown may leave the id out (MCP's
+            // JSONRPCErrorResponse), as `response_from` does: read as id null.
+            (None, None) => o.remove("error").map(|e| Incoming::Response {
+                id: Value::Null,
+                outcome: Err(RpcError::from_value(&e)),
+            }),
             _ => None,
         }
     }
@@ -309,5 +322,24 @@ mod tests {
         let n = Incoming::classify(json!({"jsonrpc":"2.0","method":"notifications/progress"}));
         assert!(matches!(n, Some(Incoming::Notification { .. })));
         assert_eq!(Incoming::classify(json!("nope")), None);
+    }
+
+    #[test]
+    fn an_id_that_is_no_request_id_is_left_out_and_read_back_as_null() {
+        let e = || Err(RpcError::new(PARSE_ERROR, "Parse error"));
+        for id in [None, Some(json!(null)), Some(json!({}))] {
+            let v = response_from(id.as_ref(), e());
+            assert!(v.get("id").is_none(), "{v}");
+            assert!(matches!(
+                Incoming::classify(v),
+                Some(Incoming::Response {
+                    id: Value::Null,
+                    outcome: Err(_)
+                })
+            ));
+        }
+        for id in [json!(7), json!("a")] {
+            assert_eq!(response_from(Some(&id), Ok(json!({})))["id"], id);
+        }
     }
 }
