@@ -43,6 +43,7 @@ mod replay_store;
 mod replicas;
 mod rmcp_peer;
 mod rules;
+mod schemas;
 mod security;
 mod session_restart;
 mod sessions;
