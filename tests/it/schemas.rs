@@ -1083,6 +1083,62 @@ async fn modern_errors_are_valid_json_rpc_errors() {
 }
 
 #[tokio::test]
+async fn refusals_of_credentials_and_sessions_are_valid_json_rpc_errors() {
+    let h = Harness::start(FixtureServer::demo(), |c| {
+        c.auth.mode = "bearer".into();
+        c.legacy.max_sessions_per_principal = 1;
+    })
+    .await;
+    let mut ck = Check::new();
+    let r = post(&h.url, 1, "tools/list", json!({}), true).await;
+    assert_eq!(r.status, 401, "{r:?}");
+    ck.error(Modern, &r.json(), "no credentials (modern)");
+    let r = legacy_initialize(&h.url, V25, json!({}), &[]).await;
+    assert_eq!(r.status, 401, "{r:?}");
+    ck.error(Legacy, &r.json(), "no credentials (initialize)");
+    let alice = [("authorization", "Bearer alice")];
+    let (c, _) = LegacyClient::start_with(&h.url, V25, json!({}), &alice).await;
+    let r = raw(
+        "GET",
+        &h.url,
+        &[
+            ("mcp-session-id", c.sid.as_str()),
+            ("mcp-protocol-version", V25),
+            ("accept", "application/json"),
+            ("authorization", "Bearer alice"),
+        ],
+        "",
+    )
+    .await;
+    ck.error(
+        Legacy,
+        &r.json(),
+        "a GET that does not accept an event stream",
+    );
+    let r = c.with_sid("no-such-session").delete().await;
+    ck.error(Legacy, &r.json(), "DELETE of an unknown session");
+    let m = legacy_initialize(&h.url, V25, json!({}), &alice)
+        .await
+        .json();
+    if m.get("error").is_some() {
+        ck.error(
+            Legacy,
+            &m,
+            "a session past legacy.max_sessions_per_principal (refused, or the oldest evicted)",
+        );
+    } else {
+        ck.result(
+            Legacy,
+            (Legacy, "InitializeResult"),
+            &m,
+            "a session past legacy.max_sessions_per_principal (refused, or the oldest evicted)",
+        );
+    }
+    h.stop().await;
+    ck.done();
+}
+
+#[tokio::test]
 async fn modern_limit_refusals_are_valid_json_rpc_errors() {
     let up = FixtureServer::new().tool(Tool::new("forever").sleep(Duration::from_secs(3600)));
     let h = Harness::start(up, |c| {
