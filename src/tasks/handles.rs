@@ -182,7 +182,7 @@ pub(super) fn still_running(rec: &TaskRecord, poll: u64, needs: Option<&str>) ->
         "taskId": id,
         "status": rec.status().as_str(),
         "next": {"tool": WAIT_TOOL, "arguments": next},
-        "cancel": {"tool": CANCEL_TOOL, "arguments": {"taskId": id}},
+        "stopWith": {"tool": CANCEL_TOOL, "arguments": {"taskId": id}},
         "pollWith": WAIT_TOOL,
     });
     if let Some(m) = &rec.status_message {
