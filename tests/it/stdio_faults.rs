@@ -337,3 +337,79 @@ async fn children_die_with_a_killed_tasklift() {
     })
     .await;
 }
+
+/// SIGKILL the child with this pid (as an OOM killer or a `kill -9` does).
+fn kill9(pid: u32) {
+    use nix::sys::signal::{kill, Signal};
+    kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL).expect("kill -9 the child");
+}
+
+/// How many children have started so far.
+fn starts(l: &[String]) -> usize {
+    l.iter().filter(|x| x.starts_with("start ")).count()
+}
+
+#[tokio::test]
+async fn readiness_comes_back_once_the_child_after_a_crash_loop_serves() {
+    let h = StdioHarness::start(&[], |_| {}).await;
+    let c = h.plain_client();
+    guard("echo", c.call_tool("echo", json!({"message": "up"})))
+        .await
+        .unwrap();
+    let readyz = h.url.replace("/mcp", "/readyz");
+    // Three quick crashes: as far as anyone can tell, a crash loop.
+    for n in 1..=3 {
+        kill9(*h.pids().last().expect("a child"));
+        h.wait_log("the child restarted", |l| starts(l) > n).await;
+    }
+    let during = raw("GET", &readyz, &[], "").await;
+    // The child started after them answers, and readiness says so within seconds
+    // (the hang guard is generous; the settle time is 3 s).
+    let a = guard("echo", c.call_tool("echo", json!({"message": "back"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&a.result), "Echo: back");
+    let mut last = String::new();
+    let mut ready = false;
+    for _ in 0..100 {
+        let r = raw("GET", &readyz, &[], "").await;
+        if r.status == 200 {
+            ready = true;
+            break;
+        }
+        last = r.body;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        ready,
+        "/readyz still unready with a serving child (right after the crashes: {} {}): {last}",
+        during.status, during.body
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_call_made_right_after_the_child_dies_is_answered_by_its_replacement() {
+    let h = StdioHarness::start(&[], |_| {}).await;
+    let c = h.plain_client();
+    guard("echo", c.call_tool("echo", json!({"message": "up"})))
+        .await
+        .unwrap();
+    // Each round kills the serving child and calls at once, before tasklift can
+    // have seen the exit: the call never reached a live child, so it goes to the
+    // next one rather than failing. (Two rounds: a third quick crash in a row
+    // would be a crash loop, which refuses calls at once.)
+    for round in 1..=2 {
+        kill9(*h.pids().last().expect("a child"));
+        let a = guard(
+            "echo",
+            c.call_tool("echo", json!({"message": round.to_string()})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        assert_eq!(text(&a.result), format!("Echo: {round}"), "{}", a.result);
+        h.wait_log("the child restarted", |l| starts(l) > round)
+            .await;
+    }
+    h.stop().await;
+}

@@ -20,8 +20,9 @@ use crate::upstream::{modern_meta, CallEvent, Era};
 use tasklift_protocol::jsonrpc::{RpcError, UPSTREAM_ERROR};
 use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
-/// A child that ran this long is considered healthy again.
-const HEALTHY_UPTIME: Duration = Duration::from_secs(30);
+/// A child that answered the handshake and ran this long since is healthy: the
+/// crash count clears, so readiness reflects the child that serves now.
+const SETTLE: Duration = Duration::from_secs(3);
 /// Longest wait between restarts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long the legacy handshake may take (npx may first download the server).
@@ -54,7 +55,6 @@ impl Pool {
             if *stop.borrow() {
                 return;
             }
-            let started = tokio::time::Instant::now();
             let exit = self.run_child(&slot, &mut stop).await;
             slot.conn.send_replace(None);
             let stopping = *stop.borrow();
@@ -62,8 +62,10 @@ impl Pool {
                 let mut h = slot.health.lock().expect("health");
                 h.last_exit = Some(exit.clone());
                 h.restarts += 1;
-                if started.elapsed() >= HEALTHY_UPTIME {
-                    h.failures = 0;
+                // A child that settled ran healthy: this exit is the first of a
+                // new count, and the next start is quick again.
+                if std::mem::take(&mut h.settled) {
+                    h.failures = 1;
                     backoff = Duration::from_millis(100);
                 } else {
                     h.failures += 1;
@@ -117,10 +119,10 @@ impl Pool {
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
-        let (in_tx, in_rx) = mpsc::channel::<String>(256);
-        // Aborting the writer drops the child's stdin: that is how it is told to stop.
-        let writer = tokio::spawn(write_lines(stdin, in_rx));
+        let (in_tx, in_rx) = mpsc::channel(256);
         let conn = Arc::new(Conn::new(in_tx));
+        // Aborting the writer drops the child's stdin: that is how it is told to stop.
+        let writer = tokio::spawn(write_lines(stdin, in_rx, conn.clone()));
         let (slot2, n2, index) = (slot.clone(), name.clone(), slot.index);
         // Until the handshake is over, the child's stderr is logged at debug: a
         // legacy SDK server answers the `server/discover` probe with pages of
@@ -182,13 +184,28 @@ impl Pool {
                 let _ = conn.info.set(info);
                 tracing::info!(upstream = %name, process = slot.index, pid = pid.unwrap_or(0), ?era, "child process ready");
                 slot.conn.send_replace(Some(conn.clone()));
-                tokio::select! {
-                    status = child.wait() => describe(status),
-                    _ = stop.changed() => {
-                        slot.conn.send_replace(None);
-                        writer.abort();
-                        escalate(&mut child, pid, self.stdio.shutdown_grace).await;
-                        "stopped".to_string()
+                let settle = tokio::time::sleep(SETTLE);
+                tokio::pin!(settle);
+                let mut settled = false;
+                loop {
+                    tokio::select! {
+                        status = child.wait() => break describe(status),
+                        _ = stop.changed() => {
+                            slot.conn.send_replace(None);
+                            writer.abort();
+                            escalate(&mut child, pid, self.stdio.shutdown_grace).await;
+                            break "stopped".to_string();
+                        }
+                        _ = &mut settle, if !settled => {
+                            settled = true;
+                            let mut h = slot.health.lock().expect("health");
+                            h.settled = true;
+                            if h.failures > 0 {
+                                tracing::info!(upstream = %name, process = slot.index, after = ?SETTLE,
+                                    "the restarted child is serving; its crash count is cleared");
+                            }
+                            h.failures = 0;
+                        }
                     }
                 }
             }
@@ -294,7 +311,7 @@ impl Pool {
         }
         let note = json!({"jsonrpc": "2.0", "method": mcp::method::INITIALIZED});
         conn.stdin
-            .send(note.to_string())
+            .send(note.to_string().into())
             .await
             .map_err(|_| "stdin closed")?;
         Ok((Era::Legacy, init))

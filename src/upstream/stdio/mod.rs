@@ -23,8 +23,9 @@ mod child;
 mod conn;
 mod pool;
 mod reader;
+mod send;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ use super::{
     UpstreamError, UpstreamFuture,
 };
 use crate::config::{StdioConfig, Transport, UpstreamConfig};
-use tasklift_protocol::jsonrpc::{Outcome, Request, RpcError, UPSTREAM_ERROR};
+use tasklift_protocol::jsonrpc::{Outcome, Request};
 use tasklift_protocol::mcp;
 
 /// A stdio upstream: a supervised pool of child processes.
@@ -78,6 +79,9 @@ struct Slot {
 struct Health {
     /// Exits in a row without a healthy run.
     failures: u32,
+    /// The current child has settled (answered a request, or run for
+    /// `SETTLE`): its exit starts a new count.
+    settled: bool,
     /// How the last child ended.
     last_exit: Option<String>,
     /// The last line the child wrote to stderr.
@@ -93,7 +97,7 @@ struct Conn {
     /// Its `server/discover` result (modern) or `initialize` result (legacy).
     info: std::sync::OnceLock<Value>,
     /// Lines to write to stdin.
-    stdin: mpsc::Sender<String>,
+    stdin: mpsc::Sender<conn::Line>,
     /// Calls in flight by upstream id, with their progress token.
     pending: DashMap<u64, (mpsc::Sender<CallEvent>, Option<String>)>,
     /// Whose call each pending one is (log lines are only relayed within one caller).
@@ -170,17 +174,6 @@ fn caller_key(ctx: &CallContext) -> String {
     match &ctx.session {
         Some(s) => format!("{} {}", ctx.principal, s.id),
         None => ctx.principal.clone(),
-    }
-}
-
-/// A call picked for a child but not yet written to it: forgotten if dropped.
-struct Unwritten(Option<(Arc<Conn>, u64)>);
-
-impl Drop for Unwritten {
-    fn drop(&mut self) {
-        if let Some((conn, id)) = self.0.take() {
-            conn.forget(id);
-        }
     }
 }
 
@@ -277,61 +270,10 @@ impl Upstream for StdioUpstream {
             // A request about an upstream task goes to the child that created it
             // for this caller.
             let home = task.and_then(|t| self.inner.home_of(t, &caller));
-            let (conn, id) = match home {
-                Some(c) => {
-                    let id = c.next_id.fetch_add(1, Ordering::Relaxed);
-                    (c, id)
-                }
-                None => match self.inner.pick(asks).await {
-                    Ok(picked) => picked,
-                    Err(e) => return Ok(UpstreamCall::failed(e)),
-                },
-            };
-            // Until the call is written and its canceller armed, dropping this
-            // future must not leave it counted on the child.
-            let mut unwritten = Unwritten(Some((conn.clone(), id)));
-            if let Some(t) = task {
-                let last = matches!(req.method.as_str(), "tasks/result" | "tasks/cancel");
-                conn.task_calls.insert(id, (t.to_string(), last));
+            match home {
+                Some(conn) => send::to_home(&self.inner, req, &caller, task, conn).await,
+                None => send::to_pool(&self.inner, req, caller, asks, task).await,
             }
-            let idv = json!(id);
-            // Progress goes under a token of tasklift's, unique on this child.
-            let client_token = req.meta().and_then(|m| m.get(mcp::META_PROGRESS_TOKEN));
-            let (msg, token) = match client_token {
-                Some(t) => {
-                    conn.client_tokens.insert(id, t.clone());
-                    let mine = json!(format!("tasklift-{id}"));
-                    let mut wire = req.clone();
-                    mcp::meta_mut(&mut wire.params)
-                        .insert(mcp::META_PROGRESS_TOKEN.into(), mine.clone());
-                    (
-                        wire_message(&wire, conn.era(), Some(&idv)),
-                        Some(mine.to_string()),
-                    )
-                }
-                None => (wire_message(req, conn.era(), Some(&idv)), None),
-            };
-            let events = match conn.send(msg, id, token, &caller, asks).await {
-                Ok(rx) => rx,
-                Err(why) => {
-                    return Ok(UpstreamCall::failed(RpcError::new(
-                        UPSTREAM_ERROR,
-                        format!("upstream {}: {why}", self.inner.name()),
-                    )))
-                }
-            };
-            unwritten.0 = None;
-            let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
-                if conn.forget(id) {
-                    let _ = conn
-                        .stdin
-                        .try_send(cancelled_notification(&json!(id)).to_string());
-                }
-            });
-            Ok(UpstreamCall {
-                events: events.into(),
-                canceller: Canceller::on_cancel(on_cancel),
-            })
         })
     }
 
@@ -339,7 +281,7 @@ impl Upstream for StdioUpstream {
         Box::pin(async move {
             let conn = self.inner.ready().await?;
             let msg = wire_message(req, conn.era(), None);
-            let _ = conn.stdin.send(msg.to_string()).await;
+            let _ = conn.stdin.send(msg.to_string().into()).await;
             Ok(())
         })
     }

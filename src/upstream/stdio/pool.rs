@@ -12,7 +12,7 @@ use super::{Conn, Health, Pool, Slot};
 use crate::upstream::UpstreamError;
 use tasklift_protocol::jsonrpc::{RpcError, UPSTREAM_ERROR};
 
-/// After this many exits in a row, each within `HEALTHY_UPTIME` of its start, the
+/// After this many exits in a row, none after settling (`child.rs` `SETTLE`), the
 /// upstream is reported unready and calls fail at once.
 const CRASH_LOOP_AFTER: u32 = 3;
 /// How long a call waits for a child to become ready.

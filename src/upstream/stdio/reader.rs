@@ -44,7 +44,11 @@ pub(super) async fn read_lines(stdout: tokio::process::ChildStdout, conn: Arc<Co
                 // Liveness, not a question for any client.
                 let _ = conn
                     .stdin
-                    .send(jsonrpc::response(Some(&id), &Ok(json!({}))).to_string())
+                    .send(
+                        jsonrpc::response(Some(&id), &Ok(json!({})))
+                            .to_string()
+                            .into(),
+                    )
                     .await;
             }
             Route::Stray | Route::Refused | Route::Forbidden(_) => {}
@@ -123,7 +127,11 @@ impl Channel for Conn {
         let stdin = self.stdin.clone();
         let reply_id = id.clone();
         Some(Box::new(move |outcome| {
-            let _ = stdin.try_send(jsonrpc::response(Some(&reply_id), &outcome).to_string());
+            let _ = stdin.try_send(
+                jsonrpc::response(Some(&reply_id), &outcome)
+                    .to_string()
+                    .into(),
+            );
         }))
     }
 }
