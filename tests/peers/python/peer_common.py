@@ -13,17 +13,25 @@ whatever the working directory, so `python path/to/v1_server.py` finds it.
 """
 
 import json
+import os
 
 import anyio
 
 # Counters of `slow` calls in this process.
 STATS = {"started": 0, "cancelled": 0, "completed": 0}
+# The same counters per `seconds` argument (its repr: "0.5", "12.0"), for
+# tests/agents/bed.py, which tells the calls of one conversation apart by it
+# (written to the file TASKLIFT_PEER_RUNS_FILE names, when set).
+RUNS = {}
 
 
 async def slow(report_progress, seconds: float) -> str:
     """Sleep `seconds`, calling `report_progress(progress, total, message)` every 200 ms;
     counts the call in STATS as started, then cancelled or completed."""
     STATS["started"] += 1
+    runs = RUNS.setdefault(repr(float(seconds)), {"started": 0, "cancelled": 0, "completed": 0})
+    runs["started"] += 1
+    _save_runs()
     steps = max(1, int(seconds / 0.2))
     try:
         for i in range(steps):
@@ -31,14 +39,27 @@ async def slow(report_progress, seconds: float) -> str:
             await anyio.sleep(seconds / steps)
     except anyio.get_cancelled_exc_class():
         STATS["cancelled"] += 1
+        runs["cancelled"] += 1
+        _save_runs()
         raise
     STATS["completed"] += 1
+    runs["completed"] += 1
+    _save_runs()
     return f"slept {seconds}s"
 
 
 def stats() -> str:
     """STATS as JSON text."""
     return json.dumps(STATS)
+
+
+def _save_runs() -> None:
+    """Write RUNS to the file named by TASKLIFT_PEER_RUNS_FILE, if set."""
+    path = os.environ.get("TASKLIFT_PEER_RUNS_FILE")
+    if path:
+        with open(path + ".tmp", "w") as f:
+            json.dump(RUNS, f)
+        os.replace(path + ".tmp", path)
 
 
 def big() -> str:
