@@ -421,6 +421,95 @@ async fn without_authentication_replays_by_arguments_stay_within_a_session() {
     h.stop().await;
 }
 
+#[tokio::test]
+async fn without_anything_to_match_a_retry_a_detach_call_is_cancelled_not_detached() {
+    // auth none, a 2026-07-28 client (no session) and no idempotency key: a retry
+    // could never be matched to this call, so detaching it would only make the
+    // retry run the job a second time. It is cancelled as with "cancel".
+    let h = Harness::start(slow_server(None), detach).await;
+    let r = tokio::time::timeout(
+        Duration::from_millis(1000),
+        h.plain_client()
+            .call_tool("slow", json!({"seconds": 3, "label": "lone"})),
+    )
+    .await;
+    assert!(r.is_err(), "the call should still run: {r:?}");
+    let cancelled = || !h.received("notifications/cancelled").is_empty();
+    for _ in 0..100 {
+        if cancelled() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cancelled(), "the left call was cancelled upstream");
+    let metrics = reqwest_metrics(&h).await;
+    assert!(
+        metrics.contains("tasklift_detached_calls_total 0"),
+        "{metrics}"
+    );
+    // With an idempotency key the same call is detached and its retry joins it.
+    let keyed = json!({"name": "slow", "arguments": {"seconds": 2, "label": "keyed"},
+        "_meta": {"tasklift/idempotencyKey": "k-1"}});
+    let r = tokio::time::timeout(
+        Duration::from_millis(1000),
+        h.plain_client().request("tools/call", keyed.clone()),
+    )
+    .await;
+    assert!(r.is_err(), "the call should still run: {r:?}");
+    let retry = h
+        .plain_client()
+        .request("tools/call", keyed)
+        .await
+        .unwrap()
+        .result;
+    assert_eq!(text(&retry), "slow keyed done", "{retry}");
+    assert_eq!(runs(&h, "slow"), 2, "one run each: the keyed retry joined");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_wait_its_client_gave_up_on_makes_that_clients_later_waits_shorter() {
+    // Threshold 3 s: a new client's wait lasts 3 s. This one gives up after 1 s
+    // (its tool timeout, say); from then on its waits end before that.
+    let h = Harness::start(slow_server(None), |c| {
+        handles(c);
+        c.tasks.threshold = "3s".into();
+    })
+    .await;
+    let c = h.plain_client();
+    let first = c
+        .call_tool("slow", json!({"seconds": 30, "label": "long"}))
+        .await
+        .unwrap()
+        .result;
+    let id = followed(&first);
+    let gave_up = tokio::time::timeout(
+        Duration::from_secs(1),
+        c.call_tool("tasklift_wait", json!({"taskId": id})),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the first wait lasts the threshold");
+    // tasklift notices the hang-up a moment later.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let again = c
+        .call_tool("tasklift_wait", json!({"taskId": id}))
+        .await
+        .unwrap()
+        .result;
+    let took = started.elapsed();
+    assert_eq!(again["structuredContent"]["status"], "working", "{again}");
+    // 0.75 of the 1 s it gave up after; the bound is far from the 3 s threshold.
+    assert!(
+        took < Duration::from_millis(2000),
+        "the wait ended before this client gives up: {took:?}"
+    );
+    c.call_tool("tasklift_cancel", json!({"taskId": id}))
+        .await
+        .unwrap();
+    h.stop().await;
+}
+
 /// The demo tools (HTTP or stdio) with tool-level handles, and `confirm_delete`
 /// a task at once, so its question comes after the handle.
 async fn asking(stdio: bool) -> Harness {
