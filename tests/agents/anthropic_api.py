@@ -27,15 +27,17 @@ other path gets `{}` and is logged.
 
 Every request body is appended to `requests.jsonl` in the directory given, so a
 run can be read afterwards.
+
+HTTP plumbing (handler base, server, counters): standin.py.
 """
 
-import http.server
 import json
 import re
 import threading
 import time
 
 import model
+import standin
 
 SIDE_ANSWER = "OK."
 
@@ -103,21 +105,18 @@ def is_main(body):
     return any(model.logical_name(n) == "slow" for n in tool_names(body))
 
 
-class StandIn:
+class AnthropicStandIn(standin.StandIn):
     """The stand-in server: `start()` returns its base URL; `stop()` ends it."""
 
+    label = "anthropic stand-in"
+
     def __init__(self, recorder, log, record_dir):
-        self.recorder = recorder
-        self.log = log
+        super().__init__(recorder, log)
         self.record = open(f"{record_dir}/requests.jsonl", "a")
-        self.lock = threading.Lock()
-        self.main_requests = 0
         self.answers = 0
-        self.side_requests = 0
         self.backgrounded = set()  # ids of tasks Claude Code moved to the background
         self.notified = set()  # ids of those whose outcome the model was handed
         self.final_sent = threading.Event()
-        self.httpd = None
 
     # -- the policy -------------------------------------------------------
 
@@ -151,34 +150,15 @@ class StandIn:
     # -- HTTP -------------------------------------------------------------
 
     def start(self):
-        standin = self
+        """Start the server; returns its base URL."""
+        stand_in = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, fmt, *a):
-                pass
-
-            def _body(self):
-                n = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(n) if n else b""
-                try:
-                    return json.loads(raw) if raw else {}
-                except ValueError:
-                    return {"_raw": raw.decode("utf-8", "replace")}
-
-            def _json(self, code, doc):
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("content-type", "application/json")
-                self.send_header("request-id", "req_standin")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(standin.Handler):
+            common_headers = (("request-id", "req_standin"),)
 
             def do_GET(self):
-                standin.log(f"anthropic stand-in: GET {self.path}")
-                self._json(200, {})
+                stand_in.log(f"anthropic stand-in: GET {self.path}")
+                self.send_json({})
 
             def do_HEAD(self):
                 self.send_response(200)
@@ -186,21 +166,18 @@ class StandIn:
                 self.end_headers()
 
             def do_POST(self):
-                body = self._body()
+                body = self.read_json()
                 path = self.path.split("?")[0]
-                standin._keep(path, body)
+                stand_in._keep(path, body)
                 if path.endswith("/v1/messages"):
-                    standin._messages(self, body)
+                    stand_in._messages(self, body)
                 elif path.endswith("/v1/messages/count_tokens"):
-                    self._json(200, {"input_tokens": 100})
+                    self.send_json({"input_tokens": 100})
                 else:
-                    standin.log(f"anthropic stand-in: POST {self.path}")
-                    self._json(200, {})
+                    stand_in.log(f"anthropic stand-in: POST {self.path}")
+                    self.send_json({})
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.serve(Handler)
 
     def pending_background(self):
         """How many MCP tasks Claude Code moved to the background have not had
@@ -209,9 +186,7 @@ class StandIn:
             return len(self.backgrounded - self.notified)
 
     def stop(self):
-        if self.httpd:
-            self.httpd.shutdown()
-            self.httpd.server_close()
+        super().stop()
         self.record.close()
 
     def _keep(self, path, body):
@@ -233,21 +208,13 @@ class StandIn:
             mid = f"msg_standin_{self.answers:04d}"
         usage = {"input_tokens": 100, "output_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         if not body.get("stream"):
-            h._json(200, {
+            h.send_json({
                 "id": mid, "type": "message", "role": "assistant", "model": mdl, "content": blocks,
                 "stop_reason": stop, "stop_sequence": None, "usage": usage,
             })
             return
-        h.send_response(200)
-        h.send_header("content-type", "text/event-stream")
-        h.send_header("cache-control", "no-cache")
-        h.send_header("request-id", "req_standin")
-        h.send_header("connection", "close")
-        h.end_headers()
-        h.close_connection = True
-
-        def ev(kind, data):
-            h.wfile.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+        h.start_events()
+        ev = h.send_event
 
         ev("message_start", {"type": "message_start", "message": {
             "id": mid, "type": "message", "role": "assistant", "model": mdl, "content": [],

@@ -21,7 +21,7 @@ vendors at start; here nothing but 127.0.0.1 answers). The bed starts:
 Prints one JSON report on stdout: the client's own facts (name, version, protocol,
 whether it declared the tasks extension), every tool result its model was handed,
 and the upstream's run counters per call, `{"0.5": {"started", "cancelled",
-"completed"}, "12.0": ...}`. tests/it/agents.rs asserts on it. Logs of every
+"completed"}, "12.0": ...}`. tests/agents.rs asserts on it. Logs of every
 process are kept in --out (default: a temporary directory, named in the report).
 """
 
@@ -30,7 +30,6 @@ import importlib
 import json
 import os
 import pathlib
-import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +42,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
 import model  # noqa: E402
+import standin  # noqa: E402
 
 MODES = {
     "defaults": {},
@@ -70,19 +70,6 @@ def wait_port(port, proc, what, timeout=30):
         except OSError:
             time.sleep(0.1)
     raise SystemExit(f"bed: {what} did not listen on port {port} within {timeout}s")
-
-
-def stop(proc):
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
 
 
 class Ctx:
@@ -178,7 +165,7 @@ def main():
         print(json.dumps(report))
     finally:
         for proc in reversed(procs):
-            stop(proc)
+            standin.stop(proc, grace=10)
 
 
 if __name__ == "__main__":

@@ -47,8 +47,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import anthropic_api  # noqa: E402
+import model  # noqa: E402
+import standin  # noqa: E402
 
-PROMPT = "Call the slow tool as instructed."
+PROMPT = model.PROMPT
 FAKE_KEY = "sk-ant-api03-standin-0000000000000000000000000000000000000000000000000000-standinAA"
 MODEL = "claude-sonnet-4-6"  # pinned, and not one this version calls retired
 ALLOWED = ["mcp__slow__slow", "mcp__slow__tasklift_wait", "mcp__slow__tasklift_cancel"]
@@ -79,7 +81,7 @@ class Setup:
         self.project = wd / "project"
         self.home.mkdir(parents=True, exist_ok=True)
         self.project.mkdir(parents=True, exist_ok=True)
-        self.standin = anthropic_api.StandIn(ctx.recorder, ctx.log, str(wd))
+        self.standin = anthropic_api.AnthropicStandIn(ctx.recorder, ctx.log, str(wd))
         self.base_url = self.standin.start()
         ctx.log(f"{label}: anthropic stand-in at {self.base_url}")
         self._write_config()
@@ -182,30 +184,17 @@ class Setup:
             "--debug-file", str(pathlib.Path(self.ctx.workdir) / "claude-debug.log"),
         ]
 
+    def report(self, client, version, notes):
+        """What the client's run(ctx) returns: `notes`, then the facts of
+        facts() and the stand-in's request counts."""
+        protocol, declares, more = facts(self.ctx, self)
+        notes = notes + more
+        notes.append(f"model requests: {self.standin.main_requests} main, {self.standin.side_requests} side")
+        return {"client": client, "version": version, "protocol": protocol,
+                "declaresTasks": declares, "notes": notes}
+
     def stop(self):
         self.standin.stop()
-
-
-def kill_group(proc, grace=5):
-    """End a process started with start_new_session=True and whatever is left of
-    its process group (children it left behind too)."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; give the rest of the group a moment.
-        time.sleep(0.2)
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            break
-    if proc.poll() is None:
-        proc.wait()
 
 
 MODERN = "2026-07-28"  # the one modern protocol version tasklift serves
@@ -226,11 +215,7 @@ def facts(ctx, setup):
     log = pathlib.Path(ctx.workdir).parent / "tasklift.log"
     protocol, handles = None, []
     if log.exists():
-        for line in log.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
+        for rec in standin.json_lines(log):
             f = rec.get("fields") or {}
             span = rec.get("span") or {}
             msg = f.get("message", "")

@@ -24,15 +24,16 @@ loop-detection warning) in `notices`.
 Requests without the `slow` tool (the CLI's own side checks: routing classifier,
 next-speaker or loop checks, summaries) get a short plain answer (JSON when the
 request asks for JSON) and are not recorded.
+
+HTTP plumbing (handler base, server, counters): standin.py.
 """
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import model
+import standin
 
 PATH = re.compile(r"^/(?P<ver>v1(?:alpha|beta)?\d*)/models/(?P<model>[^:/]+):(?P<verb>[A-Za-z]+)$")
 
@@ -102,20 +103,15 @@ def usage(prompt=10, out=5):
     return {"promptTokenCount": prompt, "candidatesTokenCount": out, "totalTokenCount": prompt + out}
 
 
-class GeminiStandIn:
+class GeminiStandIn(standin.StandIn):
     """The HTTP server; `start()` runs it in a thread, `url` is its base URL."""
 
+    label = "gemini_api"
+
     def __init__(self, recorder, log=print, dump_path=None):
-        self.recorder = recorder
-        self.log = log
+        super().__init__(recorder, log)
         self.dump_path = dump_path  # where the latest main request is kept, as JSON
-        self.lock = threading.Lock()
         self.calls = 0  # function calls answered
-        self.main_requests = 0
-        self.side_requests = 0
-        self.requests_log = []  # (method, path, kind)
-        self.server = None
-        self.thread = None
 
     # -- the policy --
     def answer(self, body, model_name="?"):
@@ -158,55 +154,36 @@ class GeminiStandIn:
     def start(self):
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, fmt, *args):  # quiet
-                pass
-
-            def _body(self):
-                n = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(n) if n else b""
-                try:
-                    return json.loads(raw or b"{}")
-                except ValueError:
-                    return {}
-
-            def _json(self, obj, status=200):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json; charset=UTF-8")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(standin.Handler):
+            json_type = "application/json; charset=UTF-8"
 
             def do_GET(self):
                 path = urlsplit(self.path).path
                 stand_in.note("GET", self.path, "other")
                 if path.rstrip("/").endswith("/models"):
-                    return self._json({"models": [stand_in.model_info("gemini-2.5-pro")]})
+                    return self.send_json({"models": [stand_in.model_info("gemini-2.5-pro")]})
                 m = re.match(r"^/v1\w*/models/([^:/]+)$", path)
                 if m:
-                    return self._json(stand_in.model_info(m.group(1)))
-                return self._json({})
+                    return self.send_json(stand_in.model_info(m.group(1)))
+                return self.send_json({})
 
             def do_POST(self):
                 url = urlsplit(self.path)
-                body = self._body()
+                body = self.read_json()
                 m = PATH.match(url.path)
                 if not m:
                     stand_in.note("POST", self.path, "unknown")
-                    return self._json({})
+                    return self.send_json({})
                 verb = m.group("verb")
                 if verb == "countTokens":
                     stand_in.note("POST", self.path, "count")
                     n = len(json.dumps(body)) // 4
-                    return self._json({"totalTokens": n})
+                    return self.send_json({"totalTokens": n})
                 if verb not in ("generateContent", "streamGenerateContent"):
                     stand_in.note("POST", self.path, "unknown")
-                    return self._json({})
+                    return self.send_json({})
                 kind, parts = stand_in.answer(body, m.group("model"))
-                stand_in.note("POST", self.path, kind, m.group("model"))
+                stand_in.note("POST", self.path, kind)
                 resp = {
                     "candidates": [
                         {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
@@ -216,40 +193,13 @@ class GeminiStandIn:
                     "responseId": "standin",
                 }
                 if verb == "generateContent":
-                    return self._json(resp)
-                # SSE: the parts in one chunk, then an empty closing chunk is not
-                # needed: finishReason and usage travel with it.
-                chunk = ("data: " + json.dumps(resp) + "\r\n\r\n").encode()
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("content-length", str(len(chunk)))
-                self.end_headers()
-                self.wfile.write(chunk)
+                    return self.send_json(resp)
+                # SSE: the parts in one `data:` frame (lines ended by CRLF); no
+                # empty closing chunk is needed: finishReason and usage travel with it.
+                self.send(200, standin.sse_frame(resp, eol="\r\n"), "text/event-stream")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.serve(Handler)
         return self
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self):
-        if self.server:
-            self.server.shutdown()
-            self.server.server_close()
-
-    def note(self, method, path, kind, model_name=None):
-        with self.lock:
-            self.requests_log.append((method, path, kind))
-            if kind == "main":
-                self.main_requests += 1
-            elif kind == "side":
-                self.side_requests += 1
-        if kind not in ("main",):
-            self.log(f"gemini_api: {method} {path} -> {kind}")
 
     def model_info(self, name):
         return {

@@ -31,6 +31,8 @@ MAX_RETRIES = 2
 # The most tool calls one conversation makes (a runaway loop ends here).
 MAX_TOOL_CALLS = 40
 FINAL_TEXT = "All done."
+# What the user types: the policy, not the prompt, decides the calls.
+PROMPT = "Call the slow tool as instructed."
 
 TASK_ID = re.compile(r"taskId\W{0,4}([A-Za-z0-9][A-Za-z0-9_.:-]{7,})")
 WAIT_ARGS = re.compile(r"tasklift_wait`? with (\{[^{}]*\})")

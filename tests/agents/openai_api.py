@@ -40,22 +40,21 @@ items joined with "\n". The Responses API has no error flag on a tool output, so
 `is_error` is False (the policy reads the words).
 
 Requests offering no `slow` tool (titles, summaries, compaction) get a short
-plain answer and are not recorded. Bodies may be gzip-compressed; zstd cannot be
-decoded with the standard library, so Codex's `enable_request_compression`
-feature must be off (it only applies to OpenAI's own endpoints anyway).
+plain answer and are not recorded. Bodies may be gzip-compressed (undone by
+standin.Handler, as deflate is); zstd cannot be decoded with the standard
+library, so Codex's `enable_request_compression` feature must be off (it only
+applies to OpenAI's own endpoints anyway).
+
+HTTP plumbing (handler base, server, counters): standin.py.
 """
 
-import gzip
 import json
 import os
-import sys
-import threading
 import time
-import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import model
+import standin
 
 
 def offered_tools(body):
@@ -134,19 +133,6 @@ def tool_results(body, call_tools=None):
     return results, raw
 
 
-class QuietServer(ThreadingHTTPServer):
-    """A threading HTTP server that does not print a traceback when the client
-    hangs up first (Codex drops connections it no longer needs)."""
-
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
-
-
 def usage(inp=10, out=5):
     return {
         "input_tokens": inp,
@@ -157,12 +143,14 @@ def usage(inp=10, out=5):
     }
 
 
-class OpenAIStandIn:
+class OpenAIStandIn(standin.StandIn):
     """The HTTP server; `start()` runs it in a thread, `url` is its base URL
     (ending in /v1)."""
 
+    label = "openai_api"
+
     def __init__(self, recorder, log=print, model_name="stand-in", dump_dir=None, code_mode_prefix=None):
-        self.recorder = recorder
+        super().__init__(recorder, log)
         # Code mode (Codex with a model whose metadata says `tool_mode:
         # code_mode_only`): MCP tools are not functions but `tools.PREFIX<tool>`
         # inside the JavaScript of one custom tool, `exec`. With a prefix (Codex:
@@ -171,17 +159,10 @@ class OpenAIStandIn:
         self.code_mode_prefix = code_mode_prefix
         self.call_tools = {}  # call id -> logical tool, for the calls this stand-in made
         self.dump_dir = dump_dir  # if set, every request body is written there
-        self.log = log
         self.model_name = model_name
-        self.lock = threading.Lock()
         self.seq = 0
         self.calls = 0  # function calls answered
-        self.main_requests = 0
-        self.side_requests = 0
-        self.requests_log = []  # (method, path, kind)
         self.raw_outputs = []  # the function_call_output `output`s of the longest main request
-        self.server = None
-        self.thread = None
 
     # -- the policy --
     def answer(self, body):
@@ -244,24 +225,23 @@ class OpenAIStandIn:
             item["namespace"] = found[0]
         return "main", [item]
 
-    def message_item(self, text):
+    def next_seq(self):
         with self.lock:
             self.seq += 1
-            n = self.seq
+            return self.seq
+
+    def message_item(self, text):
         return {
             "type": "message",
-            "id": f"msg_standin_{n}",
+            "id": f"msg_standin_{self.next_seq()}",
             "role": "assistant",
             "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}],
         }
 
     def response_obj(self, body, status, output):
-        with self.lock:
-            self.seq += 1
-            n = self.seq
         return {
-            "id": f"resp_standin_{n}",
+            "id": f"resp_standin_{self.next_seq()}",
             "object": "response",
             "created_at": int(time.time()),
             "status": status,
@@ -325,87 +305,39 @@ class OpenAIStandIn:
     def start(self):
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, fmt, *args):  # quiet
-                pass
-
-            def _body(self):
-                n = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(n) if n else b""
-                enc = (self.headers.get("content-encoding") or "").lower()
-                try:
-                    if enc == "gzip":
-                        raw = gzip.decompress(raw)
-                    elif enc == "deflate":
-                        raw = zlib.decompress(raw)
-                    elif enc:
-                        stand_in.log(f"openai_api: cannot decode content-encoding {enc!r}")
-                        return {}
-                    return json.loads(raw or b"{}")
-                except (ValueError, OSError, zlib.error) as e:
-                    stand_in.log(f"openai_api: unreadable body on {self.path}: {e}")
-                    return {}
-
-            def _json(self, obj, status=200):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(standin.Handler):
             def do_GET(self):
                 path = urlsplit(self.path).path.rstrip("/")
                 if path.endswith("/models"):
                     stand_in.note("GET", self.path, "models")
-                    return self._json(stand_in.models())
+                    return self.send_json(stand_in.models())
                 stand_in.note("GET", self.path, "unknown")
-                return self._json({})
+                return self.send_json({})
 
             def do_POST(self):
                 path = urlsplit(self.path).path.rstrip("/")
-                body = self._body()
+                body = self.read_json()
                 stand_in.dump(self.command, self.path, self.headers, body)
                 if not path.endswith("/responses"):
                     stand_in.note("POST", self.path, "unknown")
-                    return self._json({})
+                    return self.send_json({})
                 kind, output = stand_in.answer(body)
                 stand_in.note("POST", self.path, kind)
                 if body.get("stream") is False:
-                    return self._json(stand_in.response_obj(body, "completed", output))
-                data = "".join(
-                    f"event: {name}\ndata: {json.dumps(payload)}\n\n" for name, payload in stand_in.events(body, output)
-                ).encode()
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    return self.send_json(stand_in.response_obj(body, "completed", output))
+                data = b"".join(standin.sse_frame(payload, name) for name, payload in stand_in.events(body, output))
+                self.send(200, data, "text/event-stream", [("cache-control", "no-cache")])
 
             def do_DELETE(self):
                 stand_in.note("DELETE", self.path, "unknown")
-                return self._json({})
+                return self.send_json({})
 
-        self.server = QuietServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.serve(Handler)
         return self
 
     @property
-    def port(self):
-        return self.server.server_address[1]
-
-    @property
     def url(self):
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def stop(self):
-        if self.server:
-            self.server.shutdown()
-            self.server.server_close()
+        return self.server.url + "/v1"
 
     def dump(self, method, path, headers, body):
         if not self.dump_dir:
@@ -416,16 +348,6 @@ class OpenAIStandIn:
         os.makedirs(self.dump_dir, exist_ok=True)
         with open(os.path.join(self.dump_dir, f"{n:03d}.json"), "w") as f:
             json.dump({"method": method, "path": path, "headers": dict(headers), "body": body}, f, indent=1)
-
-    def note(self, method, path, kind):
-        with self.lock:
-            self.requests_log.append((method, path, kind))
-            if kind == "main":
-                self.main_requests += 1
-            elif kind == "side":
-                self.side_requests += 1
-        if kind != "main":
-            self.log(f"openai_api: {method} {path} -> {kind}")
 
     def models(self):
         return {

@@ -123,11 +123,7 @@ def run(ctx):
         snap("exit" if exited else "still running after /exit")
         if not exited:
             notes.append("claude had not exited 8 s after /exit; killed")
-        protocol, declares, more = cc.facts(ctx, s)
-        notes += more
-        notes.append(f"model requests: {s.standin.main_requests} main, {s.standin.side_requests} side")
-        return {"client": "claude", "version": ver, "protocol": protocol,
-                "declaresTasks": declares, "notes": notes}
+        return s.report("claude", ver, notes)
     finally:
         tmux("kill-server")
         if pane_pid:

@@ -32,19 +32,18 @@ initialize.json, last-message.txt, codex-home/sessions/... (the rollout).
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import model  # noqa: E402
 import openai_api  # noqa: E402
+import standin  # noqa: E402
 
-PROMPT = "Call the slow tool as instructed."
+PROMPT = model.PROMPT
 MODEL = os.environ.get("CODEX_TEST_MODEL", "stand-in")
 KEY_ENV = "STANDIN_OPENAI_API_KEY"
 
@@ -129,40 +128,24 @@ class McpProbe:
         self.methods = []
         probe = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, fmt, *args):
-                pass
-
-            def _send(self, status, body=b"", ctype="application/json", extra=()):
-                self.send_response(status)
-                if body:
-                    self.send_header("content-type", ctype)
-                for k, v in extra:
-                    self.send_header(k, v)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(standin.Handler):
             def do_GET(self):
-                self._send(405, b'{"error":"no standalone stream"}', extra=[("allow", "POST, DELETE")])
+                self.send(405, b'{"error":"no standalone stream"}', headers=[("allow", "POST, DELETE")])
 
             def do_DELETE(self):
-                self._send(200)
+                self.send(200)
 
             def do_POST(self):
-                n = int(self.headers.get("content-length") or 0)
                 try:
-                    msg = json.loads(self.rfile.read(n) or b"{}")
+                    msg = json.loads(self.read_body() or b"{}")
                 except ValueError:
-                    return self._send(400, b'{"error":"bad json"}')
+                    return self.send(400, b'{"error":"bad json"}')
                 if isinstance(msg, list):  # a batch (old protocol versions)
                     msg = msg[0] if msg else {}
                 method = msg.get("method")
                 probe.methods.append(method)
                 if "id" not in msg or method is None:  # a notification or response
-                    return self._send(202)
+                    return self.send(202)
                 if method == "initialize":
                     params = msg.get("params") or {}
                     if probe.initialize is None:
@@ -184,18 +167,16 @@ class McpProbe:
                 else:
                     result, extra = {}, []
                 body = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode()
-                self._send(200, body, extra=extra)
+                self.send(200, body, headers=extra)
 
-        self.server = openai_api.QuietServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = standin.serve(Handler, lambda msg: log(f"codex probe: {msg}"))
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}/mcp"
+        return self.server.url + "/mcp"
 
     def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 def declares_tasks(params):
@@ -204,19 +185,6 @@ def declares_tasks(params):
     caps = (params or {}).get("capabilities") or {}
     ext = caps.get("extensions") or {}
     return "io.modelcontextprotocol/tasks" in ext or "tasks" in caps
-
-
-def stop(proc):
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=5)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
 
 
 def server_version(stderr, skip="probe"):
@@ -235,11 +203,7 @@ def server_version(stderr, skip="probe"):
 def tool_calls(jsonl_path):
     """The MCP tool calls `codex exec --json` reported (item.completed events)."""
     calls = []
-    for line in jsonl_path.read_text(errors="replace").splitlines():
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
+    for ev in standin.json_lines(jsonl_path):
         item = ev.get("item") or {}
         if ev.get("type") == "item.completed" and item.get("type") == "mcp_tool_call":
             calls.append(item)
@@ -298,21 +262,17 @@ def run(ctx):
     (work / "command.txt").write_text(" ".join(cmd) + "\n")
     budget = max(10.0, ctx.deadline_s - (time.monotonic() - started) - 5)
     stdout_path, stderr_path = work / "codex.stdout.jsonl", work / "codex.stderr.log"
-    with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
-        proc = subprocess.Popen(cmd, cwd=project, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True)
-        try:
-            proc.wait(timeout=budget)
-        except subprocess.TimeoutExpired:
-            notes.append(f"codex did not finish within {budget:.0f}s; killed")
-            ctx.log(f"codex: killed at the deadline ({budget:.0f}s)")
-        finally:
-            stop(proc)
-            stand_in.stop()
-            probe.stop()
-    ctx.log(f"codex: exit {proc.returncode} after {time.monotonic() - started:.1f}s; "
+    try:
+        rc, late = standin.run_to_deadline(cmd, budget, stdout_path, stderr_path, cwd=project, env=env)
+    finally:
+        stand_in.stop()
+        probe.stop()
+    if late:
+        notes.append(f"codex did not finish within {budget:.0f}s; killed")
+        ctx.log(f"codex: killed at the deadline ({budget:.0f}s)")
+    ctx.log(f"codex: exit {rc} after {time.monotonic() - started:.1f}s; "
             f"model requests {stand_in.requests_log}")
-    notes.append(f"codex exit code {proc.returncode}")
+    notes.append(f"codex exit code {rc}")
     notes.append(f"model requests: {stand_in.main_requests} main, {stand_in.side_requests} side")
 
     stderr = stderr_path.read_text(errors="replace")

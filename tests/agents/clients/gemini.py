@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -49,8 +48,10 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import gemini_api  # noqa: E402
+import model  # noqa: E402
+import standin  # noqa: E402
 
-PROMPT = "Call the slow tool as instructed."
+PROMPT = model.PROMPT
 MODEL = os.environ.get("GEMINI_TEST_MODEL", "gemini-2.5-pro")  # "auto" exercises the router
 FAKE_KEY = "AIzaSy-fake-key-for-the-stand-in-000000"
 
@@ -252,25 +253,6 @@ def settings(mcp_url, timeout_ms, loop_detection=True):
     }
 
 
-def kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
 def run(ctx):
     started = time.monotonic()
     end = started + max(20.0, ctx.deadline_s - 10)
@@ -311,18 +293,10 @@ def run(ctx):
         cmd = [node, str(entry), "--model", MODEL, "--approval-mode", "yolo", "--output-format", "stream-json",
                "-p", PROMPT]
         ctx.log(f"gemini: {' '.join(cmd)} (stand-in {api.url}, MCP via relay {relay_url} -> {ctx.mcp_url})")
-        with open(workdir / "gemini.stdout", "w") as out, open(workdir / "gemini.stderr", "w") as err:
-            proc = subprocess.Popen(
-                cmd, env=env, cwd=project, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True,
-            )
-            try:
-                rc = proc.wait(timeout=max(1.0, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                notes.append(f"killed at the deadline ({ctx.deadline_s}s budget)")
-            finally:
-                kill_group(proc)
-                rc = proc.returncode if rc is None else rc
+        rc, late = standin.run_to_deadline(cmd, max(1.0, end - time.monotonic()), workdir / "gemini.stdout",
+                                           workdir / "gemini.stderr", env=env, cwd=project)
+        if late:
+            notes.append(f"killed at the deadline ({ctx.deadline_s}s budget)")
         ctx.log(f"gemini: exited {rc} after {time.monotonic() - started:.1f}s")
     finally:
         relay.close()

@@ -17,49 +17,36 @@ mapped to the policy's logical names with `model.logical_name`.
 import json
 import os
 import pathlib
-import signal
-import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 
 import model  # noqa: E402
+import standin  # noqa: E402
 
 SCRIPT = HERE / "mastra-agent.mjs"
-PROMPT = "Call the slow tool as instructed."
+PROMPT = model.PROMPT
 
 
 def serve_model(ctx):
     """Start the scripted model on 127.0.0.1 (a thread); returns the server."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(standin.Handler):
         def log_message(self, fmt, *args):
             ctx.log("mastra model: " + fmt % args)
 
-        def answer(self, doc, status=200):
-            body = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
         def do_GET(self):
             ctx.log(f"mastra model: unexpected GET {self.path}")
-            self.answer({"error": "unknown path"}, 404)
+            self.send_json({"error": "unknown path"}, 404)
 
         def do_POST(self):
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length)
+            req = self.read_json()
             if self.path != "/next":
-                ctx.log(f"mastra model: unexpected POST {self.path}: {raw[:200]!r}")
-                self.answer({"error": "unknown path"}, 404)
+                ctx.log(f"mastra model: unexpected POST {self.path}: {json.dumps(req)[:200]}")
+                self.send_json({"error": "unknown path"}, 404)
                 return
-            req = json.loads(raw or b"{}")
             exposed = req.get("tools") or []
             results = [
                 model.Result(model.logical_name(r["tool"]), r.get("text", ""), bool(r.get("isError")))
@@ -74,19 +61,16 @@ def serve_model(ctx):
                 name = next((t for t in exposed if model.logical_name(t) == tool), tool)
                 doc = {"action": "call", "tool": name, "args": args}
             ctx.log(f"mastra model: after {len(results)} results -> {json.dumps(doc)}")
-            self.answer(doc)
+            self.send_json(doc)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return standin.serve(Handler, lambda msg: ctx.log(f"mastra model: {msg}"))
 
 
 def run(ctx):
     workdir = pathlib.Path(ctx.workdir)
     notes = []
     server = serve_model(ctx)
-    model_url = f"http://127.0.0.1:{server.server_address[1]}"
+    model_url = server.url
     facts_file = workdir / "facts.json"
     env = dict(
         os.environ,
@@ -102,27 +86,17 @@ def run(ctx):
         MASTRA_TELEMETRY_DISABLED="1",
     )
     started = time.monotonic()
-    with open(workdir / "mastra-agent.log", "w") as out:
-        proc = subprocess.Popen(
-            [str(ctx.node22), str(SCRIPT)],
-            cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=max(10, ctx.deadline_s - 5))
-        except subprocess.TimeoutExpired:
-            notes.append(f"killed at the deadline ({ctx.deadline_s}s)")
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            server.shutdown()
-            server.server_close()
-    ctx.log(f"mastra: agent exited {proc.returncode} after {time.monotonic() - started:.1f}s")
-    if proc.returncode:
-        notes.append(f"mastra-agent.mjs exited with {proc.returncode} (see {workdir}/mastra-agent.log)")
+    try:
+        # At the deadline, SIGKILL at once (grace=0).
+        rc, late = standin.run_to_deadline([str(ctx.node22), str(SCRIPT)], max(10, ctx.deadline_s - 5),
+                                           workdir / "mastra-agent.log", grace=0, cwd=workdir, env=env)
+    finally:
+        server.stop()
+    if late:
+        notes.append(f"killed at the deadline ({ctx.deadline_s}s)")
+    ctx.log(f"mastra: agent exited {rc} after {time.monotonic() - started:.1f}s")
+    if rc:
+        notes.append(f"mastra-agent.mjs exited with {rc} (see {workdir}/mastra-agent.log)")
     facts = json.loads(facts_file.read_text()) if facts_file.exists() else {}
     for e in facts.get("errors", []):
         notes.append(f"error: {json.dumps(e)}")
