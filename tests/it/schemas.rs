@@ -257,6 +257,12 @@ fn caps(tasks: bool) -> Value {
     c
 }
 
+/// A `tools/call` from a client without the tasks extension (it can be asked
+/// for elicitation), its answer.
+async fn plain_call(h: &Harness, id: u64, tool: &str, args: Value) -> Value {
+    call(h, id, tool, args, caps(false), json!({})).await
+}
+
 /// A modern `tools/call` with these capabilities (and extra params), its answer.
 async fn call(h: &Harness, id: u64, tool: &str, args: Value, caps: Value, extra: Value) -> Value {
     let tasks = caps.get("extensions").is_some();
@@ -619,7 +625,6 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
     })
     .await;
     let mut ck = Check::new();
-    let plain = caps(false);
     let tool_result = |ck: &mut Check, m: &Value, want: Answer, what: &str| {
         answer_is(m, want, what);
         ck.result(Modern, (Modern, "CallToolResult"), m, what);
@@ -640,7 +645,7 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
     }
 
     // Still running, then the tool's own result.
-    let m = call(&h, 2, "job", json!({}), plain.clone(), json!({})).await;
+    let m = plain_call(&h, 2, "job", json!({})).await;
     tool_result(
         &mut ck,
         &m,
@@ -648,40 +653,16 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
         "still-running answer (past the threshold)",
     );
     let job = handle_of(&m);
-    let m = call(
-        &h,
-        3,
-        "tasklift_wait",
-        wait_call(&job, 0.2),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 3, "tasklift_wait", wait_call(&job, 0.2)).await;
     tool_result(&mut ck, &m, Answer::Running, "tasklift_wait: still running");
-    let m = call(
-        &h,
-        4,
-        "tasklift_wait",
-        wait_call("no-such-task", 0.0),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 4, "tasklift_wait", wait_call("no-such-task", 0.0)).await;
     tool_result(
         &mut ck,
         &m,
         Answer::ToolError,
         "tasklift_wait: unknown taskId",
     );
-    let m = call(
-        &h,
-        5,
-        "tasklift_cancel",
-        json!({"taskId": "no-such-task"}),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 5, "tasklift_cancel", json!({"taskId": "no-such-task"})).await;
     tool_result(
         &mut ck,
         &m,
@@ -689,15 +670,7 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
         "tasklift_cancel: unknown taskId",
     );
     gate.notify_one();
-    let m = call(
-        &h,
-        6,
-        "tasklift_wait",
-        wait_call(&job, 20.0),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 6, "tasklift_wait", wait_call(&job, 20.0)).await;
     tool_result(
         &mut ck,
         &m,
@@ -711,7 +684,7 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
         .enumerate()
     {
         let id = 10 + 2 * i as u64;
-        let m = call(&h, id, tool, json!({}), plain.clone(), json!({})).await;
+        let m = plain_call(&h, id, tool, json!({})).await;
         tool_result(
             &mut ck,
             &m,
@@ -719,15 +692,7 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
             &format!("still-running answer ({tool})"),
         );
         let task = handle_of(&m);
-        let m = call(
-            &h,
-            id + 1,
-            "tasklift_wait",
-            wait_call(&task, 20.0),
-            plain.clone(),
-            json!({}),
-        )
-        .await;
+        let m = plain_call(&h, id + 1, "tasklift_wait", wait_call(&task, 20.0)).await;
         tool_result(
             &mut ck,
             &m,
@@ -737,57 +702,17 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
     }
 
     // Cancelled through tasklift_cancel.
-    let m = call(
-        &h,
-        20,
-        "slow_compute",
-        json!({"seconds": 60}),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 20, "slow_compute", json!({"seconds": 60})).await;
     let slow = handle_of(&m);
-    let m = call(
-        &h,
-        21,
-        "tasklift_cancel",
-        json!({"taskId": slow}),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 21, "tasklift_cancel", json!({"taskId": slow})).await;
     tool_result(&mut ck, &m, Answer::Done, "tasklift_cancel: cancelled");
-    let m = call(
-        &h,
-        22,
-        "tasklift_cancel",
-        json!({"taskId": slow}),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 22, "tasklift_cancel", json!({"taskId": slow})).await;
     tool_result(&mut ck, &m, Answer::Any, "tasklift_cancel: already ended");
-    let m = call(
-        &h,
-        23,
-        "tasklift_wait",
-        wait_call(&slow, 20.0),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 23, "tasklift_wait", wait_call(&slow, 20.0)).await;
     tool_result(&mut ck, &m, Answer::ToolError, "tasklift_wait: cancelled");
 
     // A question: MRTR for a client that can elicit, words for one that cannot.
-    let m = call(
-        &h,
-        30,
-        "confirm_delete",
-        json!({"filename": "c.txt"}),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 30, "confirm_delete", json!({"filename": "c.txt"})).await;
     tool_result(
         &mut ck,
         &m,
@@ -795,15 +720,7 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
         "still-running answer (a task at once)",
     );
     let asking = handle_of(&m);
-    let m = call(
-        &h,
-        31,
-        "tasklift_wait",
-        wait_call(&asking, 20.0),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 31, "tasklift_wait", wait_call(&asking, 20.0)).await;
     assert_eq!(m["result"]["resultType"], "input_required", "{m}");
     ck.result(
         Modern,
@@ -825,7 +742,7 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
         32,
         "tasklift_wait",
         wait_call(&asking, 20.0),
-        plain.clone(),
+        caps(false),
         retry,
     )
     .await;
@@ -835,15 +752,7 @@ async fn modern_tool_handle_answers_are_valid_call_tool_results() {
         Answer::Done,
         "tasklift_wait: the result after MRTR",
     );
-    let m = call(
-        &h,
-        33,
-        "confirm_delete",
-        json!({"filename": "d.txt"}),
-        plain.clone(),
-        json!({}),
-    )
-    .await;
+    let m = plain_call(&h, 33, "confirm_delete", json!({"filename": "d.txt"})).await;
     let mute = handle_of(&m);
     let m = call(
         &h,
