@@ -14,9 +14,10 @@
 //! tests assert, for each client and mode (the defaults, `tool_handles`, `detach`),
 //! what the model was handed and how many times the upstream ran the tool.
 //!
-//! A binary of its own, so cargo runs it after the other suites, not beside them:
-//! the clients are heavy processes and the integration tests time things. Skipped
-//! (failing under `CI`) when the clients are not installed.
+//! A binary of its own: cargo runs test binaries one after another, so it never
+//! runs beside the integration suite (the clients are heavy processes and the
+//! integration tests time things). Skipped (failing under `CI`) when the clients
+//! are not installed.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
