@@ -50,7 +50,7 @@ impl Config {
             ));
         }
         if !self.server.listen.ip().is_loopback() && self.auth.mode == AuthMode::None {
-            out.push(format!("auth.mode = \"none\" on {} (not loopback): whoever reaches it can call every tool and read any task whose id they hold; keep it behind something that authenticates callers, or set an auth mode", self.server.listen));
+            out.push(format!("auth.mode = \"none\" on an address other than loopback ({}): whoever reaches it can call every tool and read any task whose id they hold; keep it behind something that authenticates callers, or set an auth mode", self.server.listen));
         }
         out
     }

@@ -93,7 +93,7 @@ fn check_config_prints_the_effective_configuration() {
 }
 
 #[test]
-fn check_config_warns_that_detach_without_a_principal_cancels_unmatchable_calls() {
+fn check_config_warns_of_detach_without_a_principal_and_auth_none_beyond_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let body = "[[upstreams]]\nurl = \"http://127.0.0.1:9/mcp\"\non_disconnect = \"detach\"\n";
     let file = write(dir.path(), "d.toml", body);
@@ -122,6 +122,16 @@ fn check_config_warns_that_detach_without_a_principal_cancels_unmatchable_calls(
         "{}",
         text(&out.stdout)
     );
+    // auth none beyond loopback: the same warning serve logs (the container
+    // check looks for it in the image's log).
+    let file = write(
+        dir.path(),
+        "open.toml",
+        "[server]\nlisten = \"0.0.0.0:8080\"\n[[upstreams]]\nurl = \"http://127.0.0.1:9/mcp\"\n",
+    );
+    let out = run(&["check-config", &file], Duration::from_secs(30));
+    let want = "# warning: auth.mode = \"none\" on an address other than loopback (0.0.0.0:8080)";
+    assert!(text(&out.stdout).contains(want), "{}", text(&out.stdout));
 }
 
 #[test]
