@@ -939,6 +939,45 @@ async fn v2_http_list_fast_call_errors_and_a_2mb_result() {
 /// `_meta` last), where a result parsed and serialized again by tasklift would
 /// have its keys sorted (`_meta` first). The SDK puts its serverInfo in `_meta` on
 /// every result, which passes too.
+/// A 2025 session gets results as the server gives a 2025 client: the SDK's
+/// per-result serverInfo (`_meta`, a 2026-07-28 field it sends only to 2026
+/// clients) is not on them, while the content is the server's.
+#[tokio::test]
+async fn v2_http_a_2025_session_gets_no_per_result_server_info() {
+    let Some(b) = bed(V2, Http, |_| {}).await else {
+        return;
+    };
+    let (c, init) = crate::wire::LegacyClient::start(&b.h.url, "2025-11-25", json!({})).await;
+    assert!(init["serverInfo"].is_object(), "{init}");
+    for (id, method, params) in [
+        (
+            2,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "old"}}),
+        ),
+        (3, "tools/list", json!({})),
+    ] {
+        let r = c.request(id, method, params).await;
+        let v = crate::legacy_front::all_messages(&r)
+            .into_iter()
+            .find(|m| m.get("id") == Some(&json!(id)))
+            .unwrap_or_else(|| panic!("{method}: no answer: {}", r.body));
+        let result = &v["result"];
+        assert!(result.is_object(), "{method}: {v}");
+        assert!(result.get("resultType").is_none(), "{method}: {v}");
+        assert!(
+            result
+                .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
+                .is_none(),
+            "{method}: {v}"
+        );
+        if method == "tools/call" {
+            assert_eq!(result["content"][0]["text"], "old", "{v}");
+        }
+    }
+    b.stop().await;
+}
+
 #[tokio::test]
 async fn v2_http_a_plain_result_passes_as_the_servers_bytes() {
     let Some(b) = bed(V2, Http, |_| {}).await else {

@@ -55,14 +55,22 @@ pub fn modernize(s: &ClientSession, mut req: Request) -> Request {
     req
 }
 
-/// A message as a legacy client should see it: no `resultType`, and no cache hints
-/// on the results of list and read methods.
+/// A message as a legacy client should see it: no `resultType`, no cache hints
+/// on the results of list and read methods, and no per-result serverInfo (a
+/// 2026-07-28 server puts it in every result's `_meta`; a 2025 client learned it
+/// from `initialize`, and the server itself sends it only to 2026 clients).
 pub fn legacy_shape(method: &str, mut msg: Value) -> Value {
     if let Some(Value::Object(r)) = msg.get_mut("result") {
         r.remove("resultType");
         if mcp::is_cacheable_method(method) {
             r.remove("ttlMs");
             r.remove("cacheScope");
+        }
+        if let Some(Value::Object(m)) = r.get_mut("_meta") {
+            m.remove(mcp::META_SERVER_INFO);
+            if m.is_empty() {
+                r.remove("_meta");
+            }
         }
     }
     if let Some(Value::Object(p)) = msg.get_mut("params") {
