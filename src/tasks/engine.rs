@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use super::call::{Control, Parked, StopReason, SyncCall, TaskSpec};
-use super::handles::{self, Handle, Waiter};
+use super::handles::{Handle, Waiter};
 use super::input::{StateSealer, STATE_PREFIX};
 use super::Clock;
 use crate::config::{NonTaskClients, OnDisconnect, ToolMode, ToolPolicy};
@@ -261,21 +261,18 @@ impl Engine {
         // The retry of a detached call is found by this key; a call without one
         // (no principal, legacy session or idempotency key tells its caller apart)
         // is never detached: its retry would run the tool a second time.
+        // (`serve` and `check-config` say so at start for auth none, the only
+        // mode where a call can lack all three.)
         let replay = (!declares && policy.on_disconnect == OnDisconnect::Detach)
-            .then(|| handles::replay_key(&ctx, upstream.name(), &req))
+            .then(|| super::detach::replay_key(&ctx, upstream.name(), &req))
             .flatten();
-        let detach = policy.on_disconnect == OnDisconnect::Detach
-            && (replay.is_some() || policy.non_task_clients == NonTaskClients::ToolHandles || {
-                handles::warn_unmatchable(upstream.name());
-                false
-            });
         // A client without the extension never gets a CreateTaskResult: past the
         // threshold it gets a tool-level handle, or waits on the task (detach).
         let handle = if declares {
             Handle::Extension
         } else if policy.non_task_clients == NonTaskClients::ToolHandles {
             Handle::Tool
-        } else if detach && policy.mode != ToolMode::Required {
+        } else if replay.is_some() && policy.mode != ToolMode::Required {
             Handle::Join
         } else if policy.mode == ToolMode::Required {
             let tool = req.str_param("name").unwrap_or_default();
@@ -287,9 +284,13 @@ impl Engine {
         let mut eligible =
             (declares || handle != Handle::Extension) && policy.mode != ToolMode::Never;
         let waiter = || Waiter::new(&req, &ctx, upstream.name());
+        let who = super::Caller {
+            principal: &ctx.principal,
+            upstream: upstream.name(),
+        };
         // An answer to questions asked while the caller waited on the task.
         if handle != Handle::Extension {
-            match self.answer_waited(&req, &waiter()).await {
+            match self.answer_waited(&req, who).await {
                 Ok(None) => {}
                 Ok(Some(id)) => return self.join(id, waiter(), Duration::ZERO),
                 Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into()))),
@@ -298,10 +299,6 @@ impl Engine {
         // The retry of an identical call that became a task: that task's answer.
         let replay = replay.filter(|_| eligible);
         if let Some(key) = &replay {
-            let who = super::Caller {
-                principal: &ctx.principal,
-                upstream: upstream.name(),
-            };
             if let Some(rec) = self.replayable(key, who).await {
                 return self.replay(rec, waiter(), handle);
             }

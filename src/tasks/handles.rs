@@ -1,15 +1,11 @@
-//! Slow calls for clients that never declared the tasks extension, which must
-//! never be answered with a `CreateTaskResult`:
-//!
-//! - **Tool-level handles** (`non_task_clients = "tool_handles"`): past its
-//!   threshold such a call answers a normal, successful `CallToolResult` saying the
-//!   job still runs, with its task id; the listing offers `tasklift_wait` and
-//!   `tasklift_cancel`, which wait for the stored task or stop it.
-//! - **Detach and replay** (`on_disconnect = "detach"`): past its threshold a
-//!   synchronous call becomes a task its caller waits on ([`Engine::join`]), so a
-//!   caller that goes away leaves it running; a retry of the identical call (same
-//!   caller, tool and arguments, or the same `_meta` idempotency key) joins it, or
-//!   gets its stored result, instead of running the tool again.
+//! Tool-level handles for clients that never declared the tasks extension, which
+//! must never be answered with a `CreateTaskResult` (`non_task_clients =
+//! "tool_handles"`): past its threshold such a call answers a normal, successful
+//! `CallToolResult` saying the job still runs, with its task id; the listing
+//! offers `tasklift_wait` and `tasklift_cancel`, which wait for the stored task
+//! or stop it. Also what every waiter on a task shares ([`Waiter`],
+//! [`Engine::wait_on`], questions asked through a session or MRTR), which
+//! `detach.rs` uses for callers that keep waiting on their call's task.
 //!
 //! Waiting goes through [`Engine::get`], so a task is found only by the caller
 //! that created it, on its upstream, exactly as `tasks/get` finds it.
@@ -26,7 +22,6 @@ pub(super) use super::call::Handle;
 use super::input::check_allowed;
 use super::Engine;
 use crate::config::UpstreamConfig;
-use crate::observe::metrics::Replay;
 use crate::reply::{Reply, StreamItem};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
 use crate::upstream::{CallContext, ClientPeer};
@@ -37,20 +32,15 @@ use tasklift_protocol::mcp;
 pub const WAIT_TOOL: &str = "tasklift_wait";
 /// The tool that cancels a tool-level handle's task.
 pub const CANCEL_TOOL: &str = "tasklift_cancel";
-/// The `_meta` key a client may set to name a call for replay: calls with the same
-/// key (and caller, upstream and tool) are one call, whatever their arguments.
-pub const IDEMPOTENCY_KEY: &str = "tasklift/idempotencyKey";
 /// `requestState` of input asked while a client waits on a task (MRTR): the task
 /// id follows. Not sealed: it names a task only its owner can answer.
 pub const WAIT_STATE_PREFIX: &str = "tlw1.";
 /// A waiter reads the record again at least this often (a task another replica
 /// runs changes without this process publishing it).
 const RECHECK: Duration = Duration::from_secs(1);
-/// The principal of every caller when `auth.mode = "none"`.
-const ANONYMOUS: &str = "anonymous";
 
 /// What waiting on a task saw.
-enum Waited {
+pub(super) enum Waited {
     /// It ended.
     Done(TaskRecord),
     /// It waits for answers.
@@ -90,14 +80,14 @@ impl Waiter {
         }
     }
 
-    fn who(&self) -> Caller<'_> {
+    pub(super) fn who(&self) -> Caller<'_> {
         Caller {
             principal: &self.principal,
             upstream: &self.upstream,
         }
     }
 
-    fn answer(&self, outcome: jsonrpc::Outcome) -> Value {
+    pub(super) fn answer(&self, outcome: jsonrpc::Outcome) -> Value {
         jsonrpc::response_from(self.id.as_ref(), outcome)
     }
 }
@@ -195,7 +185,7 @@ pub(super) fn still_running(rec: &TaskRecord, poll: u64, needs: Option<&str>) ->
 
 /// What a finished task gives a model through `tasklift_wait`: the tool's own
 /// result, or a tool error saying how it failed.
-fn finished_result(rec: &TaskRecord) -> Value {
+pub(super) fn finished_result(rec: &TaskRecord) -> Value {
     match (&rec.outcome, rec.status()) {
         (Some(TaskOutcome::Result(r)), TaskStatus::Completed) => {
             let mut r = r.clone();
@@ -231,22 +221,6 @@ fn finished_result(rec: &TaskRecord) -> Value {
     }
 }
 
-/// What a finished task gives a synchronous caller waiting on it: what the call
-/// itself would have answered.
-fn finished_outcome(rec: &TaskRecord) -> jsonrpc::Outcome {
-    match &rec.outcome {
-        Some(TaskOutcome::Result(r)) => Ok(r.clone()),
-        Some(TaskOutcome::Error(e)) => Err(RpcError::from_value(e)),
-        None => Err(RpcError::new(
-            INTERNAL_ERROR,
-            format!(
-                "the call was cancelled: {}",
-                rec.status_message.as_deref().unwrap_or("no reason given")
-            ),
-        )),
-    }
-}
-
 /// The questions of an `input_required` task, in words.
 fn questions(rec: &TaskRecord) -> String {
     let asks: Vec<String> = rec
@@ -279,70 +253,22 @@ async fn changed(changes: &mut broadcast::Receiver<TaskRecord>, id: &str) {
     }
 }
 
-/// The digest naming a call for replay: who called which tool on which upstream,
-/// with which arguments or idempotency key. `None` when the call cannot be told
-/// apart from another caller's: without authentication every caller is the same
-/// principal, so only a legacy session's own calls, or a client's own key, count.
-pub(super) fn replay_key(ctx: &CallContext, upstream: &str, req: &Request) -> Option<String> {
-    use sha2::{Digest, Sha256};
-    let tool = req.str_param("name").unwrap_or_default();
-    let key = req
-        .meta()
-        .and_then(|m| m.get(IDEMPOTENCY_KEY))
-        .and_then(Value::as_str)
-        .filter(|k| !k.is_empty());
-    let session = ctx.session.as_ref().map(|s| s.id.as_str());
-    if key.is_none() && ctx.principal == ANONYMOUS && session.is_none() {
-        return None;
-    }
-    let mut h = Sha256::new();
-    for part in [ctx.principal.as_str(), upstream, tool] {
-        h.update(part.as_bytes());
-        h.update([0]);
-    }
-    if ctx.principal == ANONYMOUS && key.is_none() {
-        h.update(b"session\0");
-        h.update(session.unwrap_or_default().as_bytes());
-        h.update([0]);
-    }
-    match key {
-        Some(k) => {
-            h.update(b"key\0");
-            h.update(k.as_bytes());
-        }
-        None => {
-            // serde_json's maps are ordered: the same arguments give the same text.
-            let args = req.params.get("arguments").cloned().unwrap_or(Value::Null);
-            h.update(b"args\0");
-            h.update(args.to_string().as_bytes());
-        }
-    }
-    Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Say once per upstream, in the log, that a detached call could not be detached.
-pub(super) fn warn_unmatchable(upstream: &str) {
-    static WARNED: std::sync::LazyLock<dashmap::DashSet<String>> =
-        std::sync::LazyLock::new(Default::default);
-    if WARNED.len() < 1024 && WARNED.insert(upstream.to_string()) {
-        tracing::warn!(
-            upstream,
-            "on_disconnect = \"detach\": a call came without anything that tells its caller apart (an authenticated principal, a legacy session or a tasklift/idempotencyKey), so its retry could never be matched to it; it is cancelled when its client leaves, as with \"cancel\", rather than run twice (said once per upstream)"
-        );
-    }
-}
-
 impl Engine {
-    /// Wait on a task until it ends, asks for input, or `until` passes.
-    async fn wait_on(
+    /// Wait on a task until it ends, asks for input, or `until` passes; `seen`
+    /// is its record as just read, if the caller has it.
+    pub(super) async fn wait_on(
         &self,
         id: &str,
         who: Caller<'_>,
         until: Instant,
+        mut seen: Option<TaskRecord>,
     ) -> Result<Waited, TaskError> {
         let mut changes = self.subscribe();
         loop {
-            let rec = self.get(id, who).await?;
+            let rec = match seen.take() {
+                Some(rec) => rec,
+                None => self.get(id, who).await?,
+            };
             match rec.status() {
                 s if s.is_terminal() => return Ok(Waited::Done(rec)),
                 TaskStatus::InputRequired => return Ok(Waited::Input(rec)),
@@ -361,7 +287,7 @@ impl Engine {
 
     /// Ask a legacy client the task's questions as its own requests on `tx`, and
     /// give the task its answers.
-    async fn ask_peer(
+    pub(super) async fn ask_peer(
         &self,
         peer: &ClientPeer,
         rec: &TaskRecord,
@@ -413,7 +339,7 @@ impl Engine {
 
     /// Whether this waiter can be asked the task's questions with an MRTR
     /// `InputRequiredResult`: a caller without a session that declared what each needs.
-    fn mrtr_possible(w: &Waiter, rec: &TaskRecord) -> bool {
+    pub(super) fn mrtr_possible(w: &Waiter, rec: &TaskRecord) -> bool {
         w.peer.is_none()
             && !rec.input_requests.is_empty()
             && rec.input_requests.values().all(|r| {
@@ -427,7 +353,7 @@ impl Engine {
 
     /// The MRTR answer carrying a task's questions; the retry's `requestState`
     /// names the task ([`WAIT_STATE_PREFIX`]).
-    fn input_required(w: &Waiter, rec: &TaskRecord) -> Value {
+    pub(super) fn input_required(w: &Waiter, rec: &TaskRecord) -> Value {
         w.answer(Ok(json!({
             "resultType": "input_required",
             "inputRequests": rec.input_requests,
@@ -440,7 +366,7 @@ impl Engine {
     pub(super) async fn answer_waited(
         &self,
         req: &Request,
-        w: &Waiter,
+        who: Caller<'_>,
     ) -> Result<Option<String>, TaskError> {
         let Some(id) = req
             .str_param("requestState")
@@ -448,66 +374,8 @@ impl Engine {
         else {
             return Ok(None);
         };
-        self.update(id, w.who(), input_responses(req)).await?;
+        self.update(id, who, input_responses(req)).await?;
         Ok(Some(id.to_string()))
-    }
-
-    /// A synchronous caller waits on task `id` (detached, or a replay joining it):
-    /// keep-alives until the task ends, then what the call would have answered. Its
-    /// questions go to the caller (a legacy session's own requests, or MRTR). The
-    /// caller going away leaves the task running. It had waited `already` on the
-    /// call before: how long it stays in all is learned ([`super::patience`]).
-    pub(super) fn join(self: &Arc<Self>, id: String, w: Waiter, already: Duration) -> Reply {
-        let (tx, rx) = mpsc::channel(32);
-        let engine = self.clone();
-        let started = Instant::now();
-        tokio::spawn(async move {
-            loop {
-                let until = Instant::now() + engine.keepalive;
-                let waited = tokio::select! {
-                    _ = tx.closed() => {
-                        tracing::debug!(task.id = %id, "a caller waiting on a detached call went away; the call runs on");
-                        engine.patience.gave_up(&w.client, already + started.elapsed());
-                        return;
-                    }
-                    w = engine.wait_on(&id, w.who(), until) => w,
-                };
-                let msg = match waited {
-                    Ok(Waited::Running(_)) => {
-                        if tx.send(StreamItem::KeepAlive).await.is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    Ok(Waited::Done(rec)) => {
-                        engine
-                            .patience
-                            .stayed(&w.client, already + started.elapsed());
-                        w.answer(finished_outcome(&rec))
-                    }
-                    Ok(Waited::Input(rec)) => match &w.peer {
-                        Some(peer) => match engine.ask_peer(peer, &rec, &w, &tx).await {
-                            Ok(()) => continue,
-                            Err(e) => w.answer(Err(e)),
-                        },
-                        None if Self::mrtr_possible(&w, &rec) => Self::input_required(&w, &rec),
-                        // Never reached: the driver admits only questions this
-                        // caller's capabilities allow. Keep waiting for its TTL.
-                        None => {
-                            if tx.send(StreamItem::KeepAlive).await.is_err() {
-                                return;
-                            }
-                            tokio::time::sleep(engine.keepalive).await;
-                            continue;
-                        }
-                    },
-                    Err(e) => w.answer(Err(e.into())),
-                };
-                let _ = tx.send(StreamItem::Message(msg)).await;
-                return;
-            }
-        });
-        Reply::Stream(rx)
     }
 
     /// `tasklift_wait`: wait for the caller's task as long as its client is known
@@ -524,7 +392,7 @@ impl Engine {
         let started = Instant::now();
         let w = Waiter::new(&req, ctx, &cfg.name);
         let args = req.params.get("arguments").cloned().unwrap_or_default();
-        let answered = match self.answer_waited(&req, &w).await {
+        let answered = match self.answer_waited(&req, w.who()).await {
             Ok(id) => id,
             Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, None)))),
         };
@@ -548,10 +416,13 @@ impl Engine {
             .and_then(Value::as_u64)
             .unwrap_or(1)
             .min(1 << 32);
-        let threshold = match self.get(&id, w.who()).await {
-            Ok(rec) => cfg.policy(&rec.tool).threshold,
+        // The record read here for the tool's threshold is the wait's first look.
+        let rec = match self.get(&id, w.who()).await {
+            Ok(rec) => rec,
             Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, Some(&id))))),
         };
+        let threshold = cfg.policy(&rec.tool).threshold;
+        let mut seen = Some(rec);
         let wait = self
             .patience
             .wait_for(&w.client, threshold, requested, self.max_wait);
@@ -566,7 +437,7 @@ impl Engine {
                         engine.patience.gave_up(&w.client, started.elapsed());
                         return;
                     }
-                    w = engine.wait_on(&id, w.who(), until) => w,
+                    w = engine.wait_on(&id, w.who(), until, seen.take()) => w,
                 };
                 let result = match waited {
                     Ok(Waited::Running(_)) if Instant::now() < deadline => {
@@ -639,53 +510,6 @@ impl Engine {
             Err(e) => unknown(&e, Some(&id)),
         };
         Reply::Json(w.answer(Ok(result)))
-    }
-
-    /// A call's retry found the task of an identical earlier call (`on_disconnect =
-    /// "detach"`): the task, unless it failed or was cancelled (then the tool runs
-    /// again).
-    pub(super) async fn replayable(&self, key: &str, who: Caller<'_>) -> Option<TaskRecord> {
-        let store = self.store().replays()?;
-        let id = match store.recall_call(key, self.clock().now_ms()).await {
-            Ok(id) => id?,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not look up a retried call; it runs again");
-                return None;
-            }
-        };
-        let rec = self.get(&id, who).await.ok()?;
-        match rec.status() {
-            TaskStatus::Failed | TaskStatus::Cancelled => None,
-            _ => Some(rec),
-        }
-    }
-
-    /// Answer a replayed call from the earlier call's task: as a tool-level handle
-    /// (its result, or the still-running answer), or by joining it.
-    pub(super) fn replay(self: &Arc<Self>, rec: TaskRecord, w: Waiter, handle: Handle) -> Reply {
-        let done = rec.status().is_terminal();
-        self.metrics()
-            .replayed(if done { Replay::Stored } else { Replay::Joined });
-        tracing::info!(task.id = %rec.id, tool = %rec.tool, stored = done, "an identical call was replayed instead of running again");
-        match handle {
-            Handle::Tool if done => Reply::Json(w.answer(Ok(finished_result(&rec)))),
-            Handle::Tool => {
-                self.metrics().tool_handle();
-                Reply::Json(w.answer(Ok(still_running(&rec, 1, None))))
-            }
-            _ => self.join(rec.id, w, Duration::ZERO),
-        }
-    }
-
-    /// Index a new task under its call's replay key, for the replay window.
-    pub(super) async fn remember_call(&self, key: &str, rec: &TaskRecord, window: Duration) {
-        let Some(store) = self.store().replays() else {
-            return;
-        };
-        let until = rec.created_at_ms + window.as_millis() as u64;
-        if let Err(e) = store.remember_call(key, &rec.id, until).await {
-            tracing::warn!(task.id = %rec.id, error = %e, "could not index the call for replay; a retry will run it again");
-        }
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod api;
 mod call;
+mod detach;
 mod driver;
 pub mod engine;
 pub mod handles;

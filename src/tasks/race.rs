@@ -455,11 +455,11 @@ impl Engine {
             id: sc.id.clone(),
             peer: sc.session.clone(),
             caps: sc.caps.clone(),
-            client: sc
-                .origin
-                .as_ref()
-                .map(|(_, req, ctx)| super::handles::client_key(req, ctx))
-                .unwrap_or_default(),
+            // Only a caller that keeps waiting (detach) is learned from.
+            client: match (&sc.origin, spec.handle) {
+                (Some((_, req, ctx)), Handle::Join) => super::handles::client_key(req, ctx),
+                _ => String::new(),
+            },
         };
         tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, handle = ?spec.handle, "call became a task");
         let owner = Driver {
