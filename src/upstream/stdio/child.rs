@@ -311,7 +311,7 @@ impl Pool {
         }
         let note = json!({"jsonrpc": "2.0", "method": mcp::method::INITIALIZED});
         conn.stdin
-            .send(note.to_string().into())
+            .send(note.to_string())
             .await
             .map_err(|_| "stdin closed")?;
         Ok((Era::Legacy, init))

@@ -11,22 +11,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::Conn;
-
-/// A line for the child's stdin, and who wants to know whether it was written
-/// (a call: a line that never reached a live child may go to another).
-pub(super) struct Line {
-    text: String,
-    written: Option<tokio::sync::oneshot::Sender<bool>>,
-}
-
-impl From<String> for Line {
-    fn from(text: String) -> Self {
-        Line {
-            text,
-            written: None,
-        }
-    }
-}
 use crate::upstream::{CallEvent, Era};
 use tasklift_protocol::jsonrpc::Outcome;
 
@@ -36,7 +20,7 @@ impl Conn {
         self.era.get().unwrap_or(&Era::Legacy)
     }
 
-    pub(super) fn new(stdin: mpsc::Sender<Line>) -> Self {
+    pub(super) fn new(stdin: mpsc::Sender<String>) -> Self {
         Self {
             era: std::sync::OnceLock::new(),
             info: std::sync::OnceLock::new(),
@@ -55,8 +39,8 @@ impl Conn {
     }
 
     /// Register a call and write it; events arrive on the returned receiver. An
-    /// error when its line did not reach the child (its stdin is closed: it has
-    /// exited, or is exiting): the call was never seen, and is forgotten here.
+    /// error when its stdin is closed (the child has exited, or is exiting): the
+    /// call was never seen, and is forgotten here.
     pub(super) async fn send(
         &self,
         msg: Value,
@@ -74,12 +58,7 @@ impl Conn {
             self.tokens.insert(t.clone(), id);
         }
         self.pending.insert(id, (tx, token));
-        let (wtx, wrx) = tokio::sync::oneshot::channel();
-        let line = Line {
-            text: msg.to_string(),
-            written: Some(wtx),
-        };
-        if self.stdin.send(line).await.is_err() || wrx.await != Ok(true) {
+        if self.stdin.send(msg.to_string()).await.is_err() {
             self.forget(id);
             return Err("its stdin is closed".into());
         }
@@ -139,24 +118,20 @@ impl Conn {
 
 /// Write lines to the child's stdin until the channel closes or a write fails
 /// (the child has exited: a broken pipe). Then `conn` is closed, so no call picks
-/// it, and every line not written says so to whoever waits on it.
+/// it and a call's send fails at once (it goes to the next child); lines already
+/// queued are dropped, and their calls fail when the exit is reaped (see
+/// `send.rs` for those that never reached a live child).
 pub(super) async fn write_lines(
     mut stdin: tokio::process::ChildStdin,
-    mut rx: mpsc::Receiver<Line>,
+    mut rx: mpsc::Receiver<String>,
     conn: std::sync::Arc<Conn>,
 ) {
     while let Some(line) = rx.recv().await {
-        let mut buf = line.text.into_bytes();
+        let mut buf = line.into_bytes();
         buf.push(b'\n');
-        let ok = stdin.write_all(&buf).await.is_ok() && stdin.flush().await.is_ok();
-        if let Some(w) = line.written {
-            let _ = w.send(ok);
-        }
-        if !ok {
+        if stdin.write_all(&buf).await.is_err() || stdin.flush().await.is_err() {
             conn.closed.store(true, Ordering::Relaxed);
             rx.close();
-            // Dropping what is queued tells its waiters it was not written.
-            while rx.try_recv().is_ok() {}
             return;
         }
     }

@@ -97,7 +97,7 @@ struct Conn {
     /// Its `server/discover` result (modern) or `initialize` result (legacy).
     info: std::sync::OnceLock<Value>,
     /// Lines to write to stdin.
-    stdin: mpsc::Sender<conn::Line>,
+    stdin: mpsc::Sender<String>,
     /// Calls in flight by upstream id, with their progress token.
     pending: DashMap<u64, (mpsc::Sender<CallEvent>, Option<String>)>,
     /// Whose call each pending one is (log lines are only relayed within one caller).
@@ -281,7 +281,7 @@ impl Upstream for StdioUpstream {
         Box::pin(async move {
             let conn = self.inner.ready().await?;
             let msg = wire_message(req, conn.era(), None);
-            let _ = conn.stdin.send(msg.to_string().into()).await;
+            let _ = conn.stdin.send(msg.to_string()).await;
             Ok(())
         })
     }

@@ -44,11 +44,7 @@ pub(super) async fn read_lines(stdout: tokio::process::ChildStdout, conn: Arc<Co
                 // Liveness, not a question for any client.
                 let _ = conn
                     .stdin
-                    .send(
-                        jsonrpc::response(Some(&id), &Ok(json!({})))
-                            .to_string()
-                            .into(),
-                    )
+                    .send(jsonrpc::response(Some(&id), &Ok(json!({}))).to_string())
                     .await;
             }
             Route::Stray | Route::Refused | Route::Forbidden(_) => {}
@@ -127,11 +123,7 @@ impl Channel for Conn {
         let stdin = self.stdin.clone();
         let reply_id = id.clone();
         Some(Box::new(move |outcome| {
-            let _ = stdin.try_send(
-                jsonrpc::response(Some(&reply_id), &outcome)
-                    .to_string()
-                    .into(),
-            );
+            let _ = stdin.try_send(jsonrpc::response(Some(&reply_id), &outcome).to_string());
         }))
     }
 }

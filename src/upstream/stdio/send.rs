@@ -104,7 +104,7 @@ fn canceller(current: Arc<Mutex<(Arc<Conn>, u64)>>) -> Canceller {
         if conn.forget(id) {
             let _ = conn
                 .stdin
-                .try_send(cancelled_notification(&json!(id)).to_string().into());
+                .try_send(cancelled_notification(&json!(id)).to_string());
         }
     }))
 }
