@@ -49,11 +49,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { file, overrides } => {
-            match load(Some(&file), &overrides).and_then(|r| r.validate().map(|_| r)) {
-                Ok(raw) => {
+            match load(Some(&file), &overrides).and_then(|r| r.validate().map(|c| (r, c))) {
+                // The raw form prints; the valid one knows what to warn about.
+                Ok((raw, valid)) => {
                     println!("# {}: valid.", file.display());
-                    // Validated twice: the raw form prints, the valid one knows the rules.
-                    for w in raw.validate().map(|c| c.warnings()).unwrap_or_default() {
+                    for w in valid.warnings() {
                         println!("# warning: {w}");
                     }
                     println!("# Effective configuration (secrets shown as <redacted>):\n");
