@@ -283,11 +283,21 @@ async fn a_declaring_client_still_gets_real_task_handles() {
     h.stop().await;
 }
 
-/// A plain client that gives up on `slow` after `after` (its connection closes).
-async fn give_up(h: &Harness, args: Value, after: Duration) {
-    let c = plain_as(h, "alice");
-    let r = tokio::time::timeout(after, c.call_tool("slow", args)).await;
+/// `c` sends `tools/call` with `params` and gives up after `after` (its connection
+/// closes) while the call still runs.
+async fn leave(c: &tasklift::tools::client::Client, params: Value, after: Duration) {
+    let r = tokio::time::timeout(after, c.request("tools/call", params)).await;
     assert!(r.is_err(), "the call should still run: {r:?}");
+}
+
+/// The params of a `slow` call with these arguments.
+fn slow_call(args: Value) -> Value {
+    json!({"name": "slow", "arguments": args})
+}
+
+/// Alice's plain client gives up on `slow` after `after`.
+async fn give_up(h: &Harness, args: Value, after: Duration) {
+    leave(&plain_as(h, "alice"), slow_call(args), after).await;
 }
 
 #[tokio::test]
@@ -349,12 +359,7 @@ async fn an_idempotency_key_names_the_call_instead_of_its_arguments() {
         json!({"name": "slow", "arguments": {"seconds": 2, "label": label},
                "_meta": {"tasklift/idempotencyKey": "order-42"}})
     };
-    let first = tokio::time::timeout(
-        Duration::from_millis(1000),
-        c.request("tools/call", keyed("first")),
-    )
-    .await;
-    assert!(first.is_err());
+    leave(&c, keyed("first"), Duration::from_millis(1000)).await;
     let retry = c.request("tools/call", keyed("second")).await.unwrap();
     assert_eq!(text(&retry.result), "slow first done", "{}", retry.result);
     assert_eq!(runs(&h, "slow"), 1);
@@ -409,12 +414,7 @@ async fn without_authentication_replays_by_arguments_stay_within_a_session() {
     let h = Harness::start(slow_server(None), detach).await;
     let args = json!({"seconds": 2, "label": "mine"});
     let c = h.plain_client();
-    let r = tokio::time::timeout(
-        Duration::from_millis(1000),
-        c.call_tool("slow", args.clone()),
-    )
-    .await;
-    assert!(r.is_err());
+    leave(&c, slow_call(args.clone()), Duration::from_millis(1000)).await;
     let other = h.plain_client().call_tool("slow", args).await.unwrap();
     assert_eq!(text(&other.result), "slow mine done");
     assert_eq!(runs(&h, "slow"), 2);
@@ -427,13 +427,8 @@ async fn without_anything_to_match_a_retry_a_detach_call_is_cancelled_not_detach
     // could never be matched to this call, so detaching it would only make the
     // retry run the job a second time. It is cancelled as with "cancel".
     let h = Harness::start(slow_server(None), detach).await;
-    let r = tokio::time::timeout(
-        Duration::from_millis(1000),
-        h.plain_client()
-            .call_tool("slow", json!({"seconds": 3, "label": "lone"})),
-    )
-    .await;
-    assert!(r.is_err(), "the call should still run: {r:?}");
+    let lone = slow_call(json!({"seconds": 3, "label": "lone"}));
+    leave(&h.plain_client(), lone, Duration::from_millis(1000)).await;
     let cancelled = || !h.received("notifications/cancelled").is_empty();
     for _ in 0..100 {
         if cancelled() {
@@ -450,12 +445,12 @@ async fn without_anything_to_match_a_retry_a_detach_call_is_cancelled_not_detach
     // With an idempotency key the same call is detached and its retry joins it.
     let keyed = json!({"name": "slow", "arguments": {"seconds": 2, "label": "keyed"},
         "_meta": {"tasklift/idempotencyKey": "k-1"}});
-    let r = tokio::time::timeout(
+    leave(
+        &h.plain_client(),
+        keyed.clone(),
         Duration::from_millis(1000),
-        h.plain_client().request("tools/call", keyed.clone()),
     )
     .await;
-    assert!(r.is_err(), "the call should still run: {r:?}");
     let retry = h
         .plain_client()
         .request("tools/call", keyed)
