@@ -151,6 +151,16 @@ impl Check {
         self.is(doc, def, &msg["result"], &format!("{what} (result)"));
     }
 
+    /// Either answer a request may validly get (where tasklift's choice is not
+    /// what is checked): an error response, or a result that is a `def` of `doc`.
+    pub fn answer(&mut self, era: Doc, def: (Doc, &str), msg: &Value, what: &str) {
+        if msg.get("error").is_some() {
+            self.error(era, msg, what);
+        } else {
+            self.result(era, def, msg, what);
+        }
+    }
+
     /// A JSON-RPC error response of `era`. For 2026-07-28 its error is also the
     /// schema's own type for its code, where the schema has one (some of those
     /// types are whole responses, some only the error object).
@@ -255,6 +265,12 @@ fn caps(tasks: bool) -> Value {
         c["extensions"] = json!({TASKS_EXT: {}});
     }
     c
+}
+
+/// A `tools/call` from a client that declared the tasks extension (and
+/// elicitation), its answer.
+async fn task_call(h: &Harness, id: u64, tool: &str, args: Value) -> Value {
+    call(h, id, tool, args, caps(true), json!({})).await
 }
 
 /// A `tools/call` from a client without the tasks extension (it can be asked
@@ -379,21 +395,13 @@ async fn modern_task_handles_and_task_methods_match_the_extension() {
     let mut ck = Check::new();
 
     // A call past its threshold, from a declaring client.
-    let m = call(&h, 1, "job", json!({}), caps(true), json!({})).await;
+    let m = task_call(&h, 1, "job", json!({})).await;
     let job = created(&mut ck, &m, "CreateTaskResult (past the threshold)");
     let m = get_until(&h, &job, "working").await;
     check_get(&mut ck, &m, "tasks/get");
 
     // input_required, answered with tasks/update.
-    let m = call(
-        &h,
-        2,
-        "confirm_delete",
-        json!({"filename": "a.txt"}),
-        caps(true),
-        json!({}),
-    )
-    .await;
+    let m = task_call(&h, 2, "confirm_delete", json!({"filename": "a.txt"})).await;
     let asking = created(&mut ck, &m, "CreateTaskResult (a task at once)");
     let m = get_until(&h, &asking, "input_required").await;
     check_get(&mut ck, &m, "tasks/get");
@@ -421,29 +429,13 @@ async fn modern_task_handles_and_task_methods_match_the_extension() {
     check_get(&mut ck, &m, "tasks/get");
 
     // Failed with the upstream's JSON-RPC error.
-    let m = call(
-        &h,
-        4,
-        "protocol_error_job",
-        json!({}),
-        caps(true),
-        json!({}),
-    )
-    .await;
+    let m = task_call(&h, 4, "protocol_error_job", json!({})).await;
     let failing = created(&mut ck, &m, "CreateTaskResult");
     let m = get_until(&h, &failing, "failed").await;
     check_get(&mut ck, &m, "tasks/get");
 
     // Cancelled with tasks/cancel; cancelling again is an error.
-    let m = call(
-        &h,
-        5,
-        "slow_compute",
-        json!({"seconds": 60}),
-        caps(true),
-        json!({}),
-    )
-    .await;
+    let m = task_call(&h, 5, "slow_compute", json!({"seconds": 60})).await;
     let slow = created(&mut ck, &m, "CreateTaskResult (past the threshold)");
     let m = post(&h.url, 6, "tasks/cancel", json!({"taskId": slow}), true)
         .await
@@ -454,16 +446,12 @@ async fn modern_task_handles_and_task_methods_match_the_extension() {
     let m = post(&h.url, 7, "tasks/cancel", json!({"taskId": slow}), true)
         .await
         .response();
-    if m.get("error").is_some() {
-        ck.error(Modern, &m, "tasks/cancel of a cancelled task");
-    } else {
-        ck.result(
-            Modern,
-            (Tasks, "CancelTaskResult"),
-            &m,
-            "tasks/cancel of a cancelled task",
-        );
-    }
+    ck.answer(
+        Modern,
+        (Tasks, "CancelTaskResult"),
+        &m,
+        "tasks/cancel of a cancelled task",
+    );
     h.stop().await;
     ck.done();
 }
@@ -478,17 +466,9 @@ async fn modern_listen_notifications_and_its_closing_result_are_valid() {
     let gate = Arc::new(Notify::new());
     let mut h = demo_with_job(&gate, |_| {}).await;
     let mut ck = Check::new();
-    let m = call(&h, 1, "job", json!({}), caps(true), json!({})).await;
+    let m = task_call(&h, 1, "job", json!({})).await;
     let job = created(&mut ck, &m, "CreateTaskResult");
-    let m = call(
-        &h,
-        2,
-        "confirm_delete",
-        json!({"filename": "b.txt"}),
-        caps(true),
-        json!({}),
-    )
-    .await;
+    let m = task_call(&h, 2, "confirm_delete", json!({"filename": "b.txt"})).await;
     let asking = created(&mut ck, &m, "CreateTaskResult");
     get_until(&h, &asking, "input_required").await;
 
@@ -826,16 +806,12 @@ async fn modern_input_required_results_of_a_plain_call_are_valid() {
         json!({}),
     )
     .await;
-    if m.get("error").is_some() {
-        ck.error(Modern, &m, "sampling the client cannot do");
-    } else {
-        ck.result(
-            Modern,
-            (Modern, "CallToolResult"),
-            &m,
-            "sampling the client cannot do",
-        );
-    }
+    ck.answer(
+        Modern,
+        (Modern, "CallToolResult"),
+        &m,
+        "sampling the client cannot do",
+    );
     h.stop().await;
     ck.done();
 }
@@ -860,76 +836,72 @@ async fn modern_errors_are_valid_json_rpc_errors() {
     let mut ck = Check::new();
     let greet = |id| Post::new(&h.url, id, "tools/call", json!({"name": "greet"}), false);
 
-    let r = post(
-        &h.url,
-        1,
-        "tasks/get",
-        json!({"taskId": "no-such-task"}),
-        true,
-    )
-    .await;
-    ck.error(Modern, &r.response(), "tasks/get of an unknown task");
-    let r = post(
-        &h.url,
-        2,
-        "tasks/cancel",
-        json!({"taskId": "no-such-task"}),
-        true,
-    )
-    .await;
-    ck.error(Modern, &r.response(), "tasks/cancel of an unknown task");
-    let r = post(
-        &h.url,
-        3,
-        "tasks/update",
-        json!({"taskId": "no-such-task", "inputResponses": {}}),
-        true,
-    )
-    .await;
-    let m = r.response();
-    if m.get("error").is_some() {
-        ck.error(Modern, &m, "tasks/update of an unknown task");
-    } else {
-        ck.result(
-            Modern,
-            (Tasks, "UpdateTaskResult"),
-            &m,
-            "tasks/update of an unknown task",
-        );
+    let unknown = json!({"taskId": "no-such-task"});
+    let refused = [
+        (
+            1,
+            "tasks/get",
+            unknown.clone(),
+            true,
+            "tasks/get of an unknown task",
+        ),
+        (
+            2,
+            "tasks/cancel",
+            unknown.clone(),
+            true,
+            "tasks/cancel of an unknown task",
+        ),
+        (
+            4,
+            "tasks/get",
+            unknown,
+            false,
+            "tasks/get without the extension declared",
+        ),
+        (
+            5,
+            "tasks/list",
+            json!({}),
+            true,
+            "tasks/list (not in the extension)",
+        ),
+        (
+            6,
+            "tasks/result",
+            json!({"taskId": "x"}),
+            true,
+            "tasks/result (not in the extension)",
+        ),
+        (
+            7,
+            "initialize",
+            json!({}),
+            true,
+            "initialize on the modern door",
+        ),
+        (8, "ping", json!({}), true, "ping on the modern door"),
+        (
+            9,
+            "subscriptions/listen",
+            json!({"notifications": {"taskIds": ["x"]}}),
+            false,
+            "subscriptions/listen of tasks without the extension",
+        ),
+    ];
+    for (id, method, params, tasks, what) in refused {
+        let r = post(&h.url, id, method, params, tasks).await;
+        ck.error(Modern, &r.response(), what);
     }
-    let r = post(
-        &h.url,
-        4,
-        "tasks/get",
-        json!({"taskId": "no-such-task"}),
-        false,
-    )
-    .await;
-    ck.error(
+    let update = json!({"taskId": "no-such-task", "inputResponses": {}});
+    let m = post(&h.url, 3, "tasks/update", update, true)
+        .await
+        .response();
+    ck.answer(
         Modern,
-        &r.response(),
-        "tasks/get without the extension declared",
-    );
-    let r = post(&h.url, 5, "tasks/list", json!({}), true).await;
-    ck.error(Modern, &r.response(), "tasks/list (not in the extension)");
-    let r = post(&h.url, 6, "tasks/result", json!({"taskId": "x"}), true).await;
-    ck.error(Modern, &r.response(), "tasks/result (not in the extension)");
-    let r = post(&h.url, 7, "initialize", json!({}), true).await;
-    ck.error(Modern, &r.response(), "initialize on the modern door");
-    let r = post(&h.url, 8, "ping", json!({}), true).await;
-    ck.error(Modern, &r.response(), "ping on the modern door");
-    let r = post(
-        &h.url,
-        9,
-        "subscriptions/listen",
-        json!({"notifications": {"taskIds": ["x"]}}),
-        false,
-    )
-    .await;
-    ck.error(
-        Modern,
-        &r.response(),
-        "subscriptions/listen of tasks without the extension",
+        (Tasks, "UpdateTaskResult"),
+        &m,
+        "tasks/update of an unknown task",
     );
 
     // The front door's refusals.
@@ -1029,20 +1001,8 @@ async fn refusals_of_credentials_and_sessions_are_valid_json_rpc_errors() {
     let m = legacy_initialize(&h.url, V25, json!({}), &alice)
         .await
         .json();
-    if m.get("error").is_some() {
-        ck.error(
-            Legacy,
-            &m,
-            "a session past legacy.max_sessions_per_principal (refused, or the oldest evicted)",
-        );
-    } else {
-        ck.result(
-            Legacy,
-            (Legacy, "InitializeResult"),
-            &m,
-            "a session past legacy.max_sessions_per_principal (refused, or the oldest evicted)",
-        );
-    }
+    let what = "a session past legacy.max_sessions_per_principal (refused, or the oldest evicted)";
+    ck.answer(Legacy, (Legacy, "InitializeResult"), &m, what);
     h.stop().await;
     ck.done();
 }
@@ -1057,9 +1017,9 @@ async fn modern_limit_refusals_are_valid_json_rpc_errors() {
     })
     .await;
     let mut ck = Check::new();
-    let m = call(&h, 1, "forever", json!({}), caps(true), json!({})).await;
+    let m = task_call(&h, 1, "forever", json!({})).await;
     let forever = created(&mut ck, &m, "CreateTaskResult");
-    let m = call(&h, 2, "forever", json!({}), caps(true), json!({})).await;
+    let m = task_call(&h, 2, "forever", json!({})).await;
     ck.error(Modern, &m, "too many running tasks");
     let first = post(&h.url, 3, "tasks/get", json!({"taskId": forever}), true).await;
     check_get(&mut ck, &first.response(), "tasks/get");
@@ -1088,7 +1048,7 @@ async fn modern_limit_refusals_are_valid_json_rpc_errors() {
         c.limits.queue_timeout = "300ms".into();
     })
     .await;
-    let m = call(&h, 1, "dump", json!({}), caps(true), json!({})).await;
+    let m = task_call(&h, 1, "dump", json!({})).await;
     let dump = created(&mut ck, &m, "CreateTaskResult");
     let m = get_until(&h, &dump, "failed").await;
     check_get(
@@ -1290,16 +1250,12 @@ async fn legacy_initialize_tasks_and_errors_match_2025_11_25() {
     let m = legacy(&c, 21, "tasks/result", json!({"taskId": "no-such-task"})).await;
     ck.error(Legacy, &m, "tasks/result of an unknown task");
     let m = legacy(&c, 22, "tasks/list", json!({"cursor": "not-a-cursor"})).await;
-    if m.get("error").is_some() {
-        ck.error(Legacy, &m, "tasks/list with a bad cursor");
-    } else {
-        ck.result(
-            Legacy,
-            (Legacy, "ListTasksResult"),
-            &m,
-            "tasks/list with a bad cursor",
-        );
-    }
+    ck.answer(
+        Legacy,
+        (Legacy, "ListTasksResult"),
+        &m,
+        "tasks/list with a bad cursor",
+    );
     let m = legacy(&c, 23, "tasks/update", json!({"taskId": job})).await;
     ck.error(Legacy, &m, "tasks/update (not a 2025-11-25 method)");
     let m = legacy(&c, 24, "initialize", json!({})).await;
