@@ -354,6 +354,17 @@ pub struct RawUpstream {
     /// are attributed exactly, otherwise tasklift refuses them (the client is never
     /// asked on another caller's behalf). Turn on for servers that elicit or sample.
     pub isolate_input: bool,
+    /// stdio: who shares a child process: `shared` (every caller), `principal`
+    /// (each principal gets children of its own) or `session` (each legacy client
+    /// session does; a 2026-07-28 client, having none, gets its principal's). For
+    /// servers that keep state in memory between calls.
+    pub scope: String,
+    /// stdio, with `scope` other than `shared`: a caller's children are stopped
+    /// after this long without a call.
+    pub scope_idle: String,
+    /// stdio, with `scope` other than `shared`: at most this many callers have
+    /// children at once; past it a new caller is refused until one goes idle.
+    pub max_scopes: usize,
     /// stdio: how long to wait for an answer to the `server/discover` probe before
     /// treating the child as a legacy server.
     pub probe_timeout: String,
@@ -410,6 +421,9 @@ impl Default for RawUpstream {
             processes: 1,
             max_processes: 0,
             isolate_input: false,
+            scope: "shared".into(),
+            scope_idle: "10m".into(),
+            max_scopes: 32,
             probe_timeout: "3s".into(),
             shutdown_grace: "3s".into(),
             era: "auto".into(),

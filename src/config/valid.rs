@@ -52,6 +52,21 @@ impl Config {
         if !self.server.listen.ip().is_loopback() && self.auth.mode == AuthMode::None {
             out.push(format!("auth.mode = \"none\" on an address other than loopback ({}): whoever reaches it can call every tool and read any task whose id they hold; keep it behind something that authenticates callers, or set an auth mode", self.server.listen));
         }
+        let shared: Vec<&str> = self
+            .upstreams
+            .iter()
+            .filter(
+                |u| matches!(&u.transport, Transport::Stdio(s) if s.scope == ChildScope::Shared),
+            )
+            .map(|u| u.name.as_str())
+            .collect();
+        if !shared.is_empty() && self.auth.mode != AuthMode::None {
+            out.push(format!(
+                "stdio upstream {} runs with scope = \"shared\" under auth.mode = \"{}\": every principal's calls go to the same child process, so whatever the server keeps in memory between calls (a knowledge graph, a browser, a working directory, a thought history) is shared between them. Set scope = \"principal\" (or \"session\") for a server that keeps state; keep \"shared\" for one that does not.",
+                shared.join(", "),
+                self.auth.mode.name()
+            ));
+        }
         out
     }
 }
@@ -148,6 +163,18 @@ pub enum AuthMode {
     Header(String),
     /// The verified `iss` + `sub` of a bearer JWT.
     Jwt(super::JwtKeys),
+}
+
+impl AuthMode {
+    /// The mode as `auth.mode` names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AuthMode::None => "none",
+            AuthMode::Bearer => "bearer",
+            AuthMode::Header(_) => "header",
+            AuthMode::Jwt(_) => "jwt",
+        }
+    }
 }
 
 /// Validated `[auth]`.
@@ -285,6 +312,17 @@ pub enum Transport {
     Stdio(StdioConfig),
 }
 
+/// Who shares a stdio upstream's child processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildScope {
+    /// Every caller.
+    Shared,
+    /// Callers of one principal.
+    Principal,
+    /// One legacy client session (a 2026-07-28 client: its principal).
+    Session,
+}
+
 /// A stdio upstream's process settings.
 #[derive(Debug, Clone)]
 pub struct StdioConfig {
@@ -300,6 +338,12 @@ pub struct StdioConfig {
     pub max_processes: usize,
     /// At most one call that may ask for input per child.
     pub isolate_input: bool,
+    /// Who shares a child.
+    pub scope: ChildScope,
+    /// A caller's children stop after this long without a call (not `Shared`).
+    pub scope_idle: Duration,
+    /// Most callers with children of their own at once (not `Shared`).
+    pub max_scopes: usize,
     /// `server/discover` probe timeout.
     pub probe_timeout: Duration,
     /// Grace period at shutdown (stdin closed → SIGTERM → SIGKILL).

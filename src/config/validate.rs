@@ -336,6 +336,12 @@ fn validate_upstream(
                     ))
                 }
             }
+            if u.scope != "shared" {
+                return Err(invalid(
+                    key("scope"),
+                    "is for stdio upstreams (command); an HTTP server keeps its callers apart itself, and tasklift opens a legacy server's sessions per caller",
+                ));
+            }
             Transport::Http {
                 url,
                 http2: u.http2,
@@ -354,6 +360,24 @@ fn validate_upstream(
             if u.command[0].is_empty() {
                 return Err(invalid(key("command"), "the program name is empty"));
             }
+            let scope = match u.scope.as_str() {
+                "shared" => ChildScope::Shared,
+                "principal" => ChildScope::Principal,
+                "session" => ChildScope::Session,
+                other => {
+                    return Err(invalid(
+                        key("scope"),
+                        format!("{other:?} must be \"shared\", \"principal\" or \"session\""),
+                    ))
+                }
+            };
+            if u.max_scopes == 0 {
+                return Err(invalid(key("max_scopes"), "must be at least 1"));
+            }
+            let scope_idle = parse_duration(&key("scope_idle"), &u.scope_idle)?;
+            if scope_idle.is_zero() {
+                return Err(invalid(key("scope_idle"), "must be longer than zero"));
+            }
             Transport::Stdio(StdioConfig {
                 command: u.command.clone(),
                 env: u.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
@@ -361,6 +385,9 @@ fn validate_upstream(
                 processes: u.processes,
                 max_processes: u.max_processes.max(u.processes),
                 isolate_input: u.isolate_input,
+                scope,
+                scope_idle,
+                max_scopes: u.max_scopes,
                 probe_timeout: parse_duration(&key("probe_timeout"), &u.probe_timeout)?,
                 shutdown_grace: parse_duration(&key("shutdown_grace"), &u.shutdown_grace)?,
             })

@@ -85,6 +85,17 @@ impl ServerRequest {
         json!({"method": self.method, "params": params})
     }
 
+    /// Run `then` once it has been answered (or dropped unanswered).
+    pub fn then(mut self, then: impl FnOnce() + Send + 'static) -> Self {
+        if let Some(r) = self.responder.take() {
+            self.responder = Some(Box::new(move |outcome| {
+                r(outcome);
+                then();
+            }));
+        }
+        self
+    }
+
     /// Answer it.
     pub fn answer(mut self, outcome: Outcome) {
         if let Some(r) = self.responder.take() {

@@ -55,6 +55,11 @@ pub(super) trait Channel {
     /// What answers the upstream's request `id`; `None` on a channel that may
     /// carry no requests (a modern response stream).
     fn responder(&self, id: &Value) -> Option<Box<dyn FnOnce(Outcome) + Send>>;
+    /// Keep a request no call in flight can answer for a later call of the one
+    /// caller the channel serves, or give it back to be refused.
+    fn park(&self, req: ServerRequest) -> Result<(), ServerRequest> {
+        Err(req)
+    }
 }
 
 /// Where [`route`] sends a message.
@@ -72,6 +77,9 @@ pub(super) enum Route {
     Ping(Value),
     /// A request to the client no call could be proven to own: already refused.
     Refused,
+    /// A request no call in flight could answer, kept for the caller's next call
+    /// (a stdio child serving one caller).
+    Parked,
     /// A request (this method) on a channel that may carry none: ignored.
     Forbidden(String),
 }
@@ -120,17 +128,21 @@ pub(super) fn route<F: Channel>(calls: &F, msg: Msg, upstream: &str) -> Route {
                 None => asker(calls, &params),
             };
             let req = ServerRequest::new(method, params, responder).keyed_by(&id);
-            match owner.map(|c| calls.events(c)) {
-                Ok(Some(tx)) => Route::Call(tx, CallEvent::Input(req)),
-                Ok(None) => {
-                    unattributed(upstream, req, 0);
-                    Route::Refused
+            let n = match owner.map(|c| calls.events(c)) {
+                Ok(Some(tx)) => return Route::Call(tx, CallEvent::Input(req)),
+                Ok(None) => 0,
+                Err(n) => n,
+            };
+            let req = if n == 0 {
+                match calls.park(req) {
+                    Ok(()) => return Route::Parked,
+                    Err(req) => req,
                 }
-                Err(n) => {
-                    unattributed(upstream, req, n);
-                    Route::Refused
-                }
-            }
+            } else {
+                req
+            };
+            unattributed(upstream, req, n);
+            Route::Refused
         }
     }
 }

@@ -134,6 +134,32 @@ fn check_config_warns_of_detach_without_a_principal_and_auth_none_beyond_loopbac
     assert!(text(&out.stdout).contains(want), "{}", text(&out.stdout));
 }
 
+/// A stdio child shared between principals shares whatever the server keeps in
+/// memory: said at start and by check-config, unless each principal has its own.
+#[test]
+fn check_config_warns_of_a_shared_stdio_child_under_an_auth_mode_with_principals() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdio = "[[upstreams]]\nname = \"notes\"\ncommand = [\"notes-server\"]\n";
+    let want = "# warning: stdio upstream notes runs with scope = \"shared\" under auth.mode = \"bearer\"";
+    let bearer = "[auth]\nmode = \"bearer\"\n";
+    for (body, warned) in [
+        (format!("{bearer}{stdio}"), true),
+        (format!("{bearer}{stdio}scope = \"principal\"\n"), false),
+        (format!("{bearer}{stdio}scope = \"session\"\n"), false),
+        // One principal: nothing is shared with anyone else.
+        (stdio.to_string(), false),
+    ] {
+        let file = write(dir.path(), "s.toml", &body);
+        let out = run(&["check-config", &file], Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert_eq!(stdout.contains(want), warned, "{body}\n{stdout}");
+        if !warned {
+            assert!(!stdout.contains("scope = \"shared\" under"), "{stdout}");
+        }
+    }
+}
+
 #[test]
 fn check_config_rejects_bad_values_with_exit_64_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -155,6 +181,18 @@ fn check_config_rejects_bad_values_with_exit_64_naming_the_key() {
         (
             "[[upstreams]]\ncommand = [\"some-server\"]\nhttp2 = true\n",
             "upstreams[0].http2",
+        ),
+        (
+            "[[upstreams]]\ncommand = [\"some-server\"]\nscope = \"user\"\n",
+            "upstreams[0].scope",
+        ),
+        (
+            "[[upstreams]]\nurl = \"http://127.0.0.1:9000/mcp\"\nscope = \"principal\"\n",
+            "upstreams[0].scope",
+        ),
+        (
+            "[[upstreams]]\ncommand = [\"some-server\"]\nscope = \"principal\"\nmax_scopes = 0\n",
+            "upstreams[0].max_scopes",
         ),
     ] {
         let file = write(dir.path(), "bad.toml", body);

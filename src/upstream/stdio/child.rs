@@ -25,6 +25,13 @@ use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 const SETTLE: Duration = Duration::from_secs(3);
 /// Longest wait between restarts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a child serving one caller who has roots gets, once initialized, to
+/// ask for them before its first call is written.
+const GREETING: Duration = Duration::from_millis(500);
+/// How long a caller's child waits, before its `initialize`, for a request of
+/// the caller's saying whether it has roots (the question that started the pool
+/// may carry no capabilities; the call right behind it does).
+const DECIDE_ROOTS: Duration = Duration::from_secs(1);
 /// How long the legacy handshake may take (npx may first download the server).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -87,7 +94,13 @@ impl Pool {
     }
 
     fn spawn(&self) -> std::io::Result<Child> {
-        let program = &self.stdio.command[0];
+        // A caller's own children: `{scope}` names the caller (a file of its own
+        // for a server that keeps its state in one).
+        let fill = |s: &str| match self.scope_id() {
+            Some(id) => s.replace("{scope}", id),
+            None => s.to_string(),
+        };
+        let program = &fill(&self.stdio.command[0]);
         let mut cmd = if setpriv_available() {
             let mut c = Command::new("setpriv");
             c.args(["--pdeathsig", "KILL", "--"]).arg(program);
@@ -95,15 +108,18 @@ impl Pool {
         } else {
             Command::new(program)
         };
-        cmd.args(&self.stdio.command[1..])
-            .envs(self.stdio.env.iter().map(|(k, v)| (k, v)))
+        cmd.args(self.stdio.command[1..].iter().map(|a| fill(a)))
+            .envs(self.stdio.env.iter().map(|(k, v)| (k, fill(v))))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
+        if let Some(id) = self.scope_id() {
+            cmd.env("TASKLIFT_SCOPE", id);
+        }
         if let Some(d) = &self.stdio.cwd {
-            cmd.current_dir(d);
+            cmd.current_dir(fill(&d.to_string_lossy()));
         }
         cmd.spawn()
     }
@@ -182,7 +198,8 @@ impl Pool {
                 });
                 let _ = conn.era.set(era.clone());
                 let _ = conn.info.set(info);
-                tracing::info!(upstream = %name, process = slot.index, pid = pid.unwrap_or(0), ?era, "child process ready");
+                tracing::info!(upstream = %name, process = slot.index, pid = pid.unwrap_or(0), ?era,
+                    scope = self.scope_id().unwrap_or("shared"), "child process ready");
                 slot.conn.send_replace(Some(conn.clone()));
                 let settle = tokio::time::sleep(SETTLE);
                 tokio::pin!(settle);
@@ -269,8 +286,16 @@ impl Pool {
                 self.stdio.probe_timeout
             };
             if let Some(settled) = self.discover(conn, timeout).await {
+                if let Ok((era, _)) = &settled {
+                    self.detected.send_replace(Some(era.clone()));
+                }
                 return settled;
             }
+        }
+        self.detected.send_replace(Some(Era::Legacy));
+        if let Some(o) = &self.owner {
+            let roots = o.has_roots(DECIDE_ROOTS).await;
+            conn.parks_roots.store(roots, Ordering::Relaxed);
         }
         let init = conn
             .ask(
@@ -280,7 +305,7 @@ impl Pool {
                     // What tasklift bridges, as on HTTP: each call's caller decides
                     // what it is actually asked (a caller that cannot answer gets
                     // an error for it, not a question meant for someone else).
-                    "capabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
+                    "capabilities": self.client_capabilities(),
                     "clientInfo": {"name": "tasklift", "version": env!("CARGO_PKG_VERSION")},
                 }),
                 HANDSHAKE_TIMEOUT,
@@ -314,7 +339,30 @@ impl Pool {
             .send(note.to_string())
             .await
             .map_err(|_| "stdin closed")?;
+        if self.claims_roots() {
+            // A server that uses roots asks for them as soon as it is initialized
+            // (the filesystem server narrows its directories to them): let it ask
+            // before the first call is written, so that call carries the question
+            // to the client and runs with the answer, as it would directly.
+            let until = tokio::time::Instant::now() + GREETING;
+            while !conn.has_parked() && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         Ok((Era::Legacy, init))
+    }
+
+    /// What tasklift tells a legacy child it can do for it: elicitation and
+    /// sampling (each call's caller is asked, or the child gets an error), and
+    /// roots only when the child serves one caller who has them. A shared
+    /// child's `roots/list` could not be put to any one caller, and a server keeps
+    /// the roots it is given for every later call, whoever makes it.
+    fn client_capabilities(&self) -> Value {
+        if self.claims_roots() {
+            json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}})
+        } else {
+            json!({"elicitation": {}, "sampling": {}})
+        }
     }
 }
 

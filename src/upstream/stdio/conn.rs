@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::Conn;
-use crate::upstream::{CallEvent, Era};
+use crate::upstream::{related_task, CallEvent, Era, ServerRequest};
 use tasklift_protocol::jsonrpc::Outcome;
 
 impl Conn {
@@ -20,6 +20,7 @@ impl Conn {
         self.era.get().unwrap_or(&Era::Legacy)
     }
 
+    /// A connection writing to `stdin`.
     pub(super) fn new(stdin: mpsc::Sender<String>) -> Self {
         Self {
             era: std::sync::OnceLock::new(),
@@ -35,7 +36,35 @@ impl Conn {
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             changes: tokio::sync::broadcast::channel(64).0,
+            parks_roots: AtomicBool::new(false),
+            parked: std::sync::Mutex::default(),
         }
+    }
+
+    /// Keep a request that no call in flight can answer for the owner's next call
+    /// (`Err` gives it back): only `roots/list`, only on a child that serves one
+    /// caller who has roots. A server asks it as soon as it is initialized, and
+    /// again when told the roots changed, with no call in flight either time.
+    pub(super) fn park(&self, req: ServerRequest) -> Result<(), ServerRequest> {
+        if self.parks_roots.load(Ordering::Relaxed)
+            && req.method == "roots/list"
+            && related_task(&req.params).is_none()
+        {
+            self.parked.lock().expect("parked").push(req);
+            Ok(())
+        } else {
+            Err(req)
+        }
+    }
+
+    /// The requests waiting for the owner's next call.
+    pub(super) fn take_parked(&self) -> Vec<ServerRequest> {
+        std::mem::take(&mut *self.parked.lock().expect("parked"))
+    }
+
+    /// Whether a request is waiting.
+    pub(super) fn has_parked(&self) -> bool {
+        !self.parked.lock().expect("parked").is_empty()
     }
 
     /// Register a call and write it; events arrive on the returned receiver. An

@@ -14,15 +14,20 @@
 //!   `setpriv --pdeathsig KILL` where it exists) die with tasklift. Shutdown closes
 //!   stdin, waits, then SIGTERMs the group, waits, then SIGKILLs it.
 //!
+//! - `scope` decides who shares a pool: every caller (`shared`), or each
+//!   principal or legacy session with a pool of its own (`scopes.rs`).
+//!
 //! This file holds the pool's state and the `Upstream` impl; each concern is a
-//! file of its own: `child.rs` (a child's life: spawn, handshake, restart,
-//! stop), `pool.rs` (which ready child takes a call), `conn.rs` (a live child's
+//! file of its own: `scopes.rs` (whose pool serves a call), `child.rs` (a
+//! child's life: spawn, handshake, restart, stop), `pool.rs` (which ready child
+//! takes a call), `send.rs` (a call written to it), `conn.rs` (a live child's
 //! calls in flight and the writer of its stdin), `reader.rs` (its stdout, routed).
 
 mod child;
 mod conn;
 mod pool;
 mod reader;
+mod scopes;
 mod send;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -40,15 +45,63 @@ use super::{
     UpstreamError, UpstreamFuture,
 };
 use crate::config::{StdioConfig, Transport, UpstreamConfig};
-use tasklift_protocol::jsonrpc::{Outcome, Request};
+use tasklift_protocol::jsonrpc::{Outcome, Request, RpcError};
 use tasklift_protocol::mcp;
 
-/// A stdio upstream: a supervised pool of child processes.
+/// A stdio upstream: supervised pools of child processes (one, or one per caller).
 pub struct StdioUpstream {
-    inner: Arc<Pool>,
+    scopes: Arc<scopes::Scopes>,
+}
+
+/// The one caller a pool serves (`scope` other than `shared`).
+struct Owner {
+    /// Its scope id (`{scope}`, `TASKLIFT_SCOPE`).
+    id: String,
+    /// It declared `roots`: its children are told the client has roots, and their
+    /// `roots/list` goes to it. Unset until a request of the caller's carrying its
+    /// capabilities arrives (the era question that may start the pool has none).
+    roots: std::sync::OnceLock<bool>,
+    /// Signalled when `roots` is set.
+    decided: tokio::sync::Notify,
+}
+
+impl Owner {
+    fn new(id: String, roots: Option<bool>) -> Self {
+        let o = Self {
+            id,
+            roots: std::sync::OnceLock::new(),
+            decided: tokio::sync::Notify::new(),
+        };
+        if let Some(r) = roots {
+            o.decide(r);
+        }
+        o
+    }
+
+    /// Settle `roots` (the first answer stands).
+    fn decide(&self, roots: bool) {
+        if self.roots.set(roots).is_ok() {
+            self.decided.notify_waiters();
+        }
+    }
+
+    /// Whether the caller has roots, waiting up to `GREETING`-like `limit` for a
+    /// request that says; no answer by then is no.
+    async fn has_roots(&self, limit: Duration) -> bool {
+        let decided = self.decided.notified();
+        tokio::pin!(decided);
+        decided.as_mut().enable();
+        if self.roots.get().is_none() {
+            let _ = tokio::time::timeout(limit, decided).await;
+        }
+        self.decide(false);
+        self.roots.get().copied().unwrap_or(false)
+    }
 }
 
 struct Pool {
+    /// The caller it serves, unless shared.
+    owner: Option<Owner>,
     /// Upstream configuration.
     cfg: UpstreamConfig,
     /// Process settings.
@@ -57,6 +110,9 @@ struct Pool {
     slots: Vec<Arc<Slot>>,
     /// Set at shutdown: supervisors stop restarting and stop their children.
     shutdown: watch::Sender<bool>,
+    /// The era a child's handshake found, as soon as it is known (before a
+    /// legacy child's `initialize`, which may wait for its caller's capabilities).
+    detected: watch::Sender<Option<Era>>,
     /// Supervisor tasks, joined at shutdown.
     supervisors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// How many slots have been started (the pool grows with `isolate_input`).
@@ -124,11 +180,18 @@ struct Conn {
     closed: AtomicBool,
     /// Notifications not tied to a call (list changes, resource updates).
     changes: tokio::sync::broadcast::Sender<Value>,
+    /// The child serves one caller who has roots: its `roots/list` with no call
+    /// in flight (a server asks at start, and after `roots/list_changed`) waits
+    /// here for that caller's next call, instead of being refused.
+    parks_roots: AtomicBool,
+    /// Such requests, waiting.
+    parked: Mutex<Vec<super::ServerRequest>>,
 }
 
 impl StdioUpstream {
-    /// Start the pool's supervisors. Children are spawned in the background; calls
-    /// wait for them to be ready.
+    /// Start the upstream: with `scope = "shared"` its pool's supervisors start
+    /// now; otherwise each caller's start on its first request. Children are
+    /// spawned in the background; calls wait for them to be ready.
     pub fn start(cfg: UpstreamConfig) -> Result<Self, UpstreamError> {
         let Transport::Stdio(stdio) = cfg.transport.clone() else {
             return Err(UpstreamError::Unreachable {
@@ -136,6 +199,41 @@ impl StdioUpstream {
                 message: "not a stdio upstream".into(),
             });
         };
+        Ok(Self {
+            scopes: scopes::Scopes::start(cfg, stdio),
+        })
+    }
+
+    /// The pool serving `ctx` (started for it if need be); the error a caller
+    /// gets when `max_scopes` refuses it.
+    fn pool(&self, req: Option<&Request>, ctx: &CallContext) -> Result<Arc<Pool>, RpcError> {
+        let caps = req
+            .and_then(|r| r.meta())
+            .and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES));
+        self.scopes.pool(ctx, caps)
+    }
+
+    /// [`Self::pool`], where an upstream error is wanted.
+    fn pool_or_unreachable(
+        &self,
+        req: Option<&Request>,
+        ctx: &CallContext,
+    ) -> Result<Arc<Pool>, UpstreamError> {
+        self.pool(req, ctx).map_err(|e| UpstreamError::Unreachable {
+            name: self.scopes_name().to_string(),
+            message: e.message,
+        })
+    }
+
+    fn scopes_name(&self) -> &str {
+        self.scopes.name()
+    }
+}
+
+impl Pool {
+    /// A pool of children for `owner` (every caller when `None`), its first
+    /// `processes` starting now.
+    fn start(cfg: UpstreamConfig, stdio: StdioConfig, owner: Option<Owner>) -> Arc<Self> {
         let slots = (0..stdio.max_processes.max(stdio.processes))
             .map(|index| {
                 Arc::new(Slot {
@@ -146,10 +244,12 @@ impl StdioUpstream {
             })
             .collect();
         let pool = Arc::new(Pool {
+            owner,
             cfg,
             stdio,
             slots,
             shutdown: watch::channel(false).0,
+            detected: watch::channel(None).0,
             supervisors: Mutex::default(),
             started: AtomicUsize::new(0),
             choosing: Mutex::new(()),
@@ -157,13 +257,50 @@ impl StdioUpstream {
         for _ in 0..pool.stdio.processes {
             let _ = pool.grow();
         }
-        Ok(Self { inner: pool })
+        pool
     }
-}
 
-impl Pool {
     fn name(&self) -> &str {
         &self.cfg.name
+    }
+
+    /// The owner's scope id, when the pool is one caller's.
+    fn scope_id(&self) -> Option<&str> {
+        self.owner.as_ref().map(|o| o.id.as_str())
+    }
+
+    /// Its children are told the client has roots (known once a child has been
+    /// initialized).
+    fn claims_roots(&self) -> bool {
+        self.owner
+            .as_ref()
+            .is_some_and(|o| o.roots.get() == Some(&true))
+    }
+
+    /// A call (or an upstream task) is in flight on one of its children.
+    fn busy(&self) -> bool {
+        self.slots.iter().any(|s| {
+            s.conn
+                .borrow()
+                .as_ref()
+                .is_some_and(|c| !c.pending.is_empty() || !c.tasks.is_empty())
+        })
+    }
+
+    fn restarts(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| s.health.lock().expect("health").restarts)
+            .sum()
+    }
+
+    /// Stop its supervisors and children, and wait for them.
+    async fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+        let handles = std::mem::take(&mut *self.supervisors.lock().expect("supervisors"));
+        for h in handles {
+            let _ = h.await;
+        }
     }
 }
 
@@ -185,7 +322,8 @@ impl Upstream for StdioUpstream {
         ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Listening> {
         Box::pin(async move {
-            let conn = self.inner.ready().await?;
+            let pool = self.pool_or_unreachable(Some(req), ctx)?;
+            let conn = pool.ready().await?;
             if conn.era() == &Era::Modern {
                 return listen_modern(self, filter, req, ctx).await;
             }
@@ -214,7 +352,7 @@ impl Upstream for StdioUpstream {
                     )
                     .await
                 {
-                    tracing::warn!(upstream = %self.inner.name(), %uri, error = %e, "resources/subscribe failed");
+                    tracing::warn!(upstream = %pool.name(), %uri, error = %e, "resources/subscribe failed");
                 }
             }
             let (tx, rx) = mpsc::channel(64);
@@ -240,22 +378,43 @@ impl Upstream for StdioUpstream {
     }
 
     fn name(&self) -> &str {
-        self.inner.name()
+        self.scopes_name()
     }
 
-    fn era<'a>(&'a self, _ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
+    fn era<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
         Box::pin(async move {
-            let conn = self.inner.ready().await?;
-            Ok(conn.era().clone())
+            // Every child runs the same command: any child's era is the answer,
+            // without starting one for a caller who has none yet.
+            if let Some(p) = self.scopes.existing(ctx) {
+                return Ok(p.ready().await?.era().clone());
+            }
+            if let Some(era) = self.known_era() {
+                return Ok(era);
+            }
+            // The first child: its era is known before a legacy child's
+            // initialize, which waits for the capabilities of the caller's
+            // request right behind this question.
+            let pool = self.pool_or_unreachable(None, ctx)?;
+            let mut detected = pool.detected.subscribe();
+            let found = match tokio::time::timeout(
+                Duration::from_secs(60),
+                detected.wait_for(Option::is_some),
+            )
+            .await
+            {
+                Ok(Ok(era)) => era.clone(),
+                _ => None,
+            };
+            match found {
+                Some(era) => Ok(era),
+                None => Ok(pool.ready().await?.era().clone()),
+            }
         })
     }
 
     fn known_era(&self) -> Option<Era> {
-        // The first live child whose handshake has run.
-        self.inner
-            .slots
-            .iter()
-            .find_map(|s| s.conn.borrow().as_ref().and_then(|c| c.era.get().cloned()))
+        // The era any child's handshake found, now or before.
+        self.scopes.learned_era()
     }
 
     fn call<'a>(
@@ -264,22 +423,35 @@ impl Upstream for StdioUpstream {
         ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, UpstreamCall> {
         Box::pin(async move {
+            let pool = match self.pool(Some(req), ctx) {
+                Ok(p) => p,
+                Err(e) => return Ok(UpstreamCall::failed(e)),
+            };
             let asks = mcp::may_ask(&req.method);
             let task = upstream_task_of(req);
             let caller = caller_key(ctx);
             // A request about an upstream task goes to the child that created it
             // for this caller.
-            let home = task.and_then(|t| self.inner.home_of(t, &caller));
+            let home = task.and_then(|t| pool.home_of(t, &caller));
             match home {
-                Some(conn) => send::to_home(&self.inner, req, &caller, task, conn).await,
-                None => send::to_pool(&self.inner, req, caller, asks, task).await,
+                Some(conn) => send::to_home(&pool, req, &caller, task, conn).await,
+                None => send::to_pool(&pool, req, caller, asks, task).await,
             }
         })
     }
 
-    fn notify<'a>(&'a self, req: &'a Request, _ctx: &'a CallContext) -> UpstreamFuture<'a, ()> {
+    fn notify<'a>(&'a self, req: &'a Request, ctx: &'a CallContext) -> UpstreamFuture<'a, ()> {
         Box::pin(async move {
-            let conn = self.inner.ready().await?;
+            // A caller with no children of its own has nothing to tell them.
+            let Some(pool) = self.scopes.existing(ctx) else {
+                return Ok(());
+            };
+            // Only children told the client has roots hear that they changed (a
+            // shared child was told nothing of any one caller's roots).
+            if req.method == "notifications/roots/list_changed" && !pool.claims_roots() {
+                return Ok(());
+            }
+            let conn = pool.ready().await?;
             let msg = wire_message(req, conn.era(), None);
             let _ = conn.stdin.send(msg.to_string()).await;
             Ok(())
@@ -288,11 +460,15 @@ impl Upstream for StdioUpstream {
 
     fn discover<'a>(
         &'a self,
-        _req: &'a Request,
-        _ctx: &'a CallContext,
+        req: &'a Request,
+        ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Outcome> {
         Box::pin(async move {
-            let conn = match self.inner.pick(false).await {
+            let pool = match self.pool(Some(req), ctx) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(e)),
+            };
+            let conn = match pool.pick(false).await {
                 Ok((c, _)) => c,
                 Err(e) => return Ok(Err(e)),
             };
@@ -311,30 +487,26 @@ impl Upstream for StdioUpstream {
         Box::pin(async {})
     }
 
+    fn end_session<'a>(
+        &'a self,
+        ctx: &'a CallContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        self.scopes.end(ctx);
+        Box::pin(async {})
+    }
+
     fn shutdown<'a>(
         &'a self,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(async move {
-            let _ = self.inner.shutdown.send(true);
-            let handles = std::mem::take(&mut *self.inner.supervisors.lock().expect("supervisors"));
-            for h in handles {
-                let _ = h.await;
-            }
-        })
+        Box::pin(self.scopes.shutdown())
     }
 
     fn restarts(&self) -> Option<u64> {
-        Some(
-            self.inner
-                .slots
-                .iter()
-                .map(|s| s.health.lock().expect("health").restarts)
-                .sum(),
-        )
+        Some(self.scopes.restarts())
     }
 
     fn health(&self) -> Result<(), String> {
-        match self.inner.crash_looping() {
+        match self.scopes.crash_looping() {
             Some(e) => Err(e),
             None => Ok(()),
         }

@@ -47,6 +47,9 @@ pub(super) async fn read_lines(stdout: tokio::process::ChildStdout, conn: Arc<Co
                     .send(jsonrpc::response(Some(&id), &Ok(json!({}))).to_string())
                     .await;
             }
+            Route::Parked => {
+                tracing::debug!(upstream = %name, "the child asked for its caller's roots with no call in flight; kept for that caller's next call");
+            }
             Route::Stray | Route::Refused | Route::Forbidden(_) => {}
         }
     }
@@ -117,6 +120,13 @@ impl Channel for Conn {
             .iter()
             .map(|e| (*e.key(), self.task_calls.get(e.key()).map(|t| t.0.clone())))
             .collect()
+    }
+
+    fn park(
+        &self,
+        req: crate::upstream::ServerRequest,
+    ) -> Result<(), crate::upstream::ServerRequest> {
+        Conn::park(self, req)
     }
 
     fn responder(&self, id: &Value) -> Option<Box<dyn FnOnce(Outcome) + Send>> {

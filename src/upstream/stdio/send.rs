@@ -7,15 +7,16 @@
 //! replacement, once; a call the child answered anything for, or that ran
 //! longer, fails naming the exit, as before.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::{cancelled_notification, Conn, Pool};
-use crate::upstream::{wire_message, CallEvent, Canceller, UpstreamCall};
+use crate::upstream::{wire_message, CallEvent, Canceller, ServerRequest, UpstreamCall};
 use tasklift_protocol::jsonrpc::{Request, RpcError, UPSTREAM_ERROR};
 use tasklift_protocol::mcp;
 
@@ -60,6 +61,10 @@ pub(super) async fn to_pool(
             Ok(picked) => picked,
             Err(e) => return Ok(UpstreamCall::failed(e)),
         };
+        let parked = if asks { conn.take_parked() } else { Vec::new() };
+        if !parked.is_empty() {
+            return Ok(after_answers(pool, req, caller, task, conn, id, parked));
+        }
         match write(req, &caller, asks, task, &conn, id).await {
             Ok(events) => break (conn, id, events),
             // Its stdin was closed: the child has exited.
@@ -90,11 +95,97 @@ pub(super) async fn to_pool(
     })
 }
 
+/// A call to a child that asked its caller something before the call (its roots,
+/// at start): the call carries those questions to the client first, and is
+/// written once they are answered (or dropped unwritten if it ends before).
+fn after_answers(
+    pool: &Arc<Pool>,
+    req: &Request,
+    caller: String,
+    task: Option<&str>,
+    conn: Arc<Conn>,
+    id: u64,
+    parked: Vec<ServerRequest>,
+) -> UpstreamCall {
+    let (tx, rx) = mpsc::channel(64);
+    let current = Arc::new(Mutex::new((conn.clone(), id)));
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let relay = Relay {
+        pool: pool.clone(),
+        req: req.clone(),
+        caller,
+        asks: true,
+        task: task.map(str::to_string),
+        current: current.clone(),
+        written: Instant::now(),
+        resent: false,
+    };
+    let stop = cancelled.clone();
+    tokio::spawn(async move {
+        let mut answered = Vec::new();
+        for q in parked {
+            let (done, wait) = oneshot::channel::<()>();
+            answered.push(wait);
+            let q = q.then(move || {
+                let _ = done.send(());
+            });
+            if tx.send(CallEvent::Input(q)).await.is_err() {
+                conn.forget(id);
+                return;
+            }
+        }
+        for wait in answered {
+            tokio::select! {
+                _ = wait => {}
+                _ = tx.closed() => {
+                    conn.forget(id);
+                    return;
+                }
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            conn.forget(id);
+            return;
+        }
+        let events = match write(
+            &relay.req,
+            &relay.caller,
+            true,
+            relay.task.as_deref(),
+            &conn,
+            id,
+        )
+        .await
+        {
+            Ok(events) => events,
+            Err(why) => {
+                let _ = tx
+                    .send(CallEvent::Done(Err(failed_error(&relay.pool, &why))))
+                    .await;
+                return;
+            }
+        };
+        let mut relay = relay;
+        relay.written = Instant::now();
+        relay.run(events, tx).await;
+    });
+    let forget = canceller(current);
+    UpstreamCall {
+        events: rx.into(),
+        canceller: Canceller::on_cancel(Box::new(move || {
+            cancelled.store(true, Ordering::Relaxed);
+            let mut forget = forget;
+            forget.cancel();
+        })),
+    }
+}
+
+fn failed_error(pool: &Pool, why: &str) -> RpcError {
+    RpcError::new(UPSTREAM_ERROR, format!("upstream {}: {why}", pool.name()))
+}
+
 fn failed(pool: &Pool, why: &str) -> UpstreamCall {
-    UpstreamCall::failed(RpcError::new(
-        UPSTREAM_ERROR,
-        format!("upstream {}: {why}", pool.name()),
-    ))
+    UpstreamCall::failed(failed_error(pool, why))
 }
 
 /// Cancelling forgets the call on the child that has it now, and tells that child.

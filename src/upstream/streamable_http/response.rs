@@ -198,7 +198,7 @@ impl Shared {
                     Route::Forbidden(method) => tracing::warn!(upstream = %name, %method,
                         "a modern upstream sent a request on a response stream, which 2026-07-28 forbids; ignored"),
                     // Everything on a call's own stream is that call's.
-                    Route::Unrelated(_) | Route::Ping(_) | Route::Refused => {}
+                    Route::Unrelated(_) | Route::Ping(_) | Route::Refused | Route::Parked => {}
                 }
             }
             if ended {
