@@ -82,6 +82,9 @@ pub struct Running {
 /// Start tasklift with a validated configuration.
 pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let started = std::time::Instant::now();
+    // The embedded store's free space, against store.min_free_bytes, which
+    // the store tells of writes refused for lack of space.
+    let mut sled_space = None;
     let (store, key, changes, pg): (Arc<dyn TaskStore>, _, _, _) = match &cfg.store.url {
         Some(url) => {
             let pg = PgStore::connect(
@@ -102,7 +105,11 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             (pg.clone(), key, changes, Some(pg))
         }
         None => {
-            let store = SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?;
+            let space =
+                crate::store::space::DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes);
+            let store = SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?
+                .watched(space.clone());
+            sled_space = Some((space, store.clone()));
             let key = match &cfg.auth.hash_key {
                 Some(k) => k.as_bytes().to_vec(),
                 None => {
@@ -124,10 +131,11 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let (tracer, exporter) = tracer(&cfg.telemetry, &metrics)?;
     // The embedded store's free space, against store.min_free_bytes; for
     // PostgreSQL, whether the database refuses writes for lack of space.
-    let disk = Some(match &pg {
-        Some(pg) => pg.space(),
-        None => crate::store::space::DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes),
-    });
+    let disk = match (&pg, &sled_space) {
+        (Some(pg), _) => Some(pg.space()),
+        (None, Some((space, _))) => Some(space.clone()),
+        (None, None) => None,
+    };
     let engine = Engine::new(
         store.clone(),
         EngineSettings {
@@ -215,12 +223,13 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         rx.clone(),
     ))];
     let every = crate::store::space::MEASURE_EVERY;
-    match (pg, disk) {
+    match (pg, sled_space) {
         (Some(pg), _) => background.push(tokio::spawn(pg.watch_space(every, rx.clone()))),
-        (None, Some(d)) => background.push(tokio::spawn(crate::store::space::watch(
-            d,
+        (None, Some((space, store))) => background.push(tokio::spawn(crate::store::space::watch(
+            space,
             every,
             rx.clone(),
+            Some(store),
         ))),
         (None, None) => {}
     }

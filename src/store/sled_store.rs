@@ -38,10 +38,28 @@ use super::{
 /// sled-backed `TaskStore`.
 #[derive(Clone)]
 pub struct SledStore {
-    inner: Arc<Inner>,
+    cell: Arc<Cell>,
+}
+
+/// The open database, replaced in the running process when sled has hit an I/O
+/// error (a full disk): sled keeps its first write error for good, so a handle
+/// that met one takes no write again (see [`SledStore::recover`]).
+struct Cell {
+    /// The open database; `None` only while it is being reopened.
+    current: std::sync::RwLock<Option<Arc<Inner>>>,
+    /// The data directory.
+    data_dir: PathBuf,
+    /// Directory of large result files.
+    results_dir: PathBuf,
+    /// Outcomes above this many bytes go to files.
+    large_result_bytes: usize,
+    /// The data directory's free space, told of writes refused for lack of it.
+    space: std::sync::OnceLock<Arc<super::space::DiskSpace>>,
 }
 
 struct Inner {
+    /// The database (probed by `recover`).
+    db: sled::Db,
     /// Makes writes durable, one `db.flush()` for every writer waiting meanwhile.
     commit: Arc<GroupCommit>,
     /// id -> record JSON.
@@ -52,12 +70,6 @@ struct Inner {
     sessions: sled::Tree,
     /// Replay key -> `until_ms` (big endian) ++ task id (see [`replay_value`]).
     replays: sled::Tree,
-    /// Directory of large result files.
-    results_dir: PathBuf,
-    /// The whole data directory (for disk figures).
-    data_dir: PathBuf,
-    /// Outcomes above this many bytes go to files.
-    large_result_bytes: usize,
     /// Records written but not flushed yet that must not be read before they are
     /// durable (terminal states): a reader waits for the flush.
     flushing: dashmap::DashMap<String, Arc<tokio::sync::Notify>>,
@@ -144,7 +156,7 @@ impl GroupCommit {
             .await
             .map(|r| r.1.clone());
         match result {
-            Ok(r) => r.map_err(StoreError::Db),
+            Ok(r) => r.map_err(flush_err),
             // The sender lives in `self`, which outlives this call.
             Err(_) => Err(StoreError::Db("flush abandoned".into())),
         }
@@ -215,14 +227,53 @@ impl Drop for FlushRun {
     }
 }
 
+/// A full disk, or a full quota: the same write may succeed once space is freed.
+fn is_full(e: &std::io::Error) -> bool {
+    // sled hands back copies of its first error that keep only the kind.
+    matches!(
+        e.raw_os_error(),
+        Some(28 /* ENOSPC */) | Some(122 /* EDQUOT */)
+    ) || matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
 fn db_err(e: sled::Error) -> StoreError {
-    StoreError::Db(e.to_string())
+    match &e {
+        sled::Error::Io(io) if is_full(io) => StoreError::Full(e.to_string()),
+        _ => StoreError::Db(e.to_string()),
+    }
+}
+
+/// A flush's error, as [`GroupCommit`] reports it (a message: sled's
+/// `IO error: Os { code: 28, kind: StorageFull, .. }`, or an io error's own).
+fn flush_err(message: String) -> StoreError {
+    let full = [
+        "os error 28",
+        "os error 122",
+        "code: 28,",
+        "code: 122,",
+        "StorageFull",
+        "QuotaExceeded",
+    ];
+    if full.iter().any(|m| message.contains(m)) {
+        StoreError::Full(message)
+    } else {
+        StoreError::Db(message)
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.display().to_string(),
-        source,
+    move |source| {
+        if is_full(&source) {
+            StoreError::Full(format!("task store file {}: {source}", path.display()))
+        } else {
+            StoreError::Io {
+                path: path.display().to_string(),
+                source,
+            }
+        }
     }
 }
 
@@ -256,69 +307,182 @@ fn expiry_key(expires_at_ms: u64, id: &str) -> Vec<u8> {
     k
 }
 
+/// Open sled in `data_dir/db`, giving back tasklift's reserve (space.rs) if the
+/// disk is too full to open it: the stored tasks are served, and the free-space
+/// watch keeps new tasks out.
+fn open_db(data_dir: &Path) -> Result<Inner, StoreError> {
+    let config = sled::Config::new()
+        .path(data_dir.join("db"))
+        .cache_capacity(64 * 1024 * 1024)
+        .flush_every_ms(Some(200));
+    let db = match config.open() {
+        Err(sled::Error::Io(e)) if is_full(&e) && super::space::give_back_reserve(data_dir) => {
+            tracing::warn!(dir = %data_dir.display(), "the disk is full: gave back the data directory's space reserve to open the task store");
+            config.open()
+        }
+        other => other,
+    }
+    .map_err(|e| match e {
+        sled::Error::Io(io)
+            if io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock") =>
+        {
+            StoreError::InUse {
+                dir: data_dir.display().to_string(),
+                detail: io.to_string(),
+            }
+        }
+        other => db_err(other),
+    })?;
+    let flushed = db.clone();
+    Ok(Inner {
+        commit: GroupCommit::new(Box::new(move || flushed.flush().map(|_| ()))),
+        tasks: db.open_tree("tasks").map_err(db_err)?,
+        expiry: db.open_tree("expiry").map_err(db_err)?,
+        sessions: db.open_tree("sessions").map_err(db_err)?,
+        replays: db.open_tree("replays").map_err(db_err)?,
+        db,
+        flushing: dashmap::DashMap::new(),
+        settled: dashmap::DashMap::new(),
+    })
+}
+
 impl SledStore {
     /// Open (or create) the store in `data_dir`.
     pub fn open(data_dir: &Path, large_result_bytes: usize) -> Result<Self, StoreError> {
         let results_dir = data_dir.join("results");
         std::fs::create_dir_all(&results_dir).map_err(io_err(&results_dir))?;
-        let config = sled::Config::new()
-            .path(data_dir.join("db"))
-            .cache_capacity(64 * 1024 * 1024)
-            .flush_every_ms(Some(200));
-        let db = match config.open() {
-            // A full disk: give back tasklift's reserve (space.rs) and open on it,
-            // to serve the tasks stored; the free-space watch keeps new tasks out.
-            Err(sled::Error::Io(e))
-                if e.raw_os_error() == Some(28)
-                    && super::space::give_back_reserve(data_dir) =>
-            {
-                tracing::warn!(dir = %data_dir.display(), "the disk is full: gave back the data directory's space reserve to open the task store");
-                config.open()
-            }
-            other => other,
-        }
-        .map_err(|e| match e {
-                sled::Error::Io(io)
-                    if io.kind() == std::io::ErrorKind::WouldBlock
-                        || io.to_string().contains("lock") =>
-                {
-                    StoreError::InUse {
-                        dir: data_dir.display().to_string(),
-                        detail: io.to_string(),
-                    }
-                }
-                other => db_err(other),
-            })?;
-        let tasks = db.open_tree("tasks").map_err(db_err)?;
-        let expiry = db.open_tree("expiry").map_err(db_err)?;
-        let sessions = db.open_tree("sessions").map_err(db_err)?;
-        let replays = db.open_tree("replays").map_err(db_err)?;
+        let inner = open_db(data_dir)?;
         let store = Self {
-            inner: Arc::new(Inner {
-                commit: GroupCommit::new(Box::new(move || db.flush().map(|_| ()))),
-                tasks,
-                expiry,
-                sessions,
-                replays,
-                results_dir,
+            cell: Arc::new(Cell {
+                current: std::sync::RwLock::new(Some(Arc::new(inner))),
                 data_dir: data_dir.to_path_buf(),
+                results_dir,
                 large_result_bytes,
-                flushing: dashmap::DashMap::new(),
-                settled: dashmap::DashMap::new(),
+                space: std::sync::OnceLock::new(),
             }),
         };
         store.remove_orphan_files()?;
+        // Whatever the watermark: a disk that fills up later must give back
+        // enough for the store to open again (see space.rs).
+        super::space::keep_reserve_if_room(data_dir);
         Ok(store)
+    }
+
+    /// Report writes refused for lack of space to `space` (no new tasks until
+    /// the store takes writes again), which `space::watch` then probes.
+    pub fn watched(self, space: Arc<super::space::DiskSpace>) -> Self {
+        let _ = self.cell.space.set(space);
+        self
+    }
+
+    /// The open database, or why there is none (it is being reopened).
+    fn inner(&self) -> Result<Arc<Inner>, StoreError> {
+        self.cell
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                StoreError::Full(
+                    "the task store is being reopened after a write error; try again in a moment"
+                        .into(),
+                )
+            })
+    }
+
+    /// A write's result, noting a full disk: the reserve goes to the outcomes of
+    /// running tasks, and no new task is created until the store takes writes
+    /// again (`recover`, from `space::watch`).
+    fn noted<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::Full(m)) = &r {
+            if let Some(space) = self.cell.space.get() {
+                let first = !space.store_refused();
+                space.refused_write(false, m);
+                if first && super::space::give_back_reserve(&self.cell.data_dir) {
+                    tracing::warn!(dir = %self.cell.data_dir.display(), "the disk is full: gave back the data directory's space reserve for the outcomes of running tasks");
+                }
+            }
+        }
+        r
+    }
+
+    /// Whether the store takes writes again after refusing one for lack of space:
+    /// a small write and a flush on the open database; if sled itself met the
+    /// error (it then refuses every write for good), the database is closed and
+    /// opened again, which loses nothing that was acknowledged (every durable
+    /// write was flushed). Reads go on until the reopen, which takes a moment.
+    pub async fn recover(&self) -> Result<(), StoreError> {
+        if let Ok(inner) = self.inner() {
+            let probe = tokio::task::spawn_blocking(move || -> sled::Result<()> {
+                let t = inner.db.open_tree("space-probe")?;
+                t.insert("probe", vec![0u8; 4096])?;
+                t.remove("probe")?;
+                inner.db.flush().map(drop)
+            })
+            .await;
+            match probe {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => {
+                    tracing::info!(error = %e, "the task store still refuses writes; reopening it")
+                }
+                Err(e) => return Err(StoreError::Db(format!("probe task failed: {e}"))),
+            }
+        }
+        self.reopen().await
+    }
+
+    /// Close the database and open it again on the same directory.
+    async fn reopen(&self) -> Result<(), StoreError> {
+        let old = self
+            .cell
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(old) = old {
+            // Calls still holding the old handle end at once (it refuses writes);
+            // sled's file lock goes with its last handle.
+            let gone = Arc::downgrade(&old);
+            drop(old);
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            while gone.strong_count() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+        let dir = self.cell.data_dir.clone();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        let opened = loop {
+            let d = dir.clone();
+            let r = tokio::task::spawn_blocking(move || open_db(&d))
+                .await
+                .map_err(|e| StoreError::Db(format!("reopen task failed: {e}")))
+                .and_then(|r| r);
+            match r {
+                // sled's background thread lets go of the lock a moment later.
+                Err(StoreError::InUse { .. }) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                other => break other,
+            }
+        };
+        let inner = opened?;
+        *self
+            .cell
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(inner));
+        tracing::info!(dir = %dir.display(), "reopened the task store after a write error");
+        Ok(())
     }
 
     /// Delete result files no record refers to, and temporary files: what a crash
     /// between writing a result file and its record (or between deleting a record
     /// and its file) leaves behind. Runs at open, before anything else writes.
     fn remove_orphan_files(&self) -> Result<(), StoreError> {
-        let dir = &self.inner.results_dir;
+        let dir = &self.cell.results_dir;
         let entries = std::fs::read_dir(dir).map_err(io_err(dir))?;
         let mut known = std::collections::HashSet::new();
-        for key in self.inner.tasks.iter().keys() {
+        for key in self.inner()?.tasks.iter().keys() {
             let key = key.map_err(db_err)?;
             known.insert(self.result_path(&String::from_utf8_lossy(&key)));
         }
@@ -341,13 +505,13 @@ impl SledStore {
     }
 
     fn result_path(&self, id: &str) -> PathBuf {
-        result_file(&self.inner.results_dir, id)
+        result_file(&self.cell.results_dir, id)
     }
 
     /// Every record `keep` accepts (with inline outcomes), in key order.
     fn scan(&self, keep: impl Fn(&TaskRecord) -> bool) -> Result<Vec<TaskRecord>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.inner.tasks.iter() {
+        for kv in self.inner()?.tasks.iter() {
             let (k, v) = kv.map_err(db_err)?;
             let rec = self.decode(&String::from_utf8_lossy(&k), &v)?;
             if keep(&rec) {
@@ -365,8 +529,8 @@ impl SledStore {
     }
 
     /// Remember a finished record whose outcome is inline (small by construction).
-    fn settle(&self, rec: &TaskRecord) {
-        let settled = &self.inner.settled;
+    fn settle(inner: &Inner, rec: &TaskRecord) {
+        let settled = &inner.settled;
         if settled.len() >= SETTLED_MAX {
             // The iterator's shard guard must be gone before `remove` locks the
             // shard: in an `if let` scrutinee it would live through the block.
@@ -379,7 +543,8 @@ impl SledStore {
     }
 
     async fn write_record(&self, rec: &TaskRecord, durable: bool) -> Result<(), StoreError> {
-        let inner = &self.inner;
+        let inner = self.inner()?;
+        let inner = &*inner;
         inner.settled.remove(&rec.id);
         let mut stored = rec.clone();
         let outcome = stored.outcome.take();
@@ -388,7 +553,7 @@ impl SledStore {
             let bytes = serde_json::to_vec(&outcome).expect("values serialize");
             // Inline, the outcome adds `,"outcome":` and its JSON to the record.
             let inline_len = json.len() + 11 + bytes.len();
-            if bytes.len() > inner.large_result_bytes || inline_len > SLED_RECORD_MAX {
+            if bytes.len() > self.cell.large_result_bytes || inline_len > SLED_RECORD_MAX {
                 let path = self.result_path(&rec.id);
                 write_file_durably(path, bytes).await?;
             } else {
@@ -433,7 +598,7 @@ impl SledStore {
         drop(hidden);
         let inline = stored.outcome.is_some() || rec.outcome.is_none();
         if durable && rec.status().is_terminal() && inline {
-            self.settle(rec);
+            Self::settle(inner, rec);
         }
         if stale_file {
             let path = self.result_path(&rec.id);
@@ -503,24 +668,25 @@ pub fn dir_size(path: &Path) -> u64 {
 
 impl TaskStore for SledStore {
     fn create<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        Box::pin(self.write_record(rec, true))
+        Box::pin(async move { self.noted(self.write_record(rec, true).await) })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
         Box::pin(async move {
-            if let Some(r) = self.inner.settled.get(id) {
+            let inner = self.inner()?;
+            if let Some(r) = inner.settled.get(id) {
                 return Ok(Some(r.clone()));
             }
             let bytes = loop {
-                let bytes = self.inner.tasks.get(id.as_bytes()).map_err(db_err)?;
+                let bytes = inner.tasks.get(id.as_bytes()).map_err(db_err)?;
                 // A terminal state being flushed is not shown until it is on disk.
-                let Some(n) = self.inner.flushing.get(id).map(|e| e.value().clone()) else {
+                let Some(n) = inner.flushing.get(id).map(|e| e.value().clone()) else {
                     break bytes;
                 };
                 let done = n.notified();
                 tokio::pin!(done);
                 done.as_mut().enable();
-                if self.inner.flushing.contains_key(id) {
+                if inner.flushing.contains_key(id) {
                     done.await;
                 }
             };
@@ -540,24 +706,27 @@ impl TaskStore for SledStore {
                     })?;
                 rec.outcome = Some(outcome);
             } else if rec.status().is_terminal() {
-                self.settle(&rec);
+                Self::settle(&inner, &rec);
             }
             Ok(Some(rec))
         })
     }
 
     fn put<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        Box::pin(self.write_record(rec, rec.status().is_terminal()))
+        Box::pin(
+            async move { self.noted(self.write_record(rec, rec.status().is_terminal()).await) },
+        )
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.inner.settled.remove(id);
-            let removed = self.inner.tasks.remove(id.as_bytes()).map_err(db_err);
-            self.inner.settled.remove(id);
+            let inner = self.inner()?;
+            inner.settled.remove(id);
+            let removed = inner.tasks.remove(id.as_bytes()).map_err(db_err);
+            inner.settled.remove(id);
             if let Some(old) = removed? {
                 if let Ok(rec) = self.decode(id, &old) {
-                    self.inner
+                    inner
                         .expiry
                         .remove(expiry_key(rec.expires_at_ms, id))
                         .map_err(db_err)?;
@@ -575,7 +744,7 @@ impl TaskStore for SledStore {
         Box::pin(async move {
             let mut out = Vec::new();
             for kv in self
-                .inner
+                .inner()?
                 .expiry
                 .range(..expiry_key(now_ms.saturating_add(1), ""))
             {
@@ -621,19 +790,19 @@ impl TaskStore for SledStore {
 
     fn stats(&self) -> StoreFuture<'_, StoreStats> {
         Box::pin(async move {
-            let dir = self.inner.data_dir.clone();
+            let dir = self.cell.data_dir.clone();
             let disk_bytes = tokio::task::spawn_blocking(move || dir_size(&dir))
                 .await
                 .unwrap_or(0);
             Ok(StoreStats {
-                tasks: self.inner.tasks.len() as u64,
+                tasks: self.inner()?.tasks.len() as u64,
                 disk_bytes,
             })
         })
     }
 
     fn flush(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.inner.commit.commit())
+        Box::pin(async move { self.inner()?.commit.commit().await })
     }
 
     fn sessions(&self) -> Option<&dyn SessionStore> {
@@ -658,17 +827,18 @@ impl SessionStore for SledStore {
     fn save_session<'a>(&'a self, rec: &'a SessionRecord) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let json = serde_json::to_vec(rec).expect("records serialize");
-            self.inner
-                .sessions
-                .insert(rec.id.as_bytes(), json)
-                .map_err(db_err)?;
-            self.inner.commit.commit().await
+            let inner = self.inner()?;
+            let r = match inner.sessions.insert(rec.id.as_bytes(), json) {
+                Ok(_) => inner.commit.commit().await,
+                Err(e) => Err(db_err(e)),
+            };
+            self.noted(r)
         })
     }
 
     fn load_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
         Box::pin(async move {
-            match self.inner.sessions.get(id.as_bytes()).map_err(db_err)? {
+            match self.inner()?.sessions.get(id.as_bytes()).map_err(db_err)? {
                 Some(b) => self.session_record(id, &b).map(Some),
                 None => Ok(None),
             }
@@ -679,7 +849,7 @@ impl SessionStore for SledStore {
         Box::pin(async move {
             let mut gone = Vec::new();
             for (id, at) in seen {
-                let Some(b) = self.inner.sessions.get(id.as_bytes()).map_err(db_err)? else {
+                let Some(b) = self.inner()?.sessions.get(id.as_bytes()).map_err(db_err)? else {
                     gone.push(id.clone());
                     continue;
                 };
@@ -691,7 +861,7 @@ impl SessionStore for SledStore {
                 let json = serde_json::to_vec(&rec).expect("records serialize");
                 // Only if nobody dropped or replaced it meanwhile.
                 let _ = self
-                    .inner
+                    .inner()?
                     .sessions
                     .compare_and_swap(id.as_bytes(), Some(b), Some(json))
                     .map_err(db_err)?;
@@ -702,7 +872,7 @@ impl SessionStore for SledStore {
 
     fn drop_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.inner
+            self.inner()?
                 .sessions
                 .remove(id.as_bytes())
                 .map_err(db_err)
@@ -713,7 +883,8 @@ impl SessionStore for SledStore {
     fn purge_sessions(&self, before_ms: u64) -> StoreFuture<'_, usize> {
         Box::pin(async move {
             let mut gone = 0;
-            for kv in self.inner.sessions.iter() {
+            let inner = self.inner()?;
+            for kv in inner.sessions.iter() {
                 let (k, v) = kv.map_err(db_err)?;
                 let id = String::from_utf8_lossy(&k).into_owned();
                 // A record that cannot be read is of no use to anyone: it goes too.
@@ -721,8 +892,7 @@ impl SessionStore for SledStore {
                     .session_record(&id, &v)
                     .map_or(true, |r| r.last_seen_ms < before_ms);
                 if stale
-                    && self
-                        .inner
+                    && inner
                         .sessions
                         .compare_and_swap(&k, Some(v), None as Option<&[u8]>)
                         .map_err(db_err)?
@@ -744,17 +914,21 @@ impl ReplayStore for SledStore {
         until_ms: u64,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.inner
+            let inner = self.inner()?;
+            let r = match inner
                 .replays
                 .insert(key.as_bytes(), replay_value(task_id, until_ms))
-                .map_err(db_err)?;
-            self.inner.commit.commit().await
+            {
+                Ok(_) => inner.commit.commit().await,
+                Err(e) => Err(db_err(e)),
+            };
+            self.noted(r)
         })
     }
 
     fn recall_call<'a>(&'a self, key: &'a str, now_ms: u64) -> StoreFuture<'a, Option<String>> {
         Box::pin(async move {
-            let Some(v) = self.inner.replays.get(key.as_bytes()).map_err(db_err)? else {
+            let Some(v) = self.inner()?.replays.get(key.as_bytes()).map_err(db_err)? else {
                 return Ok(None);
             };
             let (until_ms, task_id) = replay_entry(key.as_bytes(), &v)?;
@@ -765,14 +939,14 @@ impl ReplayStore for SledStore {
     fn purge_calls(&self, now_ms: u64) -> StoreFuture<'_, usize> {
         Box::pin(async move {
             let mut gone = 0;
-            for kv in self.inner.replays.iter() {
+            let inner = self.inner()?;
+            for kv in inner.replays.iter() {
                 let (k, v) = kv.map_err(db_err)?;
                 // An entry that cannot be read is of no use to anyone: it goes too.
                 let closed = replay_entry(&k, &v).map_or(true, |(until, _)| until <= now_ms);
                 // Only if nobody remembered the key again meanwhile.
                 if closed
-                    && self
-                        .inner
+                    && inner
                         .replays
                         .compare_and_swap(&k, Some(v), None as Option<&[u8]>)
                         .map_err(db_err)?
@@ -818,7 +992,10 @@ mod tests {
         for i in 0..n {
             s.put(&finished(i)).await.unwrap();
         }
-        assert!(s.inner.settled.len() <= SETTLED_MAX, "the cache is bounded");
+        assert!(
+            s.inner().unwrap().settled.len() <= SETTLED_MAX,
+            "the cache is bounded"
+        );
         // Reads of every record, cached or not, in two passes (the first refills
         // the cache past its bound, evicting as it goes).
         for _ in 0..2 {
@@ -868,7 +1045,7 @@ mod tests {
             let got = s.get(&format!("task-{i}")).await.unwrap();
             assert_eq!(got, Some(working(i)));
         }
-        let flushes = s.inner.commit.flushes_started();
+        let flushes = s.inner().unwrap().commit.flushes_started();
         assert!(
             flushes > 0 && flushes <= n as u64,
             "{flushes} flushes for {n} creates"
@@ -880,10 +1057,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
         let replays = s.replays().expect("sled keeps replays");
-        let flushes = s.inner.commit.flushes_started();
+        let flushes = s.inner().unwrap().commit.flushes_started();
         replays.remember_call("k1", "task-1", 1_000).await.unwrap();
         assert_eq!(
-            s.inner.commit.flushes_started(),
+            s.inner().unwrap().commit.flushes_started(),
             flushes + 1,
             "remembering a call flushes"
         );
@@ -919,7 +1096,11 @@ mod tests {
         s.remember_call("b", "task-b", 200).await.unwrap();
         s.remember_call("c", "task-c", 300).await.unwrap();
         // An entry that cannot be read goes as well.
-        s.inner.replays.insert("bad", &[1u8, 2][..]).unwrap();
+        s.inner()
+            .unwrap()
+            .replays
+            .insert("bad", &[1u8, 2][..])
+            .unwrap();
         assert!(matches!(
             s.recall_call("bad", 0).await,
             Err(StoreError::Corrupt { .. })
@@ -936,7 +1117,7 @@ mod tests {
             Some("task-c")
         );
         assert_eq!(s.purge_calls(200).await.unwrap(), 0);
-        assert_eq!(s.inner.replays.len(), 1);
+        assert_eq!(s.inner().unwrap().replays.len(), 1);
     }
 
     #[tokio::test]
@@ -963,10 +1144,14 @@ mod tests {
         let s = SledStore::open(dir.path(), 64 * 1024).unwrap();
         for i in 0..10 {
             s.create(&working(i)).await.unwrap();
-            assert_eq!(s.inner.commit.flushes_started(), i as u64 + 1);
+            assert_eq!(s.inner().unwrap().commit.flushes_started(), i as u64 + 1);
         }
         s.flush().await.unwrap();
-        assert_eq!(s.inner.commit.flushes_started(), 11, "flush() flushes too");
+        assert_eq!(
+            s.inner().unwrap().commit.flushes_started(),
+            11,
+            "flush() flushes too"
+        );
     }
 
     /// A group commit whose flushes each wait for the test: `entered` reports the
@@ -1033,7 +1218,7 @@ mod tests {
         release.send(Some(Err(enospc()))).unwrap();
         for w in [b, c] {
             match w.await {
-                Err(StoreError::Db(m)) => assert!(m.contains("os error 28"), "{m}"),
+                Err(StoreError::Full(m)) => assert!(m.contains("os error 28"), "{m}"),
                 other => panic!("expected the flush error, got {other:?}"),
             }
         }

@@ -31,6 +31,44 @@ pub const MEASURE_EVERY: Duration = Duration::from_secs(1);
 pub const RESERVE_FILE: &str = "space.reserve";
 /// Size of [`RESERVE_FILE`].
 pub const RESERVE_BYTES: u64 = 1 << 20;
+/// Free space in which the reserve is written (and some left): whatever the
+/// watermark, so that even a volume smaller than it can open its store when full.
+const RESERVE_ROOM: u64 = RESERVE_BYTES * 3 / 2;
+/// Free space in which a store that refused a write is probed (and reopened if
+/// need be): a sled segment (512 KiB) and some. The reserve given back makes it.
+const PROBE_ROOM: u64 = 768 * 1024;
+
+/// Write the reserve in `dir` if it is missing and the disk has room for it
+/// (see [`RESERVE_ROOM`]).
+pub fn keep_reserve_if_room(dir: &Path) {
+    let Some(free) = available(dir) else { return };
+    if free < RESERVE_ROOM {
+        return;
+    }
+    match keep_reserve(dir) {
+        Ok(true) => {
+            tracing::info!(dir = %dir.display(), bytes = RESERVE_BYTES, "wrote the data directory's space reserve")
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot write the data directory's space reserve yet")
+        }
+    }
+}
+
+/// Bytes available to tasklift on `dir`'s filesystem, and its size.
+fn statvfs(dir: &Path) -> std::io::Result<(u64, u64)> {
+    let st = nix::sys::statvfs::statvfs(dir).map_err(std::io::Error::from)?;
+    let unit = st.fragment_size() as u64;
+    Ok((
+        (st.blocks_available() as u64).saturating_mul(unit),
+        (st.blocks() as u64).saturating_mul(unit),
+    ))
+}
+
+fn available(dir: &Path) -> Option<u64> {
+    statvfs(dir).ok().map(|(free, _)| free)
+}
 
 /// Write the reserve file in `dir` if it is missing or short (real bytes, synced,
 /// so the space is taken); `Ok(true)` when it was written now. A disk without room
@@ -94,6 +132,12 @@ impl DiskSpace {
         if let Err(e) = s.measure() {
             tracing::warn!(dir = %s.dir.display(), error = %e, "cannot measure the free space of the data directory");
         }
+        if let Ok((_, size)) = statvfs(dir) {
+            if size < min_free {
+                tracing::warn!(dir = %dir.display(), size_bytes = size, min_free_bytes = min_free,
+                    "the data directory's filesystem is smaller than store.min_free_bytes: tasklift will never create a task on it (every call runs synchronously); give it a larger volume or lower store.min_free_bytes");
+            }
+        }
         s
     }
 
@@ -148,8 +192,13 @@ impl DiskSpace {
     pub fn why_low(&self) -> String {
         if self.store_unreachable() {
             "the task store's database cannot be reached".into()
-        } else if self.store_refused() {
+        } else if self.store_refused() && self.database {
             "the task store's database refused a write for lack of space (53100 disk_full)".into()
+        } else if self.store_refused() {
+            format!(
+                "the task store refused a write for lack of space (the disk or quota is full; {} bytes free): running tasks keep their outcomes and write them once space is freed",
+                self.free_bytes().unwrap_or(0)
+            )
         } else {
             format!(
                 "free space ({} bytes) is below store.min_free_bytes ({})",
@@ -165,13 +214,21 @@ impl DiskSpace {
         if self.database {
             return Ok(0);
         }
-        let st = nix::sys::statvfs::statvfs(&self.dir).map_err(std::io::Error::from)?;
-        let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
+        let (free, _) = statvfs(&self.dir)?;
         self.free.store(free, Ordering::Relaxed);
         self.known.store(true, Ordering::Relaxed);
         self.low
             .store(self.min_free > 0 && free < self.min_free, Ordering::Relaxed);
         Ok(free)
+    }
+
+    /// [`Self::is_low`], on a measurement taken now (for a disk; a database's
+    /// space is only what its store reports).
+    pub fn low_now(&self) -> bool {
+        if !self.database {
+            let _ = self.measure();
+        }
+        self.is_low()
     }
 
     /// Whether free space was below the watermark at the last measurement, or the
@@ -199,11 +256,14 @@ impl DiskSpace {
 }
 
 /// Measure `space` every `every` until `shutdown`, logging each change of mode,
-/// and keep the reserve file while there is room.
+/// and keep the reserve file while there is room. While `store` refuses writes
+/// for lack of space, probe it (and reopen it if sled itself met the error)
+/// once there is room for that: new tasks resume when it takes writes again.
 pub async fn watch(
     space: Arc<DiskSpace>,
     every: Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
+    store: Option<super::SledStore>,
 ) {
     let mut was_low = space.is_low();
     if was_low {
@@ -220,18 +280,20 @@ pub async fn watch(
             tracing::debug!(dir = %space.dir.display(), error = %e, "cannot measure the free space of the data directory");
             continue;
         }
-        let low = space.is_low();
-        if !low {
-            match keep_reserve(&space.dir) {
-                Ok(true) => {
-                    tracing::info!(dir = %space.dir.display(), bytes = RESERVE_BYTES, "wrote the data directory's space reserve")
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot write the data directory's space reserve yet")
+        if space.store_refused() {
+            let room = space.free_bytes().is_some_and(|f| f >= PROBE_ROOM);
+            if let (Some(store), true) = (&store, room) {
+                match store.recover().await {
+                    Ok(()) => space.writes_again(),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the task store does not take writes yet")
+                    }
                 }
             }
+        } else {
+            keep_reserve_if_room(&space.dir);
         }
+        let low = space.is_low();
         match (was_low, low) {
             (false, true) => log_low(&space),
             (true, false) => tracing::info!(

@@ -53,8 +53,9 @@ pub enum LimitError {
         /// `store.min_free_bytes`.
         min: u64,
     },
-    /// The task store's database refuses writes for lack of space.
-    #[error("tasklift's task store is out of space (its database refused a write: 53100 disk_full): no new task can be stored, and this tool runs only as a task; retry once space is freed (tasks already created stay readable)")]
+    /// The task store refuses writes for lack of space (a full disk or quota,
+    /// or the database's `53100 disk_full`).
+    #[error("tasklift's task store is out of space (it refused a write): no new task can be stored, and this tool runs only as a task; retry once space is freed (tasks already created stay readable)")]
     StoreFull,
     /// The task store's database cannot be reached.
     #[error("tasklift's task store cannot be reached: no new task can be stored, and this tool runs only as a task; retry shortly (tasklift checks the store every second)")]

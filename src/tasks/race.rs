@@ -406,6 +406,14 @@ impl Engine {
     ) -> Option<Reply> {
         let tool = &spec.tool;
         sc.threshold_at = None;
+        // No handle once the disk is below the watermark, measured now (a
+        // statvfs): a disk can fill faster than the once-a-second watch sees.
+        if self.disk().is_some_and(|d| d.low_now()) {
+            // The record written ahead goes with it.
+            drop(sc.ahead.take());
+            tracing::warn!("the task store is low on space at the threshold; the call stays synchronous");
+            return None;
+        }
         let ahead = match sc.ahead.take() {
             Some(a) => a.written().await,
             None => None,

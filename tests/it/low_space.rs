@@ -24,7 +24,7 @@ fn upstream() -> FixtureServer {
         .tool(Tool::new("only_task").sleep(Duration::from_millis(800)))
 }
 
-async fn readyz(h: &Harness) -> (u16, Value) {
+pub(crate) async fn readyz(h: &Harness) -> (u16, Value) {
     let r = raw("GET", &h.url.replace("/mcp", "/readyz"), &[], "").await;
     (r.status, r.json())
 }
@@ -39,7 +39,7 @@ async fn metric(h: &Harness, series: &str) -> Option<String> {
 }
 
 /// Whether `slow` becomes a task (else: its result, synchronously).
-async fn slow_becomes_a_task(h: &Harness) -> bool {
+pub(crate) async fn slow_becomes_a_task(h: &Harness) -> bool {
     let a = h.client().call_tool("slow", json!({})).await.expect("slow");
     match a.result["resultType"].as_str() {
         Some("task") => true,
@@ -50,7 +50,7 @@ async fn slow_becomes_a_task(h: &Harness) -> bool {
     }
 }
 
-async fn wait_ready_status(h: &Harness, want: &str) -> Value {
+pub(crate) async fn wait_ready_status(h: &Harness, want: &str) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let (status, r) = readyz(h).await;
@@ -132,11 +132,11 @@ async fn with_room_to_spare_calls_become_tasks_and_readyz_says_ready() {
 }
 
 /// A tmpfs mounted for the test, unmounted at drop.
-struct Mounted(PathBuf);
+pub(crate) struct Mounted(pub(crate) PathBuf);
 
 impl Mounted {
     /// A `size` tmpfs, or `None` where this process may not mount (not root).
-    fn tmpfs(size: &str) -> Option<Self> {
+    pub(crate) fn tmpfs(size: &str) -> Option<Self> {
         let dir = std::env::temp_dir().join(format!("tasklift-low-space-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).ok()?;
         let ok = std::process::Command::new("mount")
@@ -165,7 +165,7 @@ impl Drop for Mounted {
 
 /// Fill the filesystem of `dir` with a file until nothing is left, then give back
 /// `leave` bytes.
-fn fill(dir: &Path, leave: u64) -> PathBuf {
+pub(crate) fn fill(dir: &Path, leave: u64) -> PathBuf {
     let path = dir.join("ballast");
     let mut f = std::fs::File::create(&path).unwrap();
     let chunk = vec![0xa5u8; 64 * 1024];

@@ -18,6 +18,7 @@ mod disk;
 mod engine_time;
 mod faults;
 mod front_door;
+mod full_disk;
 mod health;
 mod input_common;
 mod input_legacy;
