@@ -40,6 +40,7 @@ mod peers_clients;
 mod peers_node;
 mod peers_python;
 mod pg_space;
+mod registry;
 mod replay_store;
 mod replicas;
 mod rmcp_peer;
