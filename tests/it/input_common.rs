@@ -39,8 +39,13 @@ pub struct Caller {
 impl Caller {
     /// Calls `tool` declaring the tasks extension and elicitation.
     pub fn new(h: &Harness, tool: &str, args: Value) -> Self {
+        Self::new_at(&h.url, tool, args)
+    }
+
+    /// The same, of the tasklift endpoint at `url`.
+    pub fn new_at(url: &str, tool: &str, args: Value) -> Self {
         Self {
-            url: h.url.clone(),
+            url: url.to_string(),
             tool: tool.into(),
             args,
             caps: caps(true, &["elicitation"]),

@@ -54,6 +54,7 @@ mod slow_clients;
 mod stdio;
 mod stdio_faults;
 mod stdio_peer;
+mod stdio_scope;
 mod store_cli;
 mod tool_handles;
 mod ts_clients;
