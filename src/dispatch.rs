@@ -258,6 +258,7 @@ pub fn without_task_support(msg: &mut Value) {
 fn map_final(reply: Reply, f: impl FnOnce(Value) -> Value + Send + 'static) -> Reply {
     match reply.parsed() {
         Reply::Json(v) => Reply::Json(f(v)),
+        Reply::UpstreamError(status, v) => Reply::UpstreamError(status, f(v)),
         Reply::Accepted => Reply::Accepted,
         raw @ Reply::Raw(_) => raw,
         Reply::Stream(mut rx) => {

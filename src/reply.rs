@@ -32,6 +32,10 @@ pub enum StreamItem {
 pub enum Reply {
     /// A single JSON-RPC response.
     Json(Value),
+    /// A single JSON-RPC error response, and the HTTP status (not a success) the
+    /// upstream answered it with: the front door decides whether its caller sees
+    /// that status too (`front::errors`).
+    UpstreamError(u16, Value),
     /// A single JSON-RPC response with a result, as bytes: an upstream's plain
     /// result passed on without being parsed (see `upstream::RawResult`).
     Raw(bytes::Bytes),

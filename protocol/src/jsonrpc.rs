@@ -36,6 +36,11 @@ pub struct RpcError {
     pub message: String,
     /// Optional structured data.
     pub data: Option<Value>,
+    /// The HTTP status the error came with when that was not a success: an
+    /// upstream that answered the request with, say, `400 Bad Request` and this
+    /// error as the body. Not part of the error object (`to_value` leaves it out);
+    /// whoever answers the caller decides whether the caller sees that status too.
+    pub http_status: Option<u16>,
 }
 
 impl RpcError {
@@ -45,12 +50,19 @@ impl RpcError {
             code,
             message: message.into(),
             data: None,
+            http_status: None,
         }
     }
 
     /// Attach structured data.
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
+        self
+    }
+
+    /// Note the HTTP status the error came with (see `http_status`).
+    pub fn with_http_status(mut self, status: u16) -> Self {
+        self.http_status = Some(status);
         self
     }
 
@@ -80,6 +92,7 @@ impl RpcError {
             code,
             message,
             data: v.get("data").cloned(),
+            http_status: None,
         }
     }
 }

@@ -10,8 +10,11 @@
 //!
 //! Answers that carry a JSON-RPC error from further in (an upstream's, or one the
 //! engine put in a `tools/call` answer) get their HTTP status from the error's code
-//! alone ([`status_of`]), as the 2026-07-28 transport asks: a protocol-level
-//! rejection is a 4xx, anything else (a tool error, an unknown task) a 200.
+//! ([`status_of`]), as the 2026-07-28 transport asks: a protocol-level rejection is
+//! a 4xx, anything else (a tool error, an unknown task) a 200. An upstream's error
+//! that came with an HTTP error status of its own keeps that status where the code
+//! sets none ([`upstream_status_of`]; in a legacy session, only when it is what the
+//! server gives a 2025 client, [`legacy_upstream_status_of`]).
 //!
 //! The engine answers `tools/call` with JSON-RPC messages, so it converts its typed
 //! errors with `RpcError::from`; those conversions are here too.
@@ -276,12 +279,49 @@ pub fn status_of(msg: &Value) -> StatusCode {
     }
 }
 
+/// The HTTP status for an upstream's JSON-RPC error that came with HTTP `upstream`
+/// (not a success), on the modern endpoint: where 2026-07-28 sets the status for
+/// the code ([`status_of`]), that one; otherwise the upstream's own, so the caller
+/// sees what the server said (an SDK server answers `-32602` with 400).
+pub fn upstream_status_of(upstream: u16, msg: &Value) -> StatusCode {
+    match status_of(msg) {
+        StatusCode::OK => passable(upstream).unwrap_or(StatusCode::OK),
+        set => set,
+    }
+}
+
+/// An upstream's error status a caller may be shown: not a success, and not an
+/// authentication challenge (401, 407), which is about tasklift's credentials with
+/// the upstream, not the caller's with tasklift.
+fn passable(upstream: u16) -> Option<StatusCode> {
+    StatusCode::from_u16(upstream).ok().filter(|s| {
+        (s.is_client_error() || s.is_server_error())
+            && !matches!(
+                *s,
+                StatusCode::UNAUTHORIZED | StatusCode::PROXY_AUTHENTICATION_REQUIRED
+            )
+    })
+}
+
 /// The HTTP status for a JSON-RPC answer in a legacy session: errors travel in-band
 /// (a 404 would tell the client its session is gone), except a request the session
 /// could not take at all.
 pub fn legacy_status_of(outcome: &jsonrpc::Outcome) -> StatusCode {
     match outcome {
         Err(e) if e.code == INVALID_REQUEST => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+/// The HTTP status for an upstream's JSON-RPC error that came with HTTP `upstream`,
+/// in a legacy session. `as_legacy`: tasklift asked the upstream as a 2025 client
+/// (on an upstream session of that client's), so that status is what the server
+/// gives a 2025 client, and it is passed on, except 404 (the client would take its
+/// session on tasklift for gone). Otherwise it answered a 2026-07-28 request to a
+/// server that serves no 2025 client, and the error stays in-band, with 200.
+pub fn legacy_upstream_status_of(upstream: u16, as_legacy: bool) -> StatusCode {
+    match passable(upstream) {
+        Some(s) if as_legacy && s != StatusCode::NOT_FOUND => s,
         _ => StatusCode::OK,
     }
 }
@@ -314,5 +354,30 @@ mod tests {
             .response(None)
             .headers()
             .contains_key(header::WWW_AUTHENTICATE));
+    }
+
+    #[test]
+    fn an_upstreams_error_status_passes_where_the_code_sets_none() {
+        let params = json!({"error": {"code": INVALID_PARAMS}});
+        let unknown = json!({"error": {"code": METHOD_NOT_FOUND}});
+        assert_eq!(upstream_status_of(400, &params), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            upstream_status_of(503, &params),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        // 2026-07-28 sets 404 for -32601, whatever the upstream said.
+        assert_eq!(upstream_status_of(400, &unknown), StatusCode::NOT_FOUND);
+        // Authentication challenges concern tasklift's credentials upstream.
+        assert_eq!(upstream_status_of(401, &params), StatusCode::OK);
+        assert_eq!(upstream_status_of(407, &params), StatusCode::OK);
+        assert_eq!(upstream_status_of(200, &params), StatusCode::OK);
+        // A legacy session: only what a legacy upstream said, and never a 404.
+        assert_eq!(
+            legacy_upstream_status_of(400, true),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(legacy_upstream_status_of(400, false), StatusCode::OK);
+        assert_eq!(legacy_upstream_status_of(404, true), StatusCode::OK);
+        assert_eq!(legacy_upstream_status_of(401, true), StatusCode::OK);
     }
 }

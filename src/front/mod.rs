@@ -293,13 +293,16 @@ async fn handle(
         if traced.is_recording() {
             traced.set("tasklift.outcome", outcome);
             match &reply {
-                Reply::Json(v) => traced.record_answer(v),
+                Reply::Json(v) | Reply::UpstreamError(_, v) => traced.record_answer(v),
                 Reply::Raw(b) => traced.record_answer_bytes(b),
                 _ => {}
             }
         }
         let resp = match reply {
             Reply::Json(v) => json_response(errors::status_of(&v), &v),
+            Reply::UpstreamError(status, v) => {
+                json_response(errors::upstream_status_of(status, &v), &v)
+            }
             Reply::Raw(b) => json_bytes(StatusCode::OK, b),
             Reply::Accepted => Response::builder()
                 .status(StatusCode::ACCEPTED)
@@ -465,6 +468,7 @@ pub async fn metrics(state: &State) -> Response<RespBody> {
 fn outcome_of(reply: &Reply) -> &'static str {
     match reply {
         Reply::Json(v) if v.get("error").is_some() => "error",
+        Reply::UpstreamError(..) => "error",
         Reply::Json(v) => match v
             .get("result")
             .and_then(|r| r.get("resultType"))

@@ -35,8 +35,9 @@ const INPUT_GATHER: Duration = Duration::from_millis(50);
 
 /// What the synchronous phase saw next.
 pub(super) enum Step {
-    /// The final response message.
-    Final(Value),
+    /// The final response message, and the HTTP status of an upstream's error
+    /// answer that came with one (`RpcError::http_status`).
+    Final(Value, Option<u16>),
     /// The final response, a plain result passed on as bytes.
     FinalRaw(bytes::Bytes),
     /// A notification to relay to the client.
@@ -56,7 +57,8 @@ impl Engine {
         // Phase 1 runs in the request's own future: if the client goes away, hyper
         // drops it, and dropping the call cancels it upstream.
         let first = match self.step(&mut sc, None, task.as_ref()).await {
-            Step::Final(v) => return Reply::Json(v),
+            Step::Final(v, None) => return Reply::Json(v),
+            Step::Final(v, Some(status)) => return Reply::UpstreamError(status, v),
             Step::FinalRaw(b) => return Reply::Raw(b),
             Step::Threshold => match self
                 .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
@@ -92,7 +94,8 @@ impl Engine {
                         step = engine.step(&mut sc, Some(last_send), task.as_ref()) => step,
                     };
                     let item = match step {
-                        Step::Final(v) => StreamItem::Message(v),
+                        // A stream's status went out with its first byte.
+                        Step::Final(v, _) => StreamItem::Message(v),
                         // A stream asks for parsed answers (`raw` is false here).
                         Step::FinalRaw(b) => StreamItem::Message(crate::reply::raw_message(&b)),
                         Step::Relay(n) => StreamItem::Message(n),
@@ -223,7 +226,8 @@ impl Engine {
                             r.entry("ttlMs").or_insert_with(|| json!(ttl));
                             r.entry("cacheScope").or_insert_with(|| json!(scope));
                         }
-                        return Step::Final(jsonrpc::response_from(sc.id.as_ref(), outcome));
+                        let status = outcome.as_ref().err().and_then(|e| e.http_status);
+                        return Step::Final(jsonrpc::response_from(sc.id.as_ref(), outcome), status);
                     }
                     Some(Next::Event(CallEvent::Notification(n))) => {
                         if is_progress_for(&n, &sc.token) {
@@ -261,7 +265,7 @@ impl Engine {
                     }
                     None => {
                         sc.call.canceller.disarm();
-                        return Step::Final(jsonrpc::response(sc.id.as_ref(), &Err(broken(&sc.upstream))));
+                        return Step::Final(jsonrpc::response(sc.id.as_ref(), &Err(broken(&sc.upstream))), None);
                     }
                 },
                 _ = towards_threshold => match write_at {

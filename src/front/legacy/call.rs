@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::session::{self, ClientSession};
-use super::shape::sse_response;
+use super::shape::{sse_response, upstream_error};
 use super::{accepted, legacy_shape, modernize, ok, tasks};
 use crate::dispatch::{dispatch, Mount};
 use crate::front::body::RespBody;
@@ -100,6 +100,10 @@ pub(super) async fn call(
             // Legacy transports carry JSON-RPC errors with 200: a 404 would tell the
             // client its session is gone.
             json_response(StatusCode::OK, &shape(v))
+        }
+        Reply::UpstreamError(status, v) => {
+            s.end_request(&id);
+            upstream_error(mount, &ctx, status, &shape(v)).await
         }
         Reply::Accepted => {
             s.end_request(&id);
@@ -194,7 +198,8 @@ fn continue_call(
                     }
                 };
                 let last = match r {
-                    Reply::Json(v) => v,
+                    // On a stream, whose status went out with its first byte.
+                    Reply::Json(v) | Reply::UpstreamError(_, v) => v,
                     Reply::Raw(b) => crate::reply::raw_message(&b),
                     Reply::Accepted => return,
                     Reply::Stream(mut inner) => {

@@ -1,14 +1,19 @@
 //! Between a legacy session and the modern pipeline: a session's request gains the
 //! per-request `_meta` its session implies, and a message going back loses what a
-//! legacy client cannot read; legacy SSE responses.
+//! legacy client cannot read (and an upstream's HTTP status it would not get from
+//! the server); legacy SSE responses.
 
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::super::body::{self, RespBody};
+use super::super::errors::legacy_upstream_status_of;
+use super::super::json_response;
 use super::session::ClientSession;
+use crate::dispatch::Mount;
 use crate::reply::StreamItem;
+use crate::upstream::{CallContext, Era};
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp::{self, MODERN_VERSION};
 
@@ -82,6 +87,19 @@ pub fn legacy_shape(method: &str, mut msg: Value) -> Value {
         }
     }
     msg
+}
+
+/// An upstream's error answer `msg` that came with HTTP `status`, answered to the
+/// 2025 client of `ctx`: with that status only when tasklift asked the upstream as
+/// a 2025 client, on a 2025 session of the upstream's (`legacy_upstream_status_of`).
+pub(super) async fn upstream_error(
+    mount: &Mount,
+    ctx: &CallContext,
+    status: u16,
+    msg: &Value,
+) -> Response<RespBody> {
+    let as_legacy = matches!(mount.upstream.era(ctx).await, Ok(Era::Legacy));
+    json_response(legacy_upstream_status_of(status, as_legacy), msg)
 }
 
 /// An SSE response.

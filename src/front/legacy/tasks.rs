@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use super::super::body::RespBody;
 use super::super::{json_response, State};
 use super::session::ClientSession;
-use super::shape::{legacy_shape, modernize, sse};
+use super::shape::{legacy_shape, modernize, sse, upstream_error};
 use crate::config::{ToolMode, UpstreamConfig};
 use crate::dispatch::Mount;
 use crate::reply::{Reply, StreamItem};
@@ -146,7 +146,7 @@ pub async fn create(
         }
     }
     let up = crate::dispatch::call_target(mount, &req, &ctx, policy.ttl).await;
-    match state.engine.call_tool(up, &policy, req, ctx).await {
+    match state.engine.call_tool(up, &policy, req, ctx.clone()).await {
         Reply::Json(v) => {
             let created = v
                 .get("result")
@@ -158,6 +158,9 @@ pub async fn create(
                 }
                 None => json_response(StatusCode::OK, &legacy_shape("tools/call", v)),
             }
+        }
+        Reply::UpstreamError(status, v) => {
+            upstream_error(mount, &ctx, status, &legacy_shape("tools/call", v)).await
         }
         // A plain result (never a task).
         Reply::Raw(b) => {

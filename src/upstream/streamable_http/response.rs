@@ -88,9 +88,11 @@ impl Shared {
                 .ok()
                 .and_then(Msg::classify)
             {
+                // The server's own error: it keeps the status it came with, which the
+                // front door may pass on (`front::errors`).
                 Some(Msg::Response {
                     outcome: Err(e), ..
-                }) => Err(e),
+                }) => Err(e.with_http_status(status.as_u16())),
                 _ => Err(RpcError::new(
                     jsonrpc::UPSTREAM_ERROR,
                     format!(
