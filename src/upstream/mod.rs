@@ -70,6 +70,15 @@ pub trait Upstream: Send + Sync + 'static {
         req: &'a Request,
         ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Outcome>;
+    /// What the upstream answers the `initialize` of the 2025 client of
+    /// `ctx.session`, when tasklift speaks a 2025 version to it for that client: a
+    /// legacy upstream, or a modern one that serves 2025 clients too (a dual-era
+    /// server, which may describe itself to them otherwise than its
+    /// `server/discover` does). `None` when tasklift speaks 2026-07-28 to it (the
+    /// default): `discover` then describes it.
+    fn legacy_initialize<'a>(&'a self, _ctx: &'a CallContext) -> UpstreamFuture<'a, Option<Value>> {
+        Box::pin(async { Ok(None) })
+    }
     /// Close idle sessions (legacy); called periodically and at shutdown (`all`).
     fn close_idle<'a>(&'a self, all: bool) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
     /// Stop for good: close sessions (HTTP) or stop child processes (stdio).

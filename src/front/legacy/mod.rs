@@ -111,20 +111,7 @@ pub async fn initialize(
         mount.upstream.end_session(&octx).await;
     }
     ctx.session = Some(s.peer());
-    let discover = modernize(
-        &s,
-        Request {
-            id: Some(json!("tasklift-initialize")),
-            method: mcp::method::DISCOVER.into(),
-            params: Map::new(),
-        },
-    );
-    let found = match mount.upstream.discover(&discover, &ctx).await {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(e),
-        Err(e) => Err(e.to_rpc()),
-    };
-    let d = match found {
+    let d = match described(mount, &s, &ctx).await {
         Ok(d) => d,
         Err(e) => {
             state.legacy.sessions(mount).remove(&s.id);
@@ -146,8 +133,7 @@ pub async fn initialize(
         }
     }
     let server_info = d
-        .get("_meta")
-        .and_then(|m| m.get(mcp::META_SERVER_INFO))
+        .get("serverInfo")
         .cloned()
         .unwrap_or_else(|| json!({"name": "tasklift", "version": env!("CARGO_PKG_VERSION")}));
     let mut result = json!({
@@ -167,6 +153,41 @@ pub async fn initialize(
         HeaderValue::from_str(&s.id).expect("uuid is header-safe"),
     );
     r
+}
+
+/// How the upstream describes itself to the client of `s` (`ctx` carries its
+/// peer), as an `initialize` result: capabilities, `serverInfo`, `instructions`.
+/// What it tells that client as a 2025 client when it speaks 2025 (a legacy or
+/// dual-era upstream; `Upstream::legacy_initialize`), else its `server/discover`.
+async fn described(mount: &Mount, s: &ClientSession, ctx: &CallContext) -> Result<Value, RpcError> {
+    match mount.upstream.legacy_initialize(ctx).await {
+        Ok(Some(init)) => return Ok(init),
+        Ok(None) => {}
+        Err(e) => return Err(e.to_rpc()),
+    }
+    let discover = modernize(
+        s,
+        Request {
+            id: Some(json!("tasklift-initialize")),
+            method: mcp::method::DISCOVER.into(),
+            params: Map::new(),
+        },
+    );
+    let d = match mount.upstream.discover(&discover, ctx).await {
+        Ok(outcome) => outcome?,
+        Err(e) => return Err(e.to_rpc()),
+    };
+    let mut init = Map::new();
+    if let Some(c) = d.get("capabilities") {
+        init.insert("capabilities".into(), c.clone());
+    }
+    if let Some(i) = d.get("_meta").and_then(|m| m.get(mcp::META_SERVER_INFO)) {
+        init.insert("serverInfo".into(), i.clone());
+    }
+    if let Some(i) = d.get("instructions") {
+        init.insert("instructions".into(), i.clone());
+    }
+    Ok(Value::Object(init))
 }
 
 /// A POST in a session: a response to tasklift's request, a notification, or a request.

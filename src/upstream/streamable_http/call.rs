@@ -29,7 +29,7 @@ impl Shared {
     pub(super) fn start(self: &Arc<Self>, req: &Request, ctx: &CallContext) -> UpstreamCall {
         // To an upstream known to be modern the request goes as bytes at once, so
         // nothing keeps its JSON tree for as long as the call runs.
-        let ready = match *self.era.read().expect("era lock") {
+        let ready = match self.known_era_for(ctx) {
             Some(Era::Modern) => {
                 let id = self.upstream_id();
                 Ready::Modern(req.to_vec_with_id(Some(&id)), modern_headers(req), id)
@@ -42,7 +42,7 @@ impl Shared {
         let request = async move {
             let (body, headers, id) = match ready {
                 Ready::Modern(body, headers, id) => (body, headers, id),
-                Ready::Request(req) => match shared.era(&ctx).await {
+                Ready::Request(req) => match shared.era_for(&ctx).await {
                     Err(e) => return First::Done(Err(e.to_rpc())),
                     Ok(Era::Modern) => {
                         let id = shared.upstream_id();

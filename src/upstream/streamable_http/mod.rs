@@ -22,7 +22,7 @@ mod response;
 mod session;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -88,6 +88,8 @@ struct Shared {
     era: RwLock<Option<Era>>,
     /// Serialises era detection so one probe runs at a time.
     detecting: tokio::sync::Mutex<()>,
+    /// Whether a modern upstream also serves 2025 clients, once known (`era_for`).
+    legacy_too: OnceLock<bool>,
     /// Legacy sessions by (principal, credentials).
     sessions: DashMap<String, Arc<SessionSlot>>,
     /// The session each upstream (2025-11-25) task was created on, by task id.
@@ -182,6 +184,7 @@ impl HttpUpstream {
                 clients,
                 era: RwLock::new(era),
                 detecting: tokio::sync::Mutex::new(()),
+                legacy_too: OnceLock::new(),
                 sessions: DashMap::new(),
                 task_homes: DashMap::new(),
                 next_id: AtomicU64::new(1),
@@ -488,7 +491,7 @@ impl Upstream for HttpUpstream {
         ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Listening> {
         Box::pin(async move {
-            match self.inner.era(ctx).await? {
+            match self.inner.era_for(ctx).await? {
                 Era::Modern => listen_modern(self, filter, req, ctx).await,
                 Era::Legacy => self.inner.listen_legacy(filter, ctx).await,
             }
@@ -500,7 +503,7 @@ impl Upstream for HttpUpstream {
     }
 
     fn era<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
-        Box::pin(self.inner.era(ctx))
+        Box::pin(self.inner.era_for(ctx))
     }
 
     fn known_era(&self) -> Option<Era> {
@@ -518,7 +521,7 @@ impl Upstream for HttpUpstream {
     fn notify<'a>(&'a self, req: &'a Request, ctx: &'a CallContext) -> UpstreamFuture<'a, ()> {
         Box::pin(async move {
             let inner = &self.inner;
-            let (body, headers) = match inner.era(ctx).await? {
+            let (body, headers) = match inner.era_for(ctx).await? {
                 Era::Modern => (wire_message(req, &Era::Modern, None), modern_headers(req)),
                 Era::Legacy => {
                     let s = inner.session(ctx, None).await?;
@@ -540,7 +543,7 @@ impl Upstream for HttpUpstream {
     ) -> UpstreamFuture<'a, Outcome> {
         Box::pin(async move {
             let inner = &self.inner;
-            match inner.era(ctx).await? {
+            match inner.era_for(ctx).await? {
                 Era::Modern => Ok(self.call(req, ctx).await?.outcome(&inner.cfg.name).await),
                 Era::Legacy => {
                     let s = inner.session(ctx, None).await?;
@@ -548,6 +551,10 @@ impl Upstream for HttpUpstream {
                 }
             }
         })
+    }
+
+    fn legacy_initialize<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Option<Value>> {
+        Box::pin(self.inner.legacy_initialize(ctx))
     }
 
     fn session_per_client(&self) -> bool {

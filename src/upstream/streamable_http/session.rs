@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::{Asking, Session, SessionSlot, Shared, SESSION_HEADER};
-use crate::upstream::{CallContext, CallEvent, UpstreamError};
+use crate::upstream::{CallContext, CallEvent, Era, UpstreamError};
 use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
 impl Shared {
@@ -31,6 +31,19 @@ impl Shared {
             }
         }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The `initialize` result the upstream gives the 2025 client of `ctx` (its
+    /// `session`): that of the client's own upstream session, when tasklift speaks
+    /// 2025 to the upstream for it (`era_for`); `None` when it speaks 2026-07-28.
+    pub(super) async fn legacy_initialize(
+        self: &Arc<Self>,
+        ctx: &CallContext,
+    ) -> Result<Option<Value>, UpstreamError> {
+        Ok(match self.era_for(ctx).await? {
+            Era::Legacy => Some(self.session(ctx, None).await?.init.clone()),
+            Era::Modern => None,
+        })
     }
 
     /// The caller's session, opened if needed; `stale` is a session that just failed
@@ -166,25 +179,7 @@ impl Shared {
             message: m,
         };
         let id = self.upstream_id();
-        // For a legacy client's own session: its version, capabilities and name.
-        let (version, caps, info) = match &ctx.session {
-            Some(s) if LEGACY_VERSIONS.contains(&s.protocol_version.as_str()) => (
-                s.protocol_version.as_str(),
-                s.capabilities.clone(),
-                s.client_info.clone(),
-            ),
-            // Modern callers: offer what tasklift bridges; each request's own
-            // capabilities decide what its caller is actually asked.
-            _ => (
-                LEGACY_VERSIONS[0],
-                json!({"elicitation": {}, "sampling": {}, "roots": {}}),
-                json!({"name": "tasklift", "version": env!("CARGO_PKG_VERSION")}),
-            ),
-        };
-        let msg = json!({
-            "jsonrpc": "2.0", "id": id, "method": mcp::method::INITIALIZE,
-            "params": {"protocolVersion": version, "capabilities": caps, "clientInfo": info},
-        });
+        let msg = initialize_request(ctx, &id);
         let ans = self
             .post(
                 serde_json::to_vec(&msg).expect("serializes"),
@@ -314,6 +309,30 @@ impl Shared {
             tracing::debug!(upstream = %self.cfg.name, "closed idle legacy session");
         }
     }
+}
+
+/// tasklift's `initialize` for `ctx`'s upstream session. For a legacy client's own
+/// session: its version, capabilities and name, as it would initialize the server
+/// itself.
+pub(super) fn initialize_request(ctx: &CallContext, id: &Value) -> Value {
+    let (version, caps, info) = match &ctx.session {
+        Some(s) if LEGACY_VERSIONS.contains(&s.protocol_version.as_str()) => (
+            s.protocol_version.as_str(),
+            s.capabilities.clone(),
+            s.client_info.clone(),
+        ),
+        // Modern callers: offer what tasklift bridges; each request's own
+        // capabilities decide what its caller is actually asked.
+        _ => (
+            LEGACY_VERSIONS[0],
+            json!({"elicitation": {}, "sampling": {}, "roots": {}}),
+            json!({"name": "tasklift", "version": env!("CARGO_PKG_VERSION")}),
+        ),
+    };
+    json!({
+        "jsonrpc": "2.0", "id": id, "method": mcp::method::INITIALIZE,
+        "params": {"protocolVersion": version, "capabilities": caps, "clientInfo": info},
+    })
 }
 
 /// A call registered among its session's `askers`; unregisters on drop.
