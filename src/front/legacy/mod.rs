@@ -304,6 +304,14 @@ async fn request(
                     )),
                 );
             };
+            // tasklift serves subscriptions (through the upstream's change
+            // notifications) where the upstream offers them to this client; where it
+            // does not, the client gets the upstream's own answer, as without tasklift.
+            match described(mount, &s, &ctx).await {
+                Ok(d) if subscribable(&d) => {}
+                Ok(_) => return call::call(state, mount, &s, req, ctx).await,
+                Err(e) => return ok(id.as_ref(), Err(e)),
+            }
             if s.subscribe(uri, req.method == "resources/subscribe") {
                 state.legacy.keep(mount, &s).await;
                 listen(mount, &s, &ctx, true);
@@ -330,6 +338,12 @@ async fn request(
         // stripped by dispatch, like every client's.
         _ => call::call(state, mount, &s, req, ctx).await,
     }
+}
+
+/// Whether an upstream described as `d` (an `initialize` result) offers
+/// `resources/subscribe`.
+fn subscribable(d: &Value) -> bool {
+    d.pointer("/capabilities/resources/subscribe") == Some(&Value::Bool(true))
 }
 
 /// A notification from the client.
