@@ -15,6 +15,7 @@ mod call_cli;
 mod cli;
 mod crash;
 mod disk;
+mod dual_era;
 mod engine_time;
 mod faults;
 mod front_door;

@@ -451,7 +451,8 @@ impl LegacyClient {
             .to_str()
             .unwrap()
             .to_string();
-        let result = r.json()["result"].clone();
+        // JSON from tasklift; a server asked directly may answer on a stream.
+        let result = r.response()["result"].clone();
         let c = Self {
             url: url.to_string(),
             sid,
