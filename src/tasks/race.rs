@@ -415,7 +415,9 @@ impl Engine {
         if self.disk().is_some_and(|d| d.low_now()) {
             // The record written ahead goes with it.
             drop(sc.ahead.take());
-            tracing::warn!("the task store is low on space at the threshold; the call stays synchronous");
+            tracing::warn!(
+                "the task store is low on space at the threshold; the call stays synchronous"
+            );
             return None;
         }
         let ahead = match sc.ahead.take() {

@@ -140,7 +140,8 @@ fn check_config_warns_of_detach_without_a_principal_and_auth_none_beyond_loopbac
 fn check_config_warns_of_a_shared_stdio_child_under_an_auth_mode_with_principals() {
     let dir = tempfile::tempdir().unwrap();
     let stdio = "[[upstreams]]\nname = \"notes\"\ncommand = [\"notes-server\"]\n";
-    let want = "# warning: stdio upstream notes runs with scope = \"shared\" under auth.mode = \"bearer\"";
+    let want =
+        "# warning: stdio upstream notes runs with scope = \"shared\" under auth.mode = \"bearer\"";
     let bearer = "[auth]\nmode = \"bearer\"\n";
     for (body, warned) in [
         (format!("{bearer}{stdio}"), true),

@@ -183,7 +183,8 @@ impl Shared {
                                     answer(Ok(json!({})));
                                 }
                             }
-                            Route::Stray | Route::Refused | Route::Parked | Route::Forbidden(_) => {}
+                            Route::Stray | Route::Refused | Route::Parked | Route::Forbidden(_) => {
+                            }
                         }
                     }
                 }
