@@ -8,6 +8,7 @@
 //! tasklift-bench upstream --stdio                   # the same on stdin/stdout
 //! tasklift-bench crash --store sled --rounds 100     # kill -9 at scale (see crash/mod.rs)
 //! tasklift-bench crash --store postgres --replicas 3 --rounds 100 [--restart-postgres]
+//! tasklift-bench crash --store sled --fill-and-free --cycles 50   # a full disk, 50 times (root)
 //! ```
 //!
 //! Scenarios: pass-through throughput and latency (direct to the upstream, through
@@ -66,7 +67,9 @@ enum Cmd {
     /// kill -9 at scale: kill tasklift (or one of its PostgreSQL replicas) at random
     /// moments under load, restart it, and check every task handle ever returned.
     /// Exits 1 if a handle was missing, a task stuck or a result lost or changed.
-    Crash(crash::CrashArgs),
+    /// With `--fill-and-free`, fills the data directory's disk under load instead
+    /// and frees it, again and again (see crash/fill.rs).
+    Crash(Box<crash::CrashArgs>),
 }
 
 /// Options of a benchmark run.
@@ -165,7 +168,7 @@ fn main() -> ExitCode {
                 .and_then(|rt| {
                     rt.block_on(async {
                         tokio::select! {
-                            r = crash::run(args) => r,
+                            r = crash::run(*args) => r,
                             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
                         }
                     })

@@ -200,7 +200,7 @@ fn judge(st: &State, h: &Handle, seen: &Seen) -> Verdict {
 }
 
 /// Record a terminal state seen for the first time; `live` if by a client under load.
-fn first_sight(st: &mut State, id: &str, seen: Seen, live: bool) {
+pub fn first_sight(st: &mut State, id: &str, seen: Seen, live: bool) {
     let Some(h) = st.handles.get(id) else { return };
     let verdict = judge(st, h, &seen);
     match verdict {
@@ -343,6 +343,12 @@ pub struct Call {
 /// A `slow_compute` of `secs` seconds.
 pub fn compute(rng: &mut Rng, tag: &str, secs: f64) -> Call {
     let len = label_len(rng);
+    compute_sized(rng, tag, secs, len)
+}
+
+/// A `slow_compute` of `secs` seconds whose result carries a label of about `len`
+/// bytes.
+pub fn compute_sized(rng: &mut Rng, tag: &str, secs: f64, len: usize) -> Call {
     let l = label(rng, tag, len);
     Call {
         tool: "slow_compute",
@@ -375,15 +381,23 @@ fn pick_call(rng: &mut Rng, tag: &str) -> Option<Call> {
     })
 }
 
+/// How a call was answered.
+pub enum Answered {
+    /// A task handle (recorded in the book).
+    Task(String),
+    /// Synchronously: the `tools/call` result.
+    Sync(Value),
+}
+
 /// Make `call` on a live process (`on`, or one picked at random); records the
-/// handle if the answer is one. `Ok(false)` for a synchronous answer.
+/// handle if the answer is one.
 pub async fn make_call(
     shared: &Shared,
     conns: &mut Conns,
     rng: &mut Rng,
     call: Option<Call>,
     on: Option<usize>,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Answered> {
     let target = {
         let st = shared.lock().unwrap();
         match on {
@@ -411,7 +425,7 @@ pub async fn make_call(
     let mut st = shared.lock().unwrap();
     if r["resultType"] != "task" {
         st.fig.sync_answers += 1;
-        return Ok(false);
+        return Ok(Answered::Sync(r));
     }
     let (Some(id), Some(c)) = (r["taskId"].as_str(), call) else {
         anyhow::bail!("a handle for greet, or without taskId: {r}");
@@ -429,7 +443,7 @@ pub async fn make_call(
             seen_live: false,
         },
     );
-    Ok(true)
+    Ok(Answered::Task(id.to_string()))
 }
 
 /// A client: calls of every kind, with short pauses, until `stop`.
@@ -596,7 +610,24 @@ fn mark_unchecked(st: &mut State, id: &str) {
 /// (or the kill's error), nothing open past its deadline (`grace` after the tool
 /// would have ended). How many were checked.
 pub async fn check_all(shared: &Shared, workers: usize, grace: Duration) -> usize {
-    let ids: Vec<String> = shared.lock().unwrap().order.clone();
+    check_where(shared, workers, grace, |_| true).await
+}
+
+/// [`check_all`] for the handles `keep` accepts.
+pub async fn check_where(
+    shared: &Shared,
+    workers: usize,
+    grace: Duration,
+    keep: impl Fn(&Handle) -> bool,
+) -> usize {
+    let ids: Vec<String> = {
+        let st = shared.lock().unwrap();
+        st.order
+            .iter()
+            .filter(|id| keep(&st.handles[*id]))
+            .cloned()
+            .collect()
+    };
     let n = ids.len();
     let queue = Arc::new(Mutex::new(ids));
     let mut set = tokio::task::JoinSet::new();

@@ -43,7 +43,17 @@ impl Fixture {
 #[derive(Clone)]
 pub enum Store {
     Sled,
-    Postgres { url: String, lease: Duration },
+    /// sled in `data_dir` (a volume of its own, for the fill-and-free soak), with
+    /// `store.min_free_bytes` and the tasks' TTL.
+    SledOn {
+        data_dir: PathBuf,
+        min_free_bytes: u64,
+        ttl: Duration,
+    },
+    Postgres {
+        url: String,
+        lease: Duration,
+    },
 }
 
 /// One `tasklift serve` process; `gen` numbers every process the run started.
@@ -66,9 +76,19 @@ impl Instance {
         upstream: &str,
     ) -> anyhow::Result<Self> {
         let listen = procs::free_port()?;
-        let data = dir.join(format!("slot-{slot}"));
+        let mut data = dir.join(format!("slot-{slot}"));
+        let mut ttl = Duration::from_secs(12 * 3600);
         let store_lines = match store {
             Store::Sled => String::new(),
+            Store::SledOn {
+                data_dir,
+                min_free_bytes,
+                ttl: t,
+            } => {
+                data = data_dir.clone();
+                ttl = *t;
+                format!("min_free_bytes = {min_free_bytes}\n")
+            }
             Store::Postgres { url, lease } => format!(
                 "url = \"{url}\"\nlease = \"{}ms\"\npool_size = 4\n",
                 lease.as_millis()
@@ -86,7 +106,7 @@ data_dir = "{data}"
 threshold = "100ms"
 poll_interval = "50ms"
 sweep_interval = "1s"
-ttl = "12h"
+ttl = "{ttl}ms"
 
 [limits]
 max_concurrent_calls = 0
@@ -99,6 +119,7 @@ path = "/mcp"
 url = "{upstream}"
 "#,
             data = data.display(),
+            ttl = ttl.as_millis(),
         );
         let config = dir.join(format!("slot-{slot}.toml"));
         std::fs::write(&config, toml)?;
@@ -124,6 +145,11 @@ url = "{upstream}"
     /// `kill -9` it.
     pub async fn kill9(&mut self) -> anyhow::Result<()> {
         self.proc_.kill9().await
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> anyhow::Result<u32> {
+        self.proc_.pid()
     }
 
     /// Fail if it exited.

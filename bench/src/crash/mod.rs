@@ -15,9 +15,14 @@
 //! --replicas 3`: one of three killed each round (load goes on on the others),
 //! restarted after its tasks are settled; with `--restart-postgres`, one round
 //! restarts the PostgreSQL server itself instead (`pg_ctlcluster … restart`).
+//!
+//! `--store sled --fill-and-free --cycles 50`: no kills; the data directory's disk
+//! (a tmpfs of its own) is filled to the last byte under load and freed, each
+//! cycle, with the same book of handles and checks (`fill.rs`).
 
 mod book;
 mod cluster;
+mod fill;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,6 +96,31 @@ pub struct CrashArgs {
     /// Keep the processes' logs and data (printed at the end) even when all is well.
     #[arg(long)]
     pub keep: bool,
+    /// Instead of kills: fill the data directory's disk (a tmpfs of its own) to the
+    /// last byte under load, keep calling, free it, and again (`--store sled`; see
+    /// fill.rs). Needs root to mount the tmpfs.
+    #[arg(long)]
+    pub fill_and_free: bool,
+    /// Fill-and-free cycles.
+    #[arg(long, default_value_t = 50)]
+    pub cycles: usize,
+    /// Size of the tmpfs the data directory is on (fill-and-free).
+    #[arg(long, default_value = "80m")]
+    pub tmpfs_size: String,
+    /// `store.min_free_bytes` of tasklift (fill-and-free).
+    #[arg(long, default_value_t = 8 << 20)]
+    pub min_free_bytes: u64,
+    /// How long calls go on against the full disk each cycle (fill-and-free).
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    pub full_for: Duration,
+    /// Load with room on the disk between a cycle's tasks coming back and the
+    /// next fill (fill-and-free).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub room_for: Duration,
+    /// The longest time from a free to a slow call becoming a task again that
+    /// passes (fill-and-free).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub tasks_again_max: Duration,
 }
 
 /// Figures of the whole run, beyond the load's.
@@ -136,6 +166,9 @@ fn commit() -> String {
 
 /// Run it; `Ok(true)` when nothing was missing, stuck or changed.
 pub async fn run(args: CrashArgs) -> anyhow::Result<bool> {
+    if args.fill_and_free {
+        return fill::run(args).await;
+    }
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
