@@ -5,8 +5,10 @@
 //! tool that runs only as a task is refused with a retryable error before anything
 //! runs upstream. Running tasks go on and store their outcomes into the space left
 //! above the filesystem's end (the watermark is that reserve); `tasks/get` keeps
-//! answering. The figure is measured every second (`watch`), so tasklift leaves
-//! the low-space mode by itself once space is freed.
+//! answering (on a disk full to the last byte, not for a task whose latest change
+//! sled had not written when it met the error: see `SledStore::recover`). The
+//! figure is measured every second (`watch`), so tasklift leaves the low-space
+//! mode by itself once space is freed, and again before a handle is given.
 //!
 //! A database server's space (PostgreSQL) cannot be measured from here:
 //! [`DiskSpace::database`] is low while the database refuses writes for lack of
