@@ -491,19 +491,7 @@ pub async fn run(args: CrashArgs) -> anyhow::Result<bool> {
     println!("tasklift: {}", tasklift.display());
     let fs = Tmpfs::mount(&dir.path().join("data"), &args.tmpfs_size)?;
     let result = soak(&args, seed, &tasklift, &fixture_bin, dir.path(), fs).await;
-    let ok = match result {
-        Ok(ok) => ok,
-        Err(e) => {
-            eprintln!("logs kept in {}", dir.path().display());
-            std::mem::forget(dir);
-            return Err(e);
-        }
-    };
-    if !ok || args.keep {
-        println!("logs kept in {}", dir.path().display());
-        std::mem::forget(dir);
-    }
-    Ok(ok)
+    super::kept_if_failed(result, dir, args.keep, "logs")
 }
 
 async fn soak(

@@ -222,16 +222,27 @@ pub async fn run(args: CrashArgs) -> anyhow::Result<bool> {
     if let Some(db) = &db {
         db.drop_db().await;
     }
+    kept_if_failed(result, dir, args.keep, "logs and data")
+}
+
+/// A run's verdict; its directory (`what` it holds) is kept, and named, when the
+/// run failed or `keep` asks for it, and deleted otherwise.
+fn kept_if_failed(
+    result: anyhow::Result<bool>,
+    dir: crate::procs::TempDir,
+    keep: bool,
+    what: &str,
+) -> anyhow::Result<bool> {
     let ok = match result {
         Ok(ok) => ok,
         Err(e) => {
-            eprintln!("logs and data kept in {}", dir.path().display());
+            eprintln!("{what} kept in {}", dir.path().display());
             std::mem::forget(dir);
             return Err(e);
         }
     };
-    if !ok || args.keep {
-        println!("logs and data kept in {}", dir.path().display());
+    if !ok || keep {
+        println!("{what} kept in {}", dir.path().display());
         std::mem::forget(dir);
     }
     Ok(ok)

@@ -9,7 +9,6 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::session::initialize_request;
 use super::{Shared, METHOD_HEADER, SESSION_HEADER, VERSION_HEADER};
 use crate::config::EraSetting;
 use crate::upstream::{modern_meta, CallContext, Era, UpstreamError};
@@ -106,15 +105,7 @@ impl Shared {
         self: &Arc<Self>,
         ctx: &CallContext,
     ) -> Result<Option<bool>, UpstreamError> {
-        let id = self.upstream_id();
-        let msg = initialize_request(ctx, &id);
-        let ans = self
-            .post(
-                serde_json::to_vec(&msg).expect("serializes"),
-                HeaderMap::new(),
-                ctx,
-            )
-            .await?;
+        let (ans, id) = self.post_initialize(ctx).await?;
         if ans.status.is_server_error() || not_an_era_signal(ans.status) {
             tracing::info!(upstream = %self.cfg.name, status = %ans.status,
                 "the upstream did not say whether it serves 2025 clients");

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use super::{Asking, Session, SessionSlot, Shared, SESSION_HEADER};
+use super::{Answer, Asking, Session, SessionSlot, Shared, SESSION_HEADER};
 use crate::upstream::{CallContext, CallEvent, Era, UpstreamError};
 use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
@@ -173,11 +173,12 @@ impl Shared {
             .clone()
     }
 
-    async fn initialize(self: &Arc<Self>, ctx: &CallContext) -> Result<Session, UpstreamError> {
-        let fail = |m: String| UpstreamError::Handshake {
-            name: self.cfg.name.clone(),
-            message: m,
-        };
+    /// POST the `initialize` of `ctx`'s client (see [`initialize_request`]): the
+    /// answer, and the id it went with.
+    pub(super) async fn post_initialize(
+        self: &Arc<Self>,
+        ctx: &CallContext,
+    ) -> Result<(Answer, Value), UpstreamError> {
         let id = self.upstream_id();
         let msg = initialize_request(ctx, &id);
         let ans = self
@@ -187,6 +188,15 @@ impl Shared {
                 ctx,
             )
             .await?;
+        Ok((ans, id))
+    }
+
+    async fn initialize(self: &Arc<Self>, ctx: &CallContext) -> Result<Session, UpstreamError> {
+        let fail = |m: String| UpstreamError::Handshake {
+            name: self.cfg.name.clone(),
+            message: m,
+        };
+        let (ans, id) = self.post_initialize(ctx).await?;
         let sid = ans.headers.get(&SESSION_HEADER).cloned();
         let init = match self.read_response(ans, &id).await? {
             Ok(r) => r,
