@@ -1,5 +1,5 @@
 //! Task storage: the `TaskStore` trait and the record it keeps. The sled
-//! implementation lives in `sled_store.rs` and is the only place sled appears; the
+//! implementation lives in `sled_store/` and is the only place sled appears; the
 //! PostgreSQL store several replicas share (`pg_store/`) implements the same trait.
 
 mod pg_store;
