@@ -465,22 +465,26 @@ pub async fn client(shared: Shared, stop: Arc<AtomicBool>, seed: u64, tag: Strin
     }
 }
 
+/// The handles not yet seen terminal, in the order they were given, and the
+/// tasklift processes alive now.
+pub fn open_handles(shared: &Shared) -> (Vec<String>, Vec<(usize, Endpoint)>) {
+    let st = shared.lock().unwrap();
+    let open = st
+        .order
+        .iter()
+        .filter(|id| st.handles[*id].is_open())
+        .cloned()
+        .collect();
+    (open, st.live.clone())
+}
+
 /// A poller: `tasks/get` on the handles not yet seen terminal, as a client waiting
 /// for its results does, until `stop`.
 pub async fn poller(shared: Shared, stop: Arc<AtomicBool>, seed: u64) {
     let mut rng = Rng(seed | 1);
     let mut conns = Conns::default();
     while !stop.load(Ordering::Relaxed) {
-        let (open, live) = {
-            let st = shared.lock().unwrap();
-            let open: Vec<String> = st
-                .order
-                .iter()
-                .filter(|id| st.handles[*id].is_open())
-                .cloned()
-                .collect();
-            (open, st.live.clone())
-        };
+        let (open, live) = open_handles(&shared);
         if live.is_empty() {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;

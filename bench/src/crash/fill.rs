@@ -264,16 +264,7 @@ async fn client(shared: Shared, soak: SoakRef, stop: Arc<AtomicBool>, seed: u64,
 async fn poller(shared: Shared, soak: SoakRef, stop: Arc<AtomicBool>) {
     let mut conns = Conns::default();
     while !stop.load(Ordering::Relaxed) {
-        let (open, live) = {
-            let st = shared.lock().unwrap();
-            let open: Vec<String> = st
-                .order
-                .iter()
-                .filter(|id| st.handles[*id].is_open())
-                .cloned()
-                .collect();
-            (open, st.live.clone())
-        };
+        let (open, live) = book::open_handles(&shared);
         let Some((gen, ep)) = live.first().cloned() else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
@@ -468,12 +459,7 @@ pub async fn run(args: CrashArgs) -> anyhow::Result<bool> {
     if args.cycles == 0 {
         bail!("--cycles: at least 1");
     }
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    }) | 1;
+    let seed = super::seed(&args);
     let tasklift = beside_me(&args.tasklift, "tasklift")?;
     let fixture_bin = beside_me(&args.fixture, "tasklift-fixture")?;
     let dir = crate::procs::TempDir::new("fill")?;

@@ -164,17 +164,22 @@ fn commit() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The run's seed: `--seed`, or the clock's; always odd.
+fn seed(args: &CrashArgs) -> u64 {
+    args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    }) | 1
+}
+
 /// Run it; `Ok(true)` when nothing was missing, stuck or changed.
 pub async fn run(args: CrashArgs) -> anyhow::Result<bool> {
     if args.fill_and_free {
         return fill::run(args).await;
     }
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    }) | 1;
+    let seed = seed(&args);
     let tasklift = beside_me(&args.tasklift, "tasklift")?;
     let fixture_bin = beside_me(&args.fixture, "tasklift-fixture")?;
     let n = match args.store {
