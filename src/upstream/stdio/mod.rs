@@ -85,7 +85,7 @@ impl Owner {
         }
     }
 
-    /// Whether the caller has roots, waiting up to `GREETING`-like `limit` for a
+    /// Whether the caller has roots, waiting up to `limit` for a
     /// request that says; no answer by then is no.
     async fn has_roots(&self, limit: Duration) -> bool {
         let decided = self.decided.notified();
@@ -220,13 +220,9 @@ impl StdioUpstream {
         ctx: &CallContext,
     ) -> Result<Arc<Pool>, UpstreamError> {
         self.pool(req, ctx).map_err(|e| UpstreamError::Unreachable {
-            name: self.scopes_name().to_string(),
+            name: self.scopes.name().to_string(),
             message: e.message,
         })
-    }
-
-    fn scopes_name(&self) -> &str {
-        self.scopes.name()
     }
 }
 
@@ -378,7 +374,7 @@ impl Upstream for StdioUpstream {
     }
 
     fn name(&self) -> &str {
-        self.scopes_name()
+        self.scopes.name()
     }
 
     fn era<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
