@@ -17,9 +17,12 @@
 
 mod call;
 mod era;
+mod failure;
 mod get_stream;
 mod response;
 mod session;
+
+use failure::retry_after;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -331,42 +334,6 @@ impl Shared {
         }
     }
 
-    /// Why a request got no response, by where it broke: connecting (refused,
-    /// timed out, the TLS handshake), a connection that closed or was reset after
-    /// the request went out, or an answer that is not HTTP.
-    fn request_failed(&self, e: &hyper_util::client::legacy::Error) -> UpstreamError {
-        let name = self.cfg.name.clone();
-        // The outer error only names the step ("client error (Connect)").
-        let cause = std::error::Error::source(e)
-            .map(super::chain)
-            .unwrap_or_else(|| e.to_string());
-        if e.is_connect() {
-            // After the TCP connection, hyper-rustls reports the handshake's
-            // failure as an `io::Error` (the TCP connector's are its own type).
-            let handshake = self.url.scheme_str() == Some("https")
-                && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-            let message = match handshake || is_tls(e) {
-                true => format!("TLS handshake failed: {cause}"),
-                false => cause,
-            };
-            return UpstreamError::Unreachable { name, message };
-        }
-        let parse = sources(e).any(|s| {
-            s.downcast_ref::<hyper::Error>()
-                .is_some_and(hyper::Error::is_parse)
-        });
-        match parse {
-            true => UpstreamError::NotHttp {
-                name,
-                message: cause,
-            },
-            false => UpstreamError::Dropped {
-                name,
-                message: cause,
-            },
-        }
-    }
-
     /// Read a whole (non-streamed) body, bounded.
     async fn read_all(&self, body: Incoming) -> Result<Bytes, UpstreamError> {
         let limited = http_body_util::Limited::new(body, MAX_JSON_BODY);
@@ -420,45 +387,6 @@ impl Session {
         h.insert(VERSION_HEADER.clone(), self.version.clone());
         h
     }
-}
-
-/// The wait a `429 Too Many Requests` or `503 Service Unavailable` asks for with
-/// `Retry-After` in seconds, if it is short enough to wait out ([`MAX_RETRY_AFTER`]).
-/// An HTTP date is not waited for.
-fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
-    if !matches!(
-        status,
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-    ) {
-        return None;
-    }
-    let secs: u64 = headers
-        .get(header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let wait = Duration::from_secs(secs);
-    (wait <= MAX_RETRY_AFTER).then_some(wait)
-}
-
-/// Whether a rustls error is in `e` or its sources, also wrapped in `io::Error`s
-/// (whose `source` skips the error they wrap).
-fn is_tls(e: &(dyn std::error::Error + 'static)) -> bool {
-    sources(e).any(|s| {
-        s.is::<rustls::Error>()
-            || s.downcast_ref::<std::io::Error>()
-                .and_then(std::io::Error::get_ref)
-                .is_some_and(|inner| is_tls(inner))
-    })
-}
-
-/// An error and its sources.
-fn sources<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
-    std::iter::successors(Some(e), |e| <dyn std::error::Error>::source(*e))
 }
 
 /// Headers mirrored from a modern request's body.
