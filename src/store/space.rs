@@ -5,10 +5,10 @@
 //! tool that runs only as a task is refused with a retryable error before anything
 //! runs upstream. Running tasks go on and store their outcomes into the space left
 //! above the filesystem's end (the watermark is that reserve); `tasks/get` keeps
-//! answering (on a disk full to the last byte, not for a task whose latest change
-//! sled had not written when it met the error: see `SledStore::recover`). The
-//! figure is measured every second (`watch`), so tasklift leaves the low-space
-//! mode by itself once space is freed, and again before a handle is given.
+//! answering (sled is opened again at once if it met the full disk: see
+//! `SledStore::heal`). The figure is measured every second (`watch`), so
+//! tasklift leaves the low-space mode by itself once space is freed, and again
+//! before a handle is given.
 //!
 //! A database server's space (PostgreSQL) cannot be measured from here:
 //! [`DiskSpace::database`] is low while the database refuses writes for lack of
@@ -38,7 +38,7 @@ pub const RESERVE_BYTES: u64 = 1 << 20;
 const RESERVE_ROOM: u64 = RESERVE_BYTES * 3 / 2;
 /// Free space in which a store that refused a write is probed (and reopened if
 /// need be): a sled segment (512 KiB) and some. The reserve given back makes it.
-const PROBE_ROOM: u64 = 768 * 1024;
+pub(crate) const PROBE_ROOM: u64 = 768 * 1024;
 
 /// Write the reserve in `dir` if it is missing and the disk has room for it
 /// (see [`RESERVE_ROOM`]).
@@ -285,6 +285,8 @@ pub async fn watch(
         if space.store_refused() {
             let room = space.free_bytes().is_some_and(|f| f >= PROBE_ROOM);
             if let (Some(store), true) = (&store, room) {
+                // First the room to open the store again, should it fill anew.
+                keep_reserve_if_room(&space.dir);
                 match store.recover().await {
                     Ok(()) => space.writes_again(),
                     Err(e) => {

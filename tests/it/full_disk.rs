@@ -115,8 +115,8 @@ async fn outcomes_that_meet_a_full_disk_are_kept_and_land_once_space_returns() {
     .await;
 }
 
-fn record(i: usize, bytes: usize) -> TaskRecord {
-    let mut rec = TaskRecord::new(tasklift::store::NewTask {
+fn running(i: usize) -> TaskRecord {
+    TaskRecord::new(tasklift::store::NewTask {
         id: format!("task-{i}"),
         owner: "o".into(),
         upstream: "u".into(),
@@ -124,46 +124,105 @@ fn record(i: usize, bytes: usize) -> TaskRecord {
         created_at_ms: 1,
         ttl_ms: 3_600_000,
         poll_interval_ms: 100,
-    });
-    let pad = "x".repeat(bytes);
+    })
+}
+
+fn completed(i: usize, bytes: usize) -> TaskRecord {
+    let mut rec = running(i);
+    rec.updated_at_ms = 2;
     rec.settle(tasklift::store::Settle::Completed(
-        json!({"n": i, "pad": pad}),
+        json!({"n": i, "pad": "x".repeat(bytes)}),
     ))
     .unwrap();
     rec
 }
 
-/// sled keeps its first write error for good: once it has met the full disk, the
-/// store reopens it in the running process, and nothing acknowledged is lost.
+/// sled keeps its first write error for good, and reads through it fail for
+/// pages it had not written: once it has met the full disk, the store opens it
+/// again at once (with the reserve), so every acknowledged task reads on while
+/// the disk stays full; a running task's change that does not fit is shown and
+/// written once there is room; a final state that did not fit never shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_embedded_store_takes_writes_again_after_sled_met_a_full_disk() {
+async fn the_embedded_store_reads_on_and_takes_writes_again_after_sled_met_a_full_disk() {
     let fs = tmpfs_or_skip!("8m");
     let space = tasklift::store::space::DiskSpace::new(&fs.0, 1 << 20);
-    let s = SledStore::open(&fs.0, 64 * 1024)
+    // A small page cache: sled writes pages out and reads them back, as a large
+    // store does with the default cache.
+    let s = SledStore::open_with_cache(&fs.0, 64 * 1024, 256 * 1024)
         .unwrap()
         .watched(space.clone());
-    // Records of 3 KB stay in sled itself (not result files): fill until refused.
-    let mut stored = Vec::new();
+    assert!(reserve_written(&fs.0));
+    // 3,000 running tasks, then each completed with a 3 KB outcome (kept in
+    // sled itself, not in a result file) until the disk refuses a completion.
+    let n = 3000;
+    for i in 0..n {
+        s.create(&running(i)).await.expect("room for the tasks");
+    }
+    let mut done = Vec::new();
     let mut refused = None;
-    for i in 0..100_000 {
-        match s.put(&record(i, 3000)).await {
-            Ok(()) => stored.push(i),
+    for i in 0..n {
+        match s.put(&completed(i, 3000)).await {
+            Ok(()) => done.push(i),
             Err(e) => {
-                refused = Some(e);
+                refused = Some((i, e));
                 break;
             }
         }
     }
-    let e = refused.expect("the disk fills");
+    let (last, e) = refused.expect("the disk fills");
     assert!(
         matches!(e, tasklift::store::StoreError::Full(_)),
         "a full disk is 'full', to be retried: {e}"
     );
     assert!(space.store_refused(), "the refusal is noted (no new tasks)");
-    // Whatever was acknowledged is readable meanwhile.
-    let first = stored[0];
-    assert!(s.get(&format!("task-{first}")).await.unwrap().is_some());
-    // Space comes back: the volume grows.
+    // While the disk stays full: every completed task reads, outcome and all;
+    // the others are running. The completion that was refused may have reached
+    // the disk all the same (sled reports the error of a later write): it shows
+    // working, or completed with its outcome, and once completed, stays so.
+    let mut last_completed = false;
+    for round in 0..2 {
+        for i in 0..n {
+            let r = s.get(&format!("task-{i}")).await;
+            let r = r.unwrap_or_else(|e| panic!("round {round}: task-{i} unreadable: {e}"));
+            let r = r.unwrap_or_else(|| panic!("round {round}: task-{i} lost"));
+            let completed = match &r.outcome {
+                Some(tasklift::store::TaskOutcome::Result(v)) => {
+                    assert_eq!(v["n"], i);
+                    true
+                }
+                None => false,
+                other => panic!("task-{i}: {other:?}"),
+            };
+            match i.cmp(&last) {
+                std::cmp::Ordering::Less => assert!(completed, "task-{i}: {:?}", r.status()),
+                std::cmp::Ordering::Equal => {
+                    assert!(
+                        completed || !last_completed,
+                        "round {round}: task-{i} (refused) was shown completed, then working"
+                    );
+                    last_completed = completed;
+                }
+                std::cmp::Ordering::Greater => assert_eq!(
+                    r.status(),
+                    tasklift::store::TaskStatus::Working,
+                    "task-{i} (the refused completion was task-{last})"
+                ),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // A running task's change that does not fit is accepted and shown.
+    let mut asking = running(last + 1);
+    asking.updated_at_ms = 3;
+    asking.status_message = Some("asked while the disk was full".into());
+    s.put(&asking).await.expect("kept in memory");
+    let shown = s.get(&asking.id).await.unwrap().unwrap();
+    assert_eq!(shown.status_message, asking.status_message);
+    let listed = s.list("o", "u", 0).await.unwrap();
+    assert_eq!(listed.len(), n);
+    let in_list = listed.iter().find(|r| r.id == asking.id).unwrap();
+    assert_eq!(in_list.status_message, asking.status_message);
+    // Space comes back: the volume grows, and the store takes writes again.
     assert!(std::process::Command::new("mount")
         .args(["-o", "remount,size=32m"])
         .arg(&fs.0)
@@ -171,22 +230,36 @@ async fn the_embedded_store_takes_writes_again_after_sled_met_a_full_disk() {
         .unwrap()
         .success());
     space.measure().unwrap();
-    // With room again, sled itself still refuses: it keeps its first error.
-    let still = s.put(&record(999_998, 3000)).await;
-    assert!(
-        still.is_err(),
-        "sled took a write after its error: the test no longer shows the reopen"
-    );
     s.recover().await.expect("the store takes writes again");
     space.writes_again();
-    s.put(&record(999_999, 3000))
+    s.put(&completed(last, 3000))
         .await
-        .expect("a write after recovery");
-    for i in &stored {
+        .expect("the kept outcome lands once there is room");
+    // What was held was written: it is on disk when the store is opened anew.
+    drop(s);
+    let s = eventually_ok("the store opens again", || {
+        SledStore::open(&fs.0, 64 * 1024)
+    })
+    .await;
+    let r = s.get(&asking.id).await.unwrap().unwrap();
+    assert_eq!(r.status_message, asking.status_message);
+    for i in 0..=last {
         let r = s.get(&format!("task-{i}")).await.unwrap();
         assert!(r.is_some_and(|r| r.outcome.is_some()), "task-{i} lost");
     }
-    assert!(s.get("task-999999").await.unwrap().is_some());
+}
+
+/// Retry `open` for a few seconds: sled's background thread lets go of the
+/// directory's lock a moment after its last handle.
+async fn eventually_ok<T, E: std::fmt::Display>(what: &str, open: impl Fn() -> Result<T, E>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match open() {
+            Ok(t) => return t,
+            Err(e) if std::time::Instant::now() > deadline => panic!("{what}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 /// A volume smaller than `store.min_free_bytes` starts (with a warning) and keeps

@@ -27,14 +27,19 @@
 //! Files a crash can leave behind (`*.tmp` from an interrupted write, a result whose
 //! record never became durable or was deleted just before) are removed at open.
 //!
+//! Every write is durable when it returns (a final state is not shown before),
+//! so opening sled again loses nothing acknowledged.
+//!
 //! This file holds the records; `commit.rs` the group commit that makes writes
-//! durable, `reopen.rs` opening sled (and opening it again after it met a full
-//! disk), `sessions.rs` and `replays.rs` the other two trees.
+//! durable, `reopen.rs` opening sled (and opening it again at once when it met a
+//! full disk), `held.rs` the task changes kept in memory while the disk is full,
+//! `sessions.rs` and `replays.rs` the other two trees.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod commit;
+mod held;
 mod reopen;
 mod replays;
 mod sessions;
@@ -65,8 +70,16 @@ struct Cell {
     results_dir: PathBuf,
     /// Outcomes above this many bytes go to files.
     large_result_bytes: usize,
+    /// sled's page cache.
+    cache_bytes: u64,
     /// The data directory's free space, told of writes refused for lack of it.
     space: std::sync::OnceLock<Arc<super::space::DiskSpace>>,
+    /// Task changes held in memory while the disk is full (see `held.rs`).
+    held: dashmap::DashMap<String, held::Held>,
+    /// A check of the database after a refused write (and maybe a reopen) runs.
+    healing: std::sync::atomic::AtomicBool,
+    /// Counts the checks finished, for readers waiting through one.
+    healed: tokio::sync::watch::Sender<u64>,
 }
 
 struct Inner {
@@ -91,6 +104,9 @@ struct Inner {
     /// only after a record is on disk.
     settled: dashmap::DashMap<String, TaskRecord>,
 }
+
+/// sled's page cache, by default.
+const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How many finished records [`Inner::settled`] keeps.
 const SETTLED_MAX: usize = 4096;
@@ -140,16 +156,30 @@ fn expiry_key(expires_at_ms: u64, id: &str) -> Vec<u8> {
 impl SledStore {
     /// Open (or create) the store in `data_dir`.
     pub fn open(data_dir: &Path, large_result_bytes: usize) -> Result<Self, StoreError> {
+        Self::open_with_cache(data_dir, large_result_bytes, CACHE_BYTES)
+    }
+
+    /// [`SledStore::open`] with a page cache of `cache_bytes` (sled splits it in
+    /// 256 shards, and writes out a shard's pages past its share).
+    pub fn open_with_cache(
+        data_dir: &Path,
+        large_result_bytes: usize,
+        cache_bytes: u64,
+    ) -> Result<Self, StoreError> {
         let results_dir = data_dir.join("results");
         std::fs::create_dir_all(&results_dir).map_err(io_err(&results_dir))?;
-        let inner = open_db(data_dir)?;
+        let inner = open_db(data_dir, cache_bytes)?;
         let store = Self {
             cell: Arc::new(Cell {
                 current: std::sync::RwLock::new(Some(Arc::new(inner))),
                 data_dir: data_dir.to_path_buf(),
                 results_dir,
                 large_result_bytes,
+                cache_bytes,
                 space: std::sync::OnceLock::new(),
+                held: dashmap::DashMap::new(),
+                healing: std::sync::atomic::AtomicBool::new(false),
+                healed: tokio::sync::watch::Sender::new(0),
             }),
         };
         store.remove_orphan_files()?;
@@ -200,16 +230,75 @@ impl SledStore {
     }
 
     /// Every record `keep` accepts (with inline outcomes), in key order.
-    fn scan(&self, keep: impl Fn(&TaskRecord) -> bool) -> Result<Vec<TaskRecord>, StoreError> {
-        let mut out = Vec::new();
-        for kv in self.inner()?.tasks.iter() {
-            let (k, v) = kv.map_err(db_err)?;
-            let rec = self.decode(&String::from_utf8_lossy(&k), &v)?;
-            if keep(&rec) {
-                out.push(rec);
+    /// Every record `keep` accepts (with inline outcomes), in key order; held
+    /// changes (`held.rs`) in place of what sled shows.
+    async fn scan(
+        &self,
+        keep: impl Fn(&TaskRecord) -> bool,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let once = || -> Result<Vec<TaskRecord>, StoreError> {
+            let mut out = Vec::new();
+            for kv in self.inner()?.tasks.iter() {
+                let (k, v) = kv.map_err(db_err)?;
+                let id = String::from_utf8_lossy(&k);
+                let rec = match self.held_record(&id) {
+                    Some(rec) => rec,
+                    None => self.decode(&id, &v)?,
+                };
+                if keep(&rec) {
+                    out.push(rec);
+                }
             }
+            Ok(out)
+        };
+        match once() {
+            Err(StoreError::Full(_) | StoreError::Db(_)) => {
+                self.heal(false).await;
+                once()
+            }
+            r => r,
         }
-        Ok(out)
+    }
+
+    /// A record as sled holds it (with its outcome), waiting through a reopen
+    /// and for a final state until it is on disk.
+    async fn read(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let inner = self.reading().await?;
+        if let Some(r) = inner.settled.get(id) {
+            return Ok(Some(r.clone()));
+        }
+        let bytes = loop {
+            let bytes = inner.tasks.get(id.as_bytes()).map_err(db_err)?;
+            // A terminal state being flushed is not shown until it is on disk.
+            let Some(n) = inner.flushing.get(id).map(|e| e.value().clone()) else {
+                break bytes;
+            };
+            let done = n.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if inner.flushing.contains_key(id) {
+                done.await;
+            }
+        };
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let mut rec = self.decode(id, &bytes)?;
+        if rec.outcome.is_none()
+            && matches!(rec.status(), TaskStatus::Completed | TaskStatus::Failed)
+        {
+            let path = self.result_path(id);
+            let bytes = tokio::fs::read(&path).await.map_err(io_err(&path))?;
+            let outcome: TaskOutcome =
+                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+                    id: id.to_string(),
+                    message: format!("result file: {e}"),
+                })?;
+            rec.outcome = Some(outcome);
+        } else if rec.status().is_terminal() {
+            Self::settle(&inner, &rec);
+        }
+        Ok(Some(rec))
     }
 
     fn decode(&self, id: &str, bytes: &[u8]) -> Result<TaskRecord, StoreError> {
@@ -233,25 +322,32 @@ impl SledStore {
         settled.insert(rec.id.clone(), rec.clone());
     }
 
-    async fn write_record(&self, rec: &TaskRecord, durable: bool) -> Result<(), StoreError> {
+    /// Write `rec` and make it durable; `hide` (a final state) keeps readers
+    /// waiting until it is on disk, and shows them the state before it if it
+    /// cannot be kept (see `held.rs`).
+    async fn write_record(&self, rec: &TaskRecord, hide: bool) -> Result<(), StoreError> {
         let inner = self.inner()?;
         let inner = &*inner;
         inner.settled.remove(&rec.id);
         let mut stored = rec.clone();
         let outcome = stored.outcome.take();
         let mut json = serde_json::to_vec(&stored).expect("records serialize");
+        let mut file = None;
         if let Some(outcome) = outcome {
             let bytes = serde_json::to_vec(&outcome).expect("values serialize");
             // Inline, the outcome adds `,"outcome":` and its JSON to the record.
             let inline_len = json.len() + 11 + bytes.len();
             if bytes.len() > self.cell.large_result_bytes || inline_len > SLED_RECORD_MAX {
-                let path = self.result_path(&rec.id);
-                write_file_durably(path, bytes).await?;
+                file = Some(bytes);
             } else {
                 stored.outcome = Some(outcome);
                 json = serde_json::to_vec(&stored).expect("records serialize");
                 debug_assert_eq!(json.len(), inline_len, "outcome is the last field");
             }
+        }
+        self.room_for(json.len() + file.as_ref().map_or(0, Vec::len))?;
+        if let Some(bytes) = file {
+            write_file_durably(self.result_path(&rec.id), bytes).await?;
         }
         let old = match inner.tasks.get(rec.id.as_bytes()).map_err(db_err)? {
             Some(b) => Some(self.decode(&rec.id, &b)?),
@@ -262,33 +358,42 @@ impl SledStore {
         // one written just before a crash, for a record then failed at restart)
         // goes.
         let stale_file = stored.outcome.is_some() && old.is_some();
-        let hidden = durable.then(|| {
+        let hidden = hide.then(|| {
             let n = Arc::new(tokio::sync::Notify::new());
             inner.flushing.insert(rec.id.clone(), n.clone());
             Unhide(inner, rec.id.clone(), n)
         });
-        inner
-            .tasks
-            .insert(rec.id.as_bytes(), json)
-            .map_err(db_err)?;
-        if old_expiry != Some(rec.expires_at_ms) {
-            if let Some(e) = old_expiry {
+        let written = async {
+            inner
+                .tasks
+                .insert(rec.id.as_bytes(), json)
+                .map_err(db_err)?;
+            if old_expiry != Some(rec.expires_at_ms) {
+                if let Some(e) = old_expiry {
+                    inner
+                        .expiry
+                        .remove(expiry_key(e, &rec.id))
+                        .map_err(db_err)?;
+                }
                 inner
                     .expiry
-                    .remove(expiry_key(e, &rec.id))
+                    .insert(expiry_key(rec.expires_at_ms, &rec.id), &[])
                     .map_err(db_err)?;
             }
-            inner
-                .expiry
-                .insert(expiry_key(rec.expires_at_ms, &rec.id), &[])
-                .map_err(db_err)?;
+            inner.commit.commit().await
         }
-        if durable {
-            inner.commit.commit().await?;
+        .await;
+        if let Err(e) = written {
+            if let (Some(before), true) = (old, hide) {
+                // Before the record shows again (`hidden` goes with this return).
+                self.mask(before);
+            }
+            return Err(e);
         }
         drop(hidden);
+        self.release(&rec.id);
         let inline = stored.outcome.is_some() || rec.outcome.is_none();
-        if durable && rec.status().is_terminal() && inline {
+        if hide && rec.status().is_terminal() && inline {
             Self::settle(inner, rec);
         }
         if stale_file {
@@ -301,6 +406,25 @@ impl SledStore {
             }
         }
         Ok(())
+    }
+
+    /// While the store refuses writes for lack of space, a write of `bytes` is
+    /// made only with room for it and a sled segment to spare: enough is always
+    /// left to open sled again should it meet the full disk (see `heal`).
+    fn room_for(&self, bytes: usize) -> Result<(), StoreError> {
+        let Some(space) = self.cell.space.get() else {
+            return Ok(());
+        };
+        if !space.store_refused() {
+            return Ok(());
+        }
+        let need = super::space::PROBE_ROOM + bytes as u64;
+        match space.measure() {
+            Ok(free) if free < need => Err(StoreError::Full(format!(
+                "the disk is full ({free} bytes free): kept in memory until space is freed"
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -359,59 +483,48 @@ pub fn dir_size(path: &Path) -> u64 {
 
 impl TaskStore for SledStore {
     fn create<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.noted(self.write_record(rec, true).await) })
+        Box::pin(async move { self.noted(self.write_record(rec, false).await) })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
         Box::pin(async move {
-            let inner = self.inner()?;
-            if let Some(r) = inner.settled.get(id) {
-                return Ok(Some(r.clone()));
+            if let Some(rec) = self.held_record(id) {
+                return Ok(Some(rec));
             }
-            let bytes = loop {
-                let bytes = inner.tasks.get(id.as_bytes()).map_err(db_err)?;
-                // A terminal state being flushed is not shown until it is on disk.
-                let Some(n) = inner.flushing.get(id).map(|e| e.value().clone()) else {
-                    break bytes;
-                };
-                let done = n.notified();
-                tokio::pin!(done);
-                done.as_mut().enable();
-                if inner.flushing.contains_key(id) {
-                    done.await;
+            match self.read(id).await {
+                // sled met an I/O error (a full disk) and reads through it fail:
+                // open it again, and read what it holds on disk.
+                Err(StoreError::Full(_) | StoreError::Db(_)) => {
+                    self.heal(false).await;
+                    match self.held_record(id) {
+                        Some(rec) => Ok(Some(rec)),
+                        None => self.read(id).await,
+                    }
                 }
-            };
-            let Some(bytes) = bytes else {
-                return Ok(None);
-            };
-            let mut rec = self.decode(id, &bytes)?;
-            if rec.outcome.is_none()
-                && matches!(rec.status(), TaskStatus::Completed | TaskStatus::Failed)
-            {
-                let path = self.result_path(id);
-                let bytes = tokio::fs::read(&path).await.map_err(io_err(&path))?;
-                let outcome: TaskOutcome =
-                    serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-                        id: id.to_string(),
-                        message: format!("result file: {e}"),
-                    })?;
-                rec.outcome = Some(outcome);
-            } else if rec.status().is_terminal() {
-                Self::settle(&inner, &rec);
+                r => r,
             }
-            Ok(Some(rec))
         })
     }
 
     fn put<'a>(&'a self, rec: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        Box::pin(
-            async move { self.noted(self.write_record(rec, rec.status().is_terminal()).await) },
-        )
+        Box::pin(async move {
+            let terminal = rec.status().is_terminal();
+            match self.noted(self.write_record(rec, terminal).await) {
+                // A running task's change is kept and shown until it can be
+                // written; a final state is kept by the driver that made it.
+                Err(StoreError::Full(_)) if !terminal => {
+                    self.hold(rec);
+                    Ok(())
+                }
+                r => r,
+            }
+        })
     }
 
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let inner = self.inner()?;
+            self.release(id);
             inner.settled.remove(id);
             let removed = inner.tasks.remove(id.as_bytes()).map_err(db_err);
             inner.settled.remove(id);
@@ -452,7 +565,7 @@ impl TaskStore for SledStore {
     }
 
     fn unfinished(&self) -> StoreFuture<'_, Vec<TaskRecord>> {
-        Box::pin(async move { self.scan(|r| !r.status().is_terminal()) })
+        Box::pin(async move { self.scan(|r| !r.status().is_terminal()).await })
     }
 
     fn list<'a>(
@@ -463,7 +576,8 @@ impl TaskStore for SledStore {
     ) -> StoreFuture<'a, Vec<TaskRecord>> {
         Box::pin(async move {
             let mut out = self
-                .scan(|r| r.owner == owner && r.upstream == upstream && r.expires_at_ms > now_ms)?;
+                .scan(|r| r.owner == owner && r.upstream == upstream && r.expires_at_ms > now_ms)
+                .await?;
             out.iter_mut().for_each(|r| r.outcome = None);
             out.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
             Ok(out)
@@ -472,7 +586,7 @@ impl TaskStore for SledStore {
 
     fn all(&self) -> StoreFuture<'_, Vec<TaskRecord>> {
         Box::pin(async move {
-            let mut out = self.scan(|_| true)?;
+            let mut out = self.scan(|_| true).await?;
             out.iter_mut().for_each(|r| r.outcome = None);
             out.sort_by(|a, b| (b.created_at_ms, &b.id).cmp(&(a.created_at_ms, &a.id)));
             Ok(out)

@@ -31,6 +31,7 @@ impl ReplayStore for SledStore {
         until_ms: u64,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            self.room_for(key.len() + task_id.len() + 8)?;
             let inner = self.inner()?;
             let r = match inner
                 .replays

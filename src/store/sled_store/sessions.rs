@@ -16,6 +16,7 @@ impl SessionStore for SledStore {
     fn save_session<'a>(&'a self, rec: &'a SessionRecord) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let json = serde_json::to_vec(rec).expect("records serialize");
+            self.room_for(json.len())?;
             let inner = self.inner()?;
             let r = match inner.sessions.insert(rec.id.as_bytes(), json) {
                 Ok(_) => inner.commit.commit().await,
