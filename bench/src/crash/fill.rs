@@ -426,12 +426,12 @@ fn log_time(line: &str) -> Option<f64> {
 }
 
 /// How long each reopen of the store took, from tasklift's log: from "reopening
-/// it" to "reopened" (reads are refused meanwhile).
+/// it again" to "reopened" (reads wait meanwhile).
 fn reopen_times(log: &str) -> Vec<f64> {
     let mut out = Vec::new();
     let mut from = None;
     for l in log.lines() {
-        if l.contains("the task store still refuses writes; reopening it") {
+        if l.contains("closing it to open it again") {
             from = log_time(l);
         } else if l.contains("reopened the task store after a write error") {
             if let (Some(a), Some(b)) = (from.take(), log_time(l)) {
@@ -852,6 +852,7 @@ async fn soak(
         println!("failed or wrong:{}", book::first_few(&st.findings.changed));
     }
     Ok(s.call_errors.is_empty()
+        && s.get_errors == 0
         && s.wrong_sync.is_empty()
         && s.handles_full.is_empty()
         && late.is_empty()
