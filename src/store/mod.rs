@@ -1,12 +1,12 @@
 //! Task storage: the `TaskStore` trait and the record it keeps. The sled
-//! implementation lives in `sled_store/` and is the only place sled appears; the
+//! implementation lives in `sled/` and is the only place sled appears; the
 //! PostgreSQL store several replicas share (`pg_store/`) implements the same trait.
 
 mod pg_store;
 mod record;
 mod replays;
 mod sessions;
-mod sled_store;
+mod sled;
 pub mod space;
 
 use std::future::Future;
@@ -18,7 +18,7 @@ pub use pg_store::{Change, PgStore};
 pub use record::{NewTask, Settle, Settled, TaskOutcome, TaskRecord, TaskStatus};
 pub use replays::ReplayStore;
 pub use sessions::{SessionRecord, SessionStore};
-pub use sled_store::{dir_size, result_file, SledStore};
+pub use sled::{dir_size, result_file, SledStore};
 
 /// A boxed future returned by store methods (keeps the trait object-safe).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;

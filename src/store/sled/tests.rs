@@ -1,6 +1,7 @@
 //! The embedded store's own tests (its group commit's are in `commit.rs`).
 
 use super::*;
+use crate::store::{ReplayStore, TaskStore};
 
 fn finished(i: usize) -> TaskRecord {
     let mut rec = TaskRecord::new(crate::store::NewTask {
