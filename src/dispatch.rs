@@ -127,7 +127,7 @@ pub async fn dispatch(
                         principal: &ctx.principal,
                         upstream: &mount.cfg.name,
                     };
-                    json(task_method(engine, &req, who).await)
+                    json(extension_task_method(engine, &req, who).await)
                 }
             }
         }
@@ -285,7 +285,7 @@ fn map_final(reply: Reply, f: impl FnOnce(Value) -> Value + Send + 'static) -> R
 
 /// `tasks/get`, `tasks/update` and `tasks/cancel` of the extension, for a task of
 /// tasklift's, over the engine's typed API.
-async fn task_method(engine: &Engine, req: &Request, who: Caller<'_>) -> Outcome {
+async fn extension_task_method(engine: &Engine, req: &Request, who: Caller<'_>) -> Outcome {
     let Some(task_id) = req.str_param("taskId") else {
         return Err(RpcError::new(
             jsonrpc::INVALID_PARAMS,

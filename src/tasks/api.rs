@@ -9,8 +9,8 @@
 
 use serde_json::{Map, Value};
 
-use super::call::{Control, StopReason};
 use super::limits::LimitError;
+use super::phases::{Control, StopReason};
 use super::Engine;
 use crate::store::{Settle, StoreError, StoreStats, TaskRecord, TaskStatus};
 

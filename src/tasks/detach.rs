@@ -14,8 +14,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::api::Caller;
-use super::call::Handle;
 use super::handles::{finished_result, still_running, Waited, Waiter};
+use super::phases::Handle;
 use super::Engine;
 use crate::observe::metrics::Replay;
 use crate::reply::{Reply, StreamItem};

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::call::{
-    admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, Driver, StopReason,
-};
 use super::engine::Engine;
+use super::phases::{
+    admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, RunningCall,
+    StopReason,
+};
 use super::{failed, progress_message};
 use crate::observe::spans::Span;
 use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
@@ -41,7 +42,7 @@ impl Engine {
     pub(super) async fn own(
         self: Arc<Self>,
         mut rec: TaskRecord,
-        mut o: Driver,
+        mut o: RunningCall,
         mut control: mpsc::Receiver<Control>,
         mut traced: Span,
     ) {
@@ -338,7 +339,7 @@ impl Engine {
     }
 
     /// Retry the original call upstream with a round's answers and `requestState`.
-    async fn retry(&self, o: &mut Driver, round: &mut Round) -> Result<(), RpcError> {
+    async fn retry(&self, o: &mut RunningCall, round: &mut Round) -> Result<(), RpcError> {
         let origin = o.origin.as_ref().expect("rounds need the original request");
         let mut r = origin.request();
         r.params.insert(

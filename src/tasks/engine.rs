@@ -19,9 +19,9 @@ use dashmap::DashMap;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
-use super::call::{Control, Parked, StopReason, SyncCall, TaskSpec};
 use super::handles::{Handle, Waiter};
 use super::input::{StateSealer, STATE_PREFIX};
+use super::phases::{Control, Parked, StopReason, SyncCall, TaskSpec};
 use super::Clock;
 use crate::config::{NonTaskClients, OnDisconnect, ToolMode, ToolPolicy};
 use crate::reply::Reply;

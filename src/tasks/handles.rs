@@ -18,8 +18,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::api::{Caller, TaskError};
-pub(super) use super::call::Handle;
 use super::input::check_allowed;
+pub(super) use super::phases::Handle;
 use super::Engine;
 use crate::config::UpstreamConfig;
 use crate::reply::{Reply, StreamItem};

@@ -3,7 +3,6 @@
 //! sweeper that expires them (`sweeper.rs`).
 
 mod api;
-mod call;
 mod detach;
 mod driver;
 pub mod engine;
@@ -12,6 +11,7 @@ pub mod input;
 pub mod limits;
 mod listen;
 mod patience;
+mod phases;
 mod race;
 pub mod replicas;
 pub mod sweeper;

@@ -11,13 +11,13 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::call::{
-    admit_request, finalize_result, is_progress_for, sleep_until_precisely, Ahead, Control, Driver,
-    Origin, Parked, SyncCall, TaskSpec, WRITE_AHEAD,
-};
 use super::engine::Engine;
 use super::handles::{still_running, Handle, Waiter};
 use super::input::{askable, request_binding, StateClaims};
+use super::phases::{
+    admit_request, finalize_result, is_progress_for, sleep_until_precisely, Ahead, Control, Origin,
+    Parked, RunningCall, SyncCall, TaskSpec, WRITE_AHEAD,
+};
 use super::{create_task_result, progress_message};
 use crate::reply::{Reply, StreamItem};
 use crate::store::{NewTask, TaskRecord};
@@ -476,7 +476,7 @@ impl Engine {
             },
         };
         tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, handle = ?spec.handle, "call became a task");
-        let owner = Driver {
+        let owner = RunningCall {
             slot: sc.slot.take(),
             active: Some(self.gate().task_started(&rec.owner)),
             meter: sc.meter.take(),

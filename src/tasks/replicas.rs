@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::call::{Control, StopReason};
 use super::engine::Engine;
+use super::phases::{Control, StopReason};
 use crate::store::{Change, SharedStore};
 use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
 

@@ -31,8 +31,8 @@ use super::{json_response, State};
 use shape::sse_response;
 pub use shape::{legacy_shape, modernize, sse, SESSION_HEADER};
 
-mod call;
 mod door;
+mod served;
 pub mod session;
 mod shape;
 mod tasks;
@@ -289,7 +289,7 @@ async fn request(
             // shared by every client, so its level is left alone and tasklift filters.
             match mount.upstream.era(&ctx).await {
                 Ok(Era::Legacy) if mount.upstream.session_per_client() => {
-                    call::call(state, mount, &s, req, ctx).await
+                    served::call(state, mount, &s, req, ctx).await
                 }
                 _ => ok(id.as_ref(), Ok(json!({}))),
             }
@@ -309,7 +309,7 @@ async fn request(
             // does not, the client gets the upstream's own answer, as without tasklift.
             match described(mount, &s, &ctx).await {
                 Ok(d) if subscribable(&d) => {}
-                Ok(_) => return call::call(state, mount, &s, req, ctx).await,
+                Ok(_) => return served::call(state, mount, &s, req, ctx).await,
                 Err(e) => return ok(id.as_ref(), Err(e)),
             }
             if s.subscribe(uri, req.method == "resources/subscribe") {
@@ -319,7 +319,7 @@ async fn request(
             ok(id.as_ref(), Ok(json!({})))
         }
         "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel" => {
-            tasks::task_method(state, mount, &s, req, ctx).await
+            tasks::legacy_task_method(state, mount, &s, req, ctx).await
         }
         mcp::method::TOOLS_CALL if req.params.contains_key("task") && s.polls() => {
             tasks::create(state, mount, &s, req, ctx).await
@@ -336,7 +336,7 @@ async fn request(
         }
         // A `params.task` left here (before 2025-11-25 it means nothing) is
         // stripped by dispatch, like every client's.
-        _ => call::call(state, mount, &s, req, ctx).await,
+        _ => served::call(state, mount, &s, req, ctx).await,
     }
 }
 

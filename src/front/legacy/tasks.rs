@@ -183,7 +183,7 @@ async fn detailed(engine: &Engine, task_id: &str, who: Caller<'_>) -> Result<Val
 }
 
 /// `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`.
-pub async fn task_method(
+pub async fn legacy_task_method(
     state: &Arc<State>,
     mount: &Mount,
     s: &Arc<ClientSession>,

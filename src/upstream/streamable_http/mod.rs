@@ -11,14 +11,14 @@
 //!
 //! This file holds the upstream's state and the `Upstream` impl; each concern is
 //! a file of its own: `era.rs` (the probe), `session.rs` (legacy sessions: opening,
-//! choosing, closing), `call.rs` (running one request and cancelling it),
+//! choosing, closing), `request.rs` (running one request and cancelling it),
 //! `response.rs` (reading a response stream, resuming it), `get_stream.rs` (a
 //! session's standalone GET stream and its change notifications).
 
-mod call;
 mod era;
 mod failure;
 mod get_stream;
+mod request;
 mod response;
 mod session;
 

@@ -26,10 +26,10 @@
 //! the one that created the task.
 //!
 //! This file holds the wrapper (`Bridged`), the start of a bridged call and the
-//! follower's state (`Driver`), and imports none of its files: `driver.rs` follows
+//! follower's state (`Follower`), and imports none of its files: `follower.rs` follows
 //! the task to its outcome, `poll.rs` polls its `tasks/get`.
 
-mod driver;
+mod follower;
 mod poll;
 
 use std::future::Future;
@@ -157,7 +157,7 @@ pub async fn call_as_task(
     let (tx, events) = mpsc::channel(32);
     let (cancel_tx, cancel_rx) = oneshot::channel::<()>();
     let meta = req.meta().cloned().unwrap_or_default();
-    let driver = Driver {
+    let follower = Follower {
         token: meta.get(mcp::META_PROGRESS_TOKEN).cloned(),
         meta,
         up,
@@ -168,7 +168,7 @@ pub async fn call_as_task(
         last_message: None,
         task_id: String::new(),
     };
-    tokio::spawn(driver.run(first, cancel_rx).in_current_span());
+    tokio::spawn(follower.run(first, cancel_rx).in_current_span());
     Ok(UpstreamCall {
         events: events.into(),
         canceller: Canceller::on_cancel(Box::new(move || {
@@ -178,7 +178,7 @@ pub async fn call_as_task(
 }
 
 /// Follows one upstream task, sending what the engine should see to `tx`.
-struct Driver {
+struct Follower {
     up: Arc<dyn Upstream>,
     ctx: CallContext,
     /// The call's `_meta` (protocol fields, trace context, progress token).

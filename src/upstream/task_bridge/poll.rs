@@ -1,5 +1,5 @@
 //! The `tasks/get` poller of a followed upstream task: `poll` asks at the task's
-//! `pollInterval` (within bounds) until the task is terminal, and hands the driver
+//! `pollInterval` (within bounds) until the task is terminal, and hands the follower
 //! what it saw (`Polled`).
 
 use std::sync::Arc;
@@ -46,7 +46,7 @@ pub(super) fn poll_interval(task: &Value) -> Duration {
         .clamp(MIN_POLL, MAX_POLL)
 }
 
-/// Poll `tasks/get` every `interval` until the task is terminal (or the driver is gone).
+/// Poll `tasks/get` every `interval` until the task is terminal (or the follower is gone).
 pub(super) async fn poll(
     up: Arc<dyn Upstream>,
     ctx: CallContext,

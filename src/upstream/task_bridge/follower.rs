@@ -1,5 +1,5 @@
 //! Following one upstream task, from the upstream's `CreateTaskResult` to its
-//! outcome: `Driver::run` reads the blocking `tasks/result` (asked again when its
+//! outcome: `Follower::run` reads the blocking `tasks/result` (asked again when its
 //! stream breaks), reports status messages as progress, relays the task's input
 //! requests without its `related-task` metadata, and sends `tasks/cancel`.
 
@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use super::poll::{poll, poll_interval, Polled};
-use super::{Driver, SHORT_CALL};
+use super::{Follower, SHORT_CALL};
 use crate::upstream::{broken, CallEvent, UpstreamCall};
 use tasklift_protocol::jsonrpc::{
     Outcome, Request, RpcError, INTERNAL_ERROR, INVALID_PARAMS, UPSTREAM_ERROR,
@@ -47,7 +47,7 @@ async fn next_event(call: &mut Option<UpstreamCall>) -> Option<CallEvent> {
     }
 }
 
-impl Driver {
+impl Follower {
     /// A `tasks/*` request for the upstream's task, with the call's `_meta` (the
     /// progress token only on `tasks/result`, whose stream may carry progress).
     fn task_request(&self, method: &str) -> Request {

@@ -1,6 +1,6 @@
 //! A call's state as it passes from one phase to the next: what the threshold race
 //! holds ([`SyncCall`]), a call parked for the client's answers ([`Parked`]), what
-//! the background driver takes over ([`Driver`]), the messages that reach a
+//! the background driver takes over ([`RunningCall`]), the messages that reach a
 //! running task ([`Control`]), and the rules every phase applies to the upstream's
 //! messages. The phases (race.rs, driver.rs) import this; it imports none of them.
 
@@ -185,7 +185,7 @@ pub(super) struct Parked {
 }
 
 /// What the background driver takes over from the threshold race.
-pub(super) struct Driver {
+pub(super) struct RunningCall {
     /// The running upstream call (`None` between MRTR rounds).
     pub call: Option<UpstreamCall>,
     /// Events already read from it.
@@ -237,7 +237,7 @@ impl Origin {
     }
 }
 
-impl Driver {
+impl RunningCall {
     pub(super) async fn next(&mut self) -> Option<CallEvent> {
         if let Some(ev) = self.backlog.pop_front() {
             return Some(ev);
