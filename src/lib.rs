@@ -5,23 +5,9 @@
 //! call goes on upstream, its result is stored, and tasklift answers `tasks/get`,
 //! `tasks/update` and `tasks/cancel` itself.
 //!
-//! Module map (a request flows top to bottom):
-//! - [`front`]: the hyper front door: routing, validation, SSE, one error map;
-//!   `front::legacy` holds all of the 2025-era client support (sessions, replay,
-//!   2025-11-25 tasks).
-//! - [`dispatch`]: which method goes where.
-//! - [`tasks`]: the engine (threshold race, MRTR parking, background driver, input
-//!   bridging, task notifications) and the sweeper.
-//! - [`upstream`]: the `Upstream` trait; Streamable HTTP upstreams of both eras and
-//!   stdio child processes.
-//! - [`store`]: the `TaskStore` trait, its sled and PostgreSQL implementations.
-//! - [`auth`]: principals. [`config`]: configuration (a leaf). [`app`]: wiring and shutdown.
-//! - [`workers`]: the front door's threads (thread-per-core), a leaf.
-//! - [`admin`]: the admin listener (read-only status page, metrics, health).
-//! - [`observe`]: the counters behind `/metrics`, and trace context propagation.
-//! - [`reply`]: what a handler answers; protocol types live in `tasklift_protocol`.
-//! - [`tools`]: `tasklift call`, `tasklift store`, `tasklift demo` (the `demo`
-//!   feature, with the bundled slow server of the `tasklift-fixture` crate).
+//! The layout of the code (which module owns each step of a request, the layers
+//! and what each may import, the invariants and where they hold) is described
+//! once, in `docs/architecture.md`.
 #![forbid(unsafe_code)]
 
 /// The version `tasklift --version` and the status page show: the package version
