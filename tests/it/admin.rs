@@ -12,8 +12,8 @@ use tasklift::store::{NewTask, Settle, SledStore, TaskRecord, TaskStore};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
-use crate::wire::raw;
+use crate::support::harness::*;
+use crate::support::wire::raw;
 
 const EVIL: &str = "<script>alert(1)</script>";
 

@@ -10,7 +10,7 @@ use tasklift::tools::client::{Client, ClientError};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 fn gated() -> (Arc<Notify>, FixtureServer) {
     let gate = Arc::new(Notify::new());
@@ -183,7 +183,7 @@ async fn tasks_update_acks_and_ignores_keys_that_are_not_outstanding() {
 
 #[tokio::test]
 async fn an_upstreams_own_task_is_reachable_only_by_its_caller() {
-    use crate::mock::{discover_result, MockReply, MockUpstream};
+    use crate::support::mock::{discover_result, MockReply, MockUpstream};
     let handle = json!({
         "resultType": "task", "taskId": "up-7", "status": "working",
         "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": 60000,

@@ -8,7 +8,7 @@ use serde_json::json;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 #[tokio::test]
 async fn fast_call_is_answered_directly_and_nothing_is_stored() {

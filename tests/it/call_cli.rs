@@ -3,7 +3,7 @@
 //! polling, a question answered at the prompt, Ctrl-C cancelling the task upstream;
 //! and with plain pipes for scripts: `--json`, plain status lines, exit codes.
 
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,35 +12,11 @@ use tasklift_fixture::FixtureServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
 
-use crate::common::*;
-
-/// Hang guard for anything a test waits for.
-const LIMIT: Duration = Duration::from_secs(60);
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tasklift")
-}
+use crate::support::call::{bin, call, LIMIT};
+use crate::support::harness::*;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// `tasklift call <args>` with stdin, stdout and stderr not terminals.
-pub(crate) async fn call(args: &[&str]) -> Output {
-    let child = Command::new(bin())
-        .arg("call")
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("tasklift runs");
-    tokio::time::timeout(LIMIT, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("tasklift call {args:?} still running after {LIMIT:?}"))
-        .unwrap()
 }
 
 /// Whether util-linux `script` is there to give the binary a pseudo terminal.

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tasklift::tools::client::Client;
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::proc::Proc;
+use crate::support::proc::Proc;
 
 const KILLS: usize = 20;
 const CALLERS: usize = 5;

@@ -19,9 +19,9 @@
 use serde_json::{json, Value};
 use tasklift_fixture::FixtureServer;
 
-use crate::common::*;
-use crate::mock::{MockReply, MockUpstream};
-use crate::peers_python::{python, Mode, PyServer};
+use crate::support::harness::*;
+use crate::support::mock::{MockReply, MockUpstream};
+use crate::support::python::{python, Mode, PyServer};
 
 const V25: &str = "2025-11-25";
 

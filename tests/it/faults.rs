@@ -1,8 +1,8 @@
 //! The upstream fault matrix: tasklift in front of a real upstream (the modern
-//! fixture) through a fault-injecting proxy (`fault_proxy.rs`). For each fault:
-//! what a synchronous caller sees (a client without the tasks extension), what a
-//! call that became a task ends as, that no task is left `working`, and that the
-//! next call works once the fault clears.
+//! fixture) through a fault-injecting proxy (`support/fault_proxy.rs`). For each
+//! fault: what a synchronous caller sees (a client without the tasks extension),
+//! what a call that became a task ends as, that no task is left `working`, and that
+//! the next call works once the fault clears.
 //!
 //! A task is made deterministically: the fault is held at the proxy until the
 //! handle is back (`set_held`, then `release`), so no timing decides whether a
@@ -17,9 +17,9 @@ use tasklift::tools::client::{Answer, ClientError};
 use tasklift_fixture::{FixtureServer, Tool};
 use tasklift_protocol::jsonrpc::RpcError;
 
-use crate::common::*;
-use crate::fault_proxy::{Fault, FaultProxy};
-use crate::mock::tls_front;
+use crate::support::fault_proxy::{Fault, FaultProxy};
+use crate::support::harness::*;
+use crate::support::mock::tls_front;
 
 /// The upstream's name in tasklift's configuration, which every error must name.
 const NAME: &str = "backend";
@@ -149,7 +149,7 @@ impl Bench {
         if tool == "stream" {
             // The response stream carried its first event before it broke.
             let c = self.h.client();
-            crate::input_common::wait_for(&c, &id, "progress", |t| {
+            crate::support::input::wait_for(&c, &id, "progress", |t| {
                 t["statusMessage"]
                     .as_str()
                     .is_some_and(|m| m.contains("halfway"))

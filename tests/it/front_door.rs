@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::common::*;
+use crate::support::harness::*;
 
 async fn harness() -> Harness {
     Harness::start(
@@ -478,7 +478,7 @@ async fn a_tasklift_process_runs_the_workers_it_was_given() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = up.url();
-    let p = crate::proc::Proc::start(
+    let p = crate::support::proc::Proc::start(
         &[
             "serve",
             "--upstream",

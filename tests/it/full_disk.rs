@@ -11,8 +11,8 @@ use serde_json::json;
 use tasklift::store::{SledStore, TaskRecord, TaskStore};
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::common::*;
-use crate::low_space::{fill, slow_becomes_a_task, wait_ready_status, Mounted};
+use crate::support::harness::*;
+use crate::support::space::{fill, slow_becomes_a_task, wait_ready_status, Mounted};
 
 /// `slow` answers after 800 ms; `report` after `seconds` with a 600 KB text that
 /// starts with `report N`: three of them are more than the 1 MiB reserve.

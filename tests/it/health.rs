@@ -10,7 +10,7 @@ use std::time::Duration;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::process::Command;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 async fn health(args: &[&str], env: &[(&str, &str)]) -> Output {
     let child = Command::new(env!("CARGO_BIN_EXE_tasklift"))

@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 use tasklift_fixture::FixtureServer;
 use tokio::sync::mpsc;
 
-use crate::common::*;
-use crate::input_common::*;
-use crate::mock::{sse_event, MockReply, MockUpstream, StreamTx};
+use crate::support::harness::*;
+use crate::support::input::*;
+use crate::support::mock::{sse_event, MockReply, MockUpstream, StreamTx};
 
 async fn confirm_delete_before_the_handle(stdio: bool) {
     let h = demo(stdio, with_tool("confirm_delete", threshold("10s"))).await;

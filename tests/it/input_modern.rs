@@ -17,8 +17,8 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::common::*;
-use crate::input_common::*;
+use crate::support::harness::*;
+use crate::support::input::*;
 
 /// A modern upstream whose `quiz` asks `rounds` questions, one per round.
 fn quiz(rounds: u32) -> FixtureServer {

@@ -18,8 +18,8 @@ use tasklift_fixture::FixtureServer;
 use tasklift_protocol::jsonrpc::{Outcome, Request};
 use tokio::sync::mpsc;
 
-use crate::common::*;
-use crate::input_common::*;
+use crate::support::harness::*;
+use crate::support::input::*;
 
 /// Yes to the one request of an `InputRequiredResult`.
 fn yes_to(r: &Value) -> Value {

@@ -12,8 +12,8 @@ use tasklift::config::RawToolRule;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
-use crate::input_common::*;
+use crate::support::harness::*;
+use crate::support::input::*;
 
 fn asks(n: usize) -> impl Fn(&Value) -> bool {
     move |t| {

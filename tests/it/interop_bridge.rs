@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 use tasklift_fixture::FixtureServer;
 
-use crate::common::*;
-use crate::mock::{MockReply, MockUpstream};
+use crate::support::harness::*;
+use crate::support::mock::{MockReply, MockUpstream};
 
 /// A legacy (2025-11-25) upstream answering `handler` for everything after the
 /// handshake; like the TypeScript SDK v1, it refuses a `tools/call` carrying
@@ -72,7 +72,7 @@ async fn a_legacy_session_declaring_the_2026_extension_waits_for_a_plain_result(
     let r = c
         .request(2, "tools/call", json!({"name": "slow", "arguments": {}}))
         .await;
-    let msgs = crate::legacy_front::all_messages(&r);
+    let msgs = crate::support::wire::all_messages(&r);
     let resp = msgs
         .iter()
         .find(|m| m["id"] == 2)
@@ -139,9 +139,9 @@ fn task_id(a: &tasklift::tools::client::Answer) -> String {
 /// tasklift with `tests/data/stdio/asker.py` as its stdio upstream.
 async fn asker(
     tweak: impl FnOnce(&mut tasklift::config::RawUpstream),
-) -> crate::stdio::StdioHarness {
+) -> crate::support::stdio::StdioHarness {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/stdio/asker.py");
-    crate::stdio::StdioHarness::start_command(
+    crate::support::stdio::StdioHarness::start_command(
         |_| vec!["python3".into(), script.into()],
         |raw| {
             raw.auth.mode = "bearer".into();
@@ -356,9 +356,9 @@ async fn an_upstream_tasks_requests_go_to_the_session_that_created_it() {
     // SDK v1's task store) knows a task only in the session that created it.
     let sessions = Arc::new(Mutex::new(0u32));
     let homes: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let streams: Arc<Mutex<Vec<crate::mock::StreamTx>>> = Arc::default();
+    let streams: Arc<Mutex<Vec<crate::support::mock::StreamTx>>> = Arc::default();
     // The first call's answer, held back until the test releases it.
-    let held: Arc<Mutex<Option<(crate::mock::StreamTx, Value)>>> = Arc::default();
+    let held: Arc<Mutex<Option<(crate::support::mock::StreamTx, Value)>>> = Arc::default();
     let (s2, h2, st2, held2) = (
         sessions.clone(),
         homes.clone(),
@@ -434,17 +434,19 @@ async fn an_upstream_tasks_requests_go_to_the_session_that_created_it() {
     let (a, b) = tokio::join!(
         async { task_id(&c.call_tool("research", json!({"q": 1})).await.unwrap()) },
         async {
-            crate::common::eventually("the first call is in flight", GUARD, || {
+            crate::support::harness::eventually("the first call is in flight", GUARD, || {
                 held.lock().unwrap().is_some()
             })
             .await;
             let b = task_id(&c.call_tool("research", json!({"q": 2})).await.unwrap());
             let (tx, msg) = held.lock().unwrap().take().unwrap();
-            tx.send(Ok(crate::mock::sse_event(&msg))).await.unwrap();
+            tx.send(Ok(crate::support::mock::sse_event(&msg)))
+                .await
+                .unwrap();
             b
         }
     );
-    crate::common::eventually("both tasks are followed", GUARD, || {
+    crate::support::harness::eventually("both tasks are followed", GUARD, || {
         mock.received("tasks/result").len() >= 2 && mock.received("tasks/get").len() >= 4
     })
     .await;
@@ -455,7 +457,7 @@ async fn an_upstream_tasks_requests_go_to_the_session_that_created_it() {
     for id in [&a, &b] {
         c.cancel_task(id).await.unwrap();
     }
-    crate::common::eventually("both upstream tasks are cancelled", GUARD, || {
+    crate::support::harness::eventually("both upstream tasks are cancelled", GUARD, || {
         mock.received("tasks/cancel").len() >= 2
     })
     .await;

@@ -10,23 +10,12 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::common::*;
-use crate::input_common::{answers_upstream_got, result};
+use crate::support::harness::*;
+use crate::support::input::{answers_upstream_got, result};
 
 const V25: &str = "2025-11-25";
 const V06: &str = "2025-06-18";
 const V03: &str = "2025-03-26";
-
-/// Every JSON-RPC message of an answer, JSON or SSE.
-pub fn all_messages(r: &Raw) -> Vec<Value> {
-    if r.content_type().starts_with("text/event-stream") {
-        r.sse_messages()
-    } else if r.body.trim().is_empty() {
-        vec![]
-    } else {
-        vec![r.json()]
-    }
-}
 
 /// The upstream's `mcp-protocol-version` on the POSTs carrying `method`.
 fn upstream_versions(h: &Harness, method: &str) -> Vec<String> {

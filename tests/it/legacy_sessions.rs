@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
-use crate::input_common::result;
+use crate::support::harness::*;
+use crate::support::input::result;
 
 const V25: &str = "2025-11-25";
 

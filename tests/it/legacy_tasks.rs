@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
-use crate::input_common::{answers_upstream_got, result};
+use crate::support::harness::*;
+use crate::support::input::{answers_upstream_got, result};
 
 const V25: &str = "2025-11-25";
 const RELATED: &str = "io.modelcontextprotocol/related-task";

@@ -12,8 +12,8 @@ use tasklift_fixture::{FixtureServer, Tool};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, Notify};
 
-use crate::common::*;
-use crate::mock::{discover_result, sse_event, MockReply, MockUpstream, StreamTx};
+use crate::support::harness::*;
+use crate::support::mock::{discover_result, sse_event, MockReply, MockUpstream, StreamTx};
 
 /// Start a slow call that becomes a task; returns its id.
 async fn task_of(h: &Harness, tool: &str) -> String {

@@ -10,8 +10,8 @@ use tasklift::tools::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
-use crate::wire::raw;
+use crate::support::harness::*;
+use crate::support::wire::raw;
 
 async fn limit_hits(h: &Harness, limit: &str) -> String {
     let page = raw("GET", &h.url.replace("/mcp", "/metrics"), &[], "")

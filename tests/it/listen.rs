@@ -10,8 +10,8 @@ use tasklift_fixture::{FixtureServer, Tool};
 use tasklift_protocol::sse::SseParser;
 use tokio::sync::Notify;
 
-use crate::common::*;
-use crate::input_common::*;
+use crate::support::harness::*;
+use crate::support::input::*;
 
 const SUB: &str = "io.modelcontextprotocol/subscriptionId";
 

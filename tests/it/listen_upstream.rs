@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use tasklift_fixture::FixtureServer;
 use tasklift_protocol::sse::SseParser;
 
-use crate::common::*;
-use crate::mock::{discover_result, sse_event, MockReply, MockUpstream, StreamTx};
+use crate::support::harness::*;
+use crate::support::mock::{discover_result, sse_event, MockReply, MockUpstream, StreamTx};
 
 const SUB: &str = "io.modelcontextprotocol/subscriptionId";
 

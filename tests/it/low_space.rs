@@ -4,16 +4,15 @@
 //! tasks stay readable and finish, `/readyz`, `/metrics` and the status page say
 //! so, and it ends by itself once space is freed.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tasklift::tools::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::common::*;
-use crate::wire::raw;
+use crate::support::harness::*;
+use crate::support::space::{fill, slow_becomes_a_task, wait_ready_status, Mounted};
+use crate::support::wire::raw;
 
 /// `slow` answers after 800 ms (past the harness's 300 ms threshold), `long`
 /// after 3 s, `only_task` is set to run only as a task.
@@ -24,11 +23,6 @@ fn upstream() -> FixtureServer {
         .tool(Tool::new("only_task").sleep(Duration::from_millis(800)))
 }
 
-pub(crate) async fn readyz(h: &Harness) -> (u16, Value) {
-    let r = raw("GET", &h.url.replace("/mcp", "/readyz"), &[], "").await;
-    (r.status, r.json())
-}
-
 async fn metric(h: &Harness, series: &str) -> Option<String> {
     let page = raw("GET", &h.url.replace("/mcp", "/metrics"), &[], "")
         .await
@@ -36,34 +30,6 @@ async fn metric(h: &Harness, series: &str) -> Option<String> {
     let prefix = format!("{series} ");
     page.lines()
         .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
-}
-
-/// Whether `slow` becomes a task (else: its result, synchronously).
-pub(crate) async fn slow_becomes_a_task(h: &Harness) -> bool {
-    let a = h.client().call_tool("slow", json!({})).await.expect("slow");
-    match a.result["resultType"].as_str() {
-        Some("task") => true,
-        _ => {
-            assert!(a.result["content"].is_array(), "{}", a.result);
-            false
-        }
-    }
-}
-
-pub(crate) async fn wait_ready_status(h: &Harness, want: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, r) = readyz(h).await;
-        assert_eq!(status, 200, "low space is degraded, never unready: {r}");
-        if r["status"] == want {
-            return r;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "/readyz never said {want}: {r}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]
@@ -131,54 +97,6 @@ async fn with_room_to_spare_calls_become_tasks_and_readyz_says_ready() {
     );
 }
 
-/// A tmpfs mounted for the test, unmounted at drop.
-pub(crate) struct Mounted(pub(crate) PathBuf);
-
-impl Mounted {
-    /// A `size` tmpfs, or `None` where this process may not mount (not root).
-    pub(crate) fn tmpfs(size: &str) -> Option<Self> {
-        let dir = std::env::temp_dir().join(format!("tasklift-low-space-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = std::fs::remove_dir(&dir);
-            return None;
-        }
-        Some(Self(dir))
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
-/// Fill the filesystem of `dir` with a file until nothing is left, then give back
-/// `leave` bytes.
-pub(crate) fn fill(dir: &Path, leave: u64) -> PathBuf {
-    let path = dir.join("ballast");
-    let mut f = std::fs::File::create(&path).unwrap();
-    let chunk = vec![0xa5u8; 64 * 1024];
-    let mut written = 0u64;
-    while f.write_all(&chunk).is_ok() {
-        written += chunk.len() as u64;
-    }
-    let _ = f.flush();
-    f.set_len(written.saturating_sub(leave)).unwrap();
-    f.sync_all().unwrap();
-    path
-}
-
 #[tokio::test]
 async fn a_filling_disk_stops_new_tasks_and_freeing_it_brings_them_back() {
     let Some(fs) = Mounted::tmpfs("24m") else {
@@ -223,7 +141,7 @@ async fn tasklift_starts_on_a_full_disk_and_serves_what_it_stored() {
     let data = dir.path().to_path_buf();
     let mut h = Harness::start_in(upstream(), dir, |c| c.store.min_free_bytes = 6 << 20).await;
     let reserve = data.join(tasklift::store::space::RESERVE_FILE);
-    crate::common::eventually(
+    crate::support::harness::eventually(
         "the space reserve is written",
         Duration::from_secs(10),
         || {
@@ -258,7 +176,7 @@ async fn tasklift_starts_on_a_full_disk_and_serves_what_it_stored() {
     std::fs::remove_file(&ballast).unwrap();
     wait_ready_status(&h, "ready").await;
     assert!(slow_becomes_a_task(&h).await);
-    crate::common::eventually(
+    crate::support::harness::eventually(
         "the reserve is written again",
         Duration::from_secs(10),
         || reserve.exists(),

@@ -1,12 +1,8 @@
-//! tasklift's integration tests: one binary, a shared harness (`common`), and one
+//! tasklift's integration tests: one binary, a shared harness (`support`), and one
 //! module per area. Each test starts the real proxy in-process on 127.0.0.1:0 in
 //! front of a fixture upstream built for the case.
 
-mod common;
-mod fault_proxy;
-mod mock;
-mod proc;
-mod wire;
+mod support;
 
 mod admin;
 mod auth_ownership;
@@ -21,7 +17,6 @@ mod faults;
 mod front_door;
 mod full_disk;
 mod health;
-mod input_common;
 mod input_legacy;
 mod input_modern;
 mod input_state;

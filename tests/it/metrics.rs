@@ -9,8 +9,8 @@ use serde_json::json;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
-use crate::wire::raw;
+use crate::support::harness::*;
+use crate::support::wire::raw;
 
 /// One sample's value from a Prometheus text page (`name{labels}` exactly as written).
 fn sample(page: &str, series: &str) -> f64 {
@@ -110,7 +110,7 @@ async fn metrics_follow_tasks_from_creation_to_expiry() {
     assert!(sample(&page, "tasklift_store_disk_bytes") > 0.0);
 
     // A malformed request is counted as rejected.
-    let bad = crate::wire::Post::new(&h.url, 5, "tools/list", json!({}), false)
+    let bad = crate::support::wire::Post::new(&h.url, 5, "tools/list", json!({}), false)
         .header("mcp-method", "prompts/list")
         .send()
         .await;

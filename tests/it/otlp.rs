@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::io::AsyncBufReadExt;
 
-use crate::common::*;
-use crate::peers_python::{python, Mode, PyServer};
+use crate::support::harness::*;
+use crate::support::python::{python, Mode, PyServer};
 
 /// The client's trace: its trace id and the span tasklift's is a child of.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -36,7 +36,7 @@ impl Receiver {
     async fn start(args: &[&str]) -> Option<Self> {
         let python = python("otlp")?;
         let mut child = tokio::process::Command::new(python)
-            .arg(crate::peers_python::peers_dir().join("otlp_receiver.py"))
+            .arg(crate::support::python::peers_dir().join("otlp_receiver.py"))
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -12,9 +12,9 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::call_cli::call;
-use crate::common::*;
-use crate::peers_node::{front, node, or_skip, peers_dir, run_node, ts_v1_server};
+use crate::support::call::call;
+use crate::support::harness::*;
+use crate::support::node::{front, node, or_skip, peers_dir, run_node, ts_v1_server};
 
 /// tests/clients, if the v2 client and ext-tasks are installed there.
 fn v2_clients_or_skip() -> Option<PathBuf> {

@@ -18,7 +18,7 @@
 //! Limitations of the peers themselves are asserted as such (see the `*_limitation`
 //! tests), so a peer release that lifts one shows up here.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -27,10 +27,11 @@ use tasklift::config::RawConfig;
 use tasklift::tools::client::{Client, ClientError};
 use tasklift_fixture::FixtureServer;
 
-use crate::common::*;
-use crate::input_common::{caps, key_for, result, threshold, update, wait_for, Caller};
-use crate::proc::Proc;
-use crate::stdio::follow;
+use crate::support::harness::*;
+use crate::support::input::{caps, key_for, result, threshold, update, wait_for, Caller};
+use crate::support::proc::Proc;
+use crate::support::python::{peers_dir, python, Mode, PyServer};
+use crate::support::stdio::follow;
 
 /// The SDK a server is written with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,22 +40,6 @@ enum Sdk {
     V1,
     /// mcp==2.3 MCPServer: a modern (2026-07-28) server.
     V2,
-}
-
-/// How the server is served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Stateful Streamable HTTP (the SDKs' default).
-    Http,
-    /// mcp 1.x `stateless_http=True`.
-    Stateless,
-    /// mcp 1.x `json_response=True`.
-    Json,
-    /// A command tasklift runs, over stdin/stdout.
-    Stdio,
-    /// Stateful Streamable HTTP served by Hypercorn, which tasklift speaks HTTP/2
-    /// to (`http2 = true`: h2c, prior knowledge).
-    H2,
 }
 
 use Mode::*;
@@ -101,108 +86,6 @@ impl Sdk {
                 "big",
             ],
         }
-    }
-}
-
-impl Mode {
-    fn arg(self) -> &'static str {
-        match self {
-            Http => "http",
-            Stateless => "stateless",
-            Json => "json",
-            Stdio => "stdio",
-            H2 => "h2",
-        }
-    }
-}
-
-pub(crate) fn peers_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python")
-}
-
-/// The Python of an installed environment (`target/tools/py-NAME`), or `None` after
-/// saying why the test is skipped (a failure under CI).
-pub(crate) fn python(venv: &str) -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target/tools")
-        .join(format!("py-{venv}"));
-    let python = dir.join("bin/python");
-    if python.is_file() && dir.join(".tasklift-installed-requirements.txt").is_file() {
-        return Some(python);
-    }
-    let msg = format!(
-        "{} is not installed: run scripts/install-peers-python",
-        dir.display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("skipped: {msg}");
-    None
-}
-
-/// A Python server on a free port, killed when dropped; its stderr goes to a file.
-pub(crate) struct PyServer {
-    _child: tokio::process::Child,
-    stderr: PathBuf,
-    pub(crate) url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl PyServer {
-    pub(crate) async fn start(python: &Path, script: &str, mode: Mode) -> Self {
-        Self::start_with_env(python, script, mode, &[]).await
-    }
-
-    /// `start`, with environment variables for the server.
-    pub(crate) async fn start_with_env(
-        python: &Path,
-        script: &str,
-        mode: Mode,
-        env: &[(&str, &str)],
-    ) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let stderr = dir.path().join("stderr.log");
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let mut child = tokio::process::Command::new(python)
-            .arg(peers_dir().join(script))
-            .args(["--mode", mode.arg(), "--port", &port.to_string()])
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {} {script}: {e}", python.display()));
-        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-        let deadline = tokio::time::Instant::now() + GUARD;
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("{script} exited ({status}):\n{}", read(&stderr));
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{script} did not listen on {port} in {GUARD:?}:\n{}",
-                read(&stderr)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Self {
-            _child: child,
-            stderr,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-            _dir: dir,
-        }
-    }
-
-    pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 }
 
@@ -947,7 +830,8 @@ async fn v2_http_a_2025_session_gets_no_per_result_server_info() {
     let Some(b) = bed(V2, Http, |_| {}).await else {
         return;
     };
-    let (c, init) = crate::wire::LegacyClient::start(&b.h.url, "2025-11-25", json!({})).await;
+    let (c, init) =
+        crate::support::wire::LegacyClient::start(&b.h.url, "2025-11-25", json!({})).await;
     assert!(init["serverInfo"].is_object(), "{init}");
     for (id, method, params) in [
         (
@@ -958,7 +842,7 @@ async fn v2_http_a_2025_session_gets_no_per_result_server_info() {
         (3, "tools/list", json!({})),
     ] {
         let r = c.request(id, method, params).await;
-        let v = crate::legacy_front::all_messages(&r)
+        let v = crate::support::wire::all_messages(&r)
             .into_iter()
             .find(|m| m.get("id") == Some(&json!(id)))
             .unwrap_or_else(|| panic!("{method}: no answer: {}", r.body));
@@ -983,7 +867,7 @@ async fn v2_http_a_plain_result_passes_as_the_servers_bytes() {
     let Some(b) = bed(V2, Http, |_| {}).await else {
         return;
     };
-    let r = crate::wire::post(
+    let r = crate::support::wire::post(
         &b.h.url,
         41,
         "tools/call",
@@ -1186,7 +1070,7 @@ async fn fastmcp_tasks_client_completes_with_lenient_task_name_header() {
 /// call works once the fault clears.
 #[tokio::test]
 async fn v2_http_behind_the_fault_proxy() {
-    use crate::fault_proxy::{Fault, FaultProxy};
+    use crate::support::fault_proxy::{Fault, FaultProxy};
     let Some(python) = python(V2.venv()) else {
         return;
     };

@@ -18,8 +18,8 @@ use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 use tokio_postgres::NoTls;
 
-use crate::common::{eventually, raw};
-use crate::proc::Proc;
+use crate::support::harness::{eventually, raw};
+use crate::support::proc::Proc;
 
 const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -125,7 +125,7 @@ impl SmallDb {
 impl Drop for SmallDb {
     fn drop(&mut self) {
         let name = &self.name;
-        crate::replicas::run_at_drop(
+        crate::support::pg::run_at_drop(
             ADMIN,
             &[
                 &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
@@ -396,7 +396,7 @@ async fn a_lost_database_connection_loses_no_outcome() {
     impl Drop for DropDb {
         fn drop(&mut self) {
             let st = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0);
-            crate::replicas::run_at_drop(ADMIN, &[&st]);
+            crate::support::pg::run_at_drop(ADMIN, &[&st]);
         }
     }
     let _db = DropDb(name.clone());

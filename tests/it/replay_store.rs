@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tasklift::store::{PgStore, ReplayStore, TaskStore};
 
-use crate::replicas::Db;
+use crate::support::pg::Db;
 
 async fn store(db: &Db) -> PgStore {
     PgStore::connect(&db.url, 2, Duration::from_secs(30), None)

@@ -18,109 +18,12 @@ use serde_json::{json, Value};
 use tasklift::store::{NewTask, PgStore, Settle, StoreError, TaskRecord, TaskStatus, TaskStore};
 use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
-use tokio_postgres::NoTls;
 
-use crate::common::wait_terminal;
-use crate::proc::Proc;
+use crate::support::harness::wait_terminal;
+use crate::support::pg::Db;
+use crate::support::proc::Proc;
 
-const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const LOST: &str = "the tasklift replica running this task was lost";
-
-/// A fresh database for one test, dropped when the test ends.
-pub(crate) struct Db {
-    admin: String,
-    name: String,
-    /// The URL of the test database.
-    pub(crate) url: String,
-}
-
-impl Db {
-    /// Create one, or `None` (with a message) when no server is reachable and none
-    /// is required.
-    pub(crate) async fn create() -> Option<Db> {
-        let required = std::env::var("TASKLIFT_TEST_POSTGRES").ok();
-        let admin = match required.as_deref() {
-            Some(u) if u.starts_with("postgres") => u.to_string(),
-            _ => DEFAULT_URL.to_string(),
-        };
-        let name = format!("tasklift_test_{}", uuid::Uuid::new_v4().simple());
-        let created = async {
-            let (client, conn) = tokio_postgres::connect(&admin, NoTls).await?;
-            tokio::spawn(conn);
-            client
-                .batch_execute(&format!("CREATE DATABASE {name}"))
-                .await
-        };
-        match tokio::time::timeout(Duration::from_secs(10), created).await {
-            Ok(Ok(())) => {}
-            failed => {
-                let why = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "timed out".into(),
-                };
-                if required.is_some() {
-                    panic!("TASKLIFT_TEST_POSTGRES is set but PostgreSQL at {admin} is not usable: {why}");
-                }
-                eprintln!("SKIPPED: no PostgreSQL at {admin} ({why}); set TASKLIFT_TEST_POSTGRES to require it");
-                return None;
-            }
-        }
-        let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
-        let url = format!("{base}/{name}");
-        Some(Db { admin, name, url })
-    }
-
-    /// A connection to the test database, for looking at rows.
-    pub(crate) async fn client(&self) -> tokio_postgres::Client {
-        let (client, conn) = tokio_postgres::connect(&self.url, NoTls).await.unwrap();
-        tokio::spawn(conn);
-        client
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let drop_db = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        run_at_drop(&self.admin, &[&drop_db]);
-    }
-}
-
-/// Run these statements on `admin` (each on its own, errors ignored) from a
-/// thread and a runtime of their own, for `Drop`s: the test's runtime may be
-/// shutting down.
-pub(crate) fn run_at_drop(admin: &str, statements: &[&str]) {
-    let admin = admin.to_string();
-    let statements: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
-    let _ = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        // Tried a few times: with the whole suite running, the server may refuse
-        // one more connection for a moment, and the database stayed behind.
-        rt.block_on(async {
-            let mut left: Vec<&String> = statements.iter().collect();
-            for _ in 0..10 {
-                if let Ok((c, conn)) = tokio_postgres::connect(&admin, NoTls).await {
-                    tokio::spawn(conn);
-                    let mut failed = Vec::new();
-                    for st in left {
-                        if c.batch_execute(st).await.is_err() {
-                            failed.push(st);
-                        }
-                    }
-                    left = failed;
-                }
-                if left.is_empty() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            eprintln!("could not clean up after the test: {left:?}");
-        })
-    })
-    .join();
-}
 
 /// Start the demo upstream.
 async fn upstream() -> FixtureServer {
@@ -285,7 +188,7 @@ async fn tasks_are_served_answered_and_cancelled_by_any_replica() {
     assert_eq!(ack, json!({"resultType": "complete"}));
     let t = on(1).get_task(&id).await.unwrap();
     assert_eq!(t["status"], "cancelled", "{t}");
-    crate::common::eventually(
+    crate::support::harness::eventually(
         "the upstream call is cancelled",
         Duration::from_secs(10),
         || stats.cancelled.load(std::sync::atomic::Ordering::SeqCst) > before,
@@ -353,7 +256,7 @@ async fn a_paused_replica_cannot_overwrite_what_the_others_decided() {
     // record the result: refused, the failure stands.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     rs[0].signal(nix::sys::signal::Signal::SIGCONT);
-    crate::common::eventually(
+    crate::support::harness::eventually(
         "the resumed replica notices",
         Duration::from_secs(10),
         || rs[0].logs().contains("settled by another replica"),
@@ -583,16 +486,16 @@ async fn per_connection_state_on_another_replica_fails_clearly_and_retryably() {
         ("accept", "application/json, text/event-stream"),
         ("authorization", "Bearer t"),
     ];
-    let r = crate::common::raw("POST", &rs[0].url, &h, init).await;
+    let r = crate::support::harness::raw("POST", &rs[0].url, &h, init).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let sid = r.headers["mcp-session-id"].to_str().unwrap().to_string();
     let mut hs = h.to_vec();
     hs.push(("mcp-session-id", &sid));
     hs.push(("mcp-protocol-version", "2025-11-25"));
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
-    let elsewhere = crate::common::raw("POST", &rs[1].url, &hs, list).await;
+    let elsewhere = crate::support::harness::raw("POST", &rs[1].url, &hs, list).await;
     assert_eq!(elsewhere.status, 200, "{}", elsewhere.body);
-    let home = crate::common::raw("POST", &rs[0].url, &hs, list).await;
+    let home = crate::support::harness::raw("POST", &rs[0].url, &hs, list).await;
     assert_eq!(home.status, 200, "{}", home.body);
 }
 
@@ -646,11 +549,13 @@ async fn a_blocked_tasks_result_on_another_replica_wakes_when_the_task_ends() {
     // waits on the other, woken by the notification the owner's write sends.
     let auth = [("authorization", "Bearer t")];
     let (a, _) =
-        crate::wire::LegacyClient::start_with(&rs[0].url, "2025-11-25", json!({}), &auth).await;
+        crate::support::wire::LegacyClient::start_with(&rs[0].url, "2025-11-25", json!({}), &auth)
+            .await;
     let (b, _) =
-        crate::wire::LegacyClient::start_with(&rs[1].url, "2025-11-25", json!({}), &auth).await;
+        crate::support::wire::LegacyClient::start_with(&rs[1].url, "2025-11-25", json!({}), &auth)
+            .await;
     let call = json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "x"}, "task": {"ttl": 60000}});
-    let created = crate::input_common::result(&a.request(1, "tools/call", call).await);
+    let created = crate::support::input::result(&a.request(1, "tools/call", call).await);
     let id = created["task"]["taskId"].clone();
     assert!(id.is_string(), "a CreateTaskResult: {created}");
     let waited = tokio::time::timeout(
@@ -659,7 +564,7 @@ async fn a_blocked_tasks_result_on_another_replica_wakes_when_the_task_ends() {
     )
     .await
     .expect("tasks/result on the other replica returns once the task ends");
-    let res = crate::input_common::result(&waited);
+    let res = crate::support::input::result(&waited);
     assert_eq!(res["content"][0]["text"], "computed x in 1 s", "{res}");
 }
 
@@ -668,7 +573,7 @@ async fn a_legacy_session_opened_on_one_replica_is_served_by_the_others() {
     let Some((_db, up, dir, mut rs)) = cluster(3, "2s").await else {
         return;
     };
-    use crate::common::LegacyClient;
+    use crate::support::harness::LegacyClient;
     let alice = [("authorization", "Bearer alice-token")];
     let (c, _) = LegacyClient::start_with(&rs[0].url, "2025-06-18", json!({}), &alice).await;
     let greet = |c: &LegacyClient, id: u64| {
@@ -682,7 +587,7 @@ async fn a_legacy_session_opened_on_one_replica_is_served_by_the_others() {
                 )
                 .await;
             assert_eq!(r.status, 200, "{r:?}");
-            let text = crate::input_common::result(&r)["content"][0]["text"].clone();
+            let text = crate::support::input::result(&r)["content"][0]["text"].clone();
             assert!(text.as_str().is_some_and(|t| t.contains("Ann")), "{r:?}");
         }
     };

@@ -21,7 +21,7 @@ use serde_json::json;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 type RmcpClient = RunningService<RoleClient, ClientConfig>;
 

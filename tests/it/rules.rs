@@ -13,7 +13,7 @@ use tasklift::tools::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 fn set_rules(c: &mut RawConfig, rules: &[(&str, RawToolRule)]) {
     let map: BTreeMap<String, RawToolRule> = rules

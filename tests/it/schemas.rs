@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 /// One of the schema documents in `tests/data/schemas/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 const ALICE: &str = "Bearer alice-token";
 const BOB: &str = "Bearer bob-token";
@@ -342,7 +342,7 @@ async fn a_refused_credential_is_not_echoed() {
 
 #[test]
 fn check_config_redacts_configured_secrets() {
-    use crate::cli::{run, text};
+    use crate::support::cli::{run, text};
     let secrets = [
         "hash-key-s3cret",
         "hs256-s3cret-of-enough-length-0000",

@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
-use crate::input_common::result;
-use crate::proc::Proc;
+use crate::support::harness::*;
+use crate::support::input::result;
+use crate::support::proc::Proc;
 
 const V25: &str = "2025-11-25";
 const V06: &str = "2025-06-18";
@@ -196,7 +196,7 @@ fn free_port() -> u16 {
 #[tokio::test]
 async fn the_typescript_sdk_v1_client_keeps_its_session_across_a_restart() {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let Some(dir) = crate::peers_node::peers_or_skip() else {
+    let Some(dir) = crate::support::node::peers_or_skip() else {
         return;
     };
     let (gate, up) = upstream();
@@ -206,7 +206,7 @@ async fn the_typescript_sdk_v1_client_keeps_its_session_across_a_restart() {
         c.server.shutdown_grace = "200ms".into();
     })
     .await;
-    let mut child = tokio::process::Command::new(crate::peers_node::node())
+    let mut child = tokio::process::Command::new(crate::support::node::node())
         .args(["ts-v1-restart.mjs", &h.url])
         .current_dir(&dir)
         .stdin(std::process::Stdio::null())

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::json;
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::common::*;
-use crate::mock::{MockReply, MockUpstream};
+use crate::support::harness::*;
+use crate::support::mock::{MockReply, MockUpstream};
 
 fn fixture() -> FixtureServer {
     FixtureServer::new().tool(Tool::new("echo"))

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::common::*;
+use crate::support::harness::*;
 
 #[tokio::test]
 async fn a_task_outliving_the_grace_is_cancelled_upstream_and_failed() {

@@ -28,9 +28,9 @@ use serde_json::Value;
 use tasklift::config::RawConfig;
 use tasklift_fixture::FixtureServer;
 
-use crate::common::*;
-use crate::peers_node::{node, peers_or_skip};
-use crate::peers_python::{self as py, PyServer};
+use crate::support::harness::*;
+use crate::support::node::{node, peers_or_skip};
+use crate::support::python::{self as py, PyServer};
 
 /// The client SDK.
 #[derive(Clone, Copy, Debug)]
@@ -343,7 +343,7 @@ async fn both_clients_follow_handles_and_join_detached_calls_on_postgres() {
     if peers_or_skip().is_none() || py::python("mcp130").is_none() {
         return;
     }
-    let Some(db) = crate::replicas::Db::create().await else {
+    let Some(db) = crate::support::pg::Db::create().await else {
         return;
     };
     for mode in [Handles, Detach] {

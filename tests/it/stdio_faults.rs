@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-use crate::common::*;
-use crate::stdio::*;
+use crate::support::harness::*;
+use crate::support::stdio::*;
 
 /// What the crash error must say: the upstream, the exit status, the last stderr line.
 fn assert_names_the_crash(message: &str) {

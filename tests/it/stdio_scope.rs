@@ -11,12 +11,12 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tasklift::config::RawConfig;
 
-use crate::common::*;
-use crate::input_common::{caps, result, Caller};
-use crate::peers_python::{peers_dir, python};
-use crate::registry::registry_server;
-use crate::stdio::{StdioHarness, LIMIT, NAME};
-use crate::wire::LegacyClient;
+use crate::support::harness::*;
+use crate::support::input::{caps, result, Caller};
+use crate::support::python::{peers_dir, python};
+use crate::support::registry::registry_server;
+use crate::support::stdio::{StdioHarness, LIMIT, NAME};
+use crate::support::wire::LegacyClient;
 
 /// tasklift with bearer auth in front of `command`, with `scope`.
 async fn behind(

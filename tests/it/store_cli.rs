@@ -14,8 +14,8 @@ use tasklift::store::{
 use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
-use crate::cli::{run, text};
-use crate::common::*;
+use crate::support::cli::{run, text};
+use crate::support::harness::*;
 
 /// An argument only the upstream ever sees; its result echoes it.
 const SECRET: &str = "label-only-the-upstream-sees";

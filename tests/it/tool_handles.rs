@@ -14,7 +14,7 @@ use tasklift::config::RawConfig;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 fn slow_server(gate: Option<Arc<Notify>>) -> FixtureServer {
     let mut slow = Tool::new("slow")
@@ -402,7 +402,7 @@ async fn with_tool_handles_and_detach_a_retry_gets_the_same_handle() {
 }
 
 async fn reqwest_metrics(h: &Harness) -> String {
-    let r = crate::wire::raw("GET", &h.url.replace("/mcp", "/metrics"), &[], "").await;
+    let r = crate::support::wire::raw("GET", &h.url.replace("/mcp", "/metrics"), &[], "").await;
     assert_eq!(r.status, 200, "{r:?}");
     r.body
 }
@@ -508,7 +508,7 @@ async fn a_wait_its_client_gave_up_on_makes_that_clients_later_waits_shorter() {
 /// The demo tools (HTTP or stdio) with tool-level handles, and `confirm_delete`
 /// a task at once, so its question comes after the handle.
 async fn asking(stdio: bool) -> Harness {
-    crate::input_common::demo(stdio, |c| {
+    crate::support::input::demo(stdio, |c| {
         handles(c);
         c.upstreams[0]
             .tools
@@ -518,7 +518,7 @@ async fn asking(stdio: bool) -> Harness {
 }
 
 async fn legacy_session_is_asked_its_own_elicitation_through_tasklift_wait(stdio: bool) {
-    use crate::wire::LegacyClient;
+    use crate::support::wire::LegacyClient;
     let h = asking(stdio).await;
     let (c, _) = LegacyClient::start(&h.url, "2025-06-18", json!({"elicitation": {}})).await;
     let list = c.request(1, "tools/list", json!({})).await.response();
@@ -619,7 +619,7 @@ async fn a_modern_client_gets_the_tasks_question_as_input_required_from_tasklift
 
 #[tokio::test]
 async fn stdio_upstream_detach_and_tool_handles() {
-    let h = crate::input_common::demo(true, |c| {
+    let h = crate::support::input::demo(true, |c| {
         handles(c);
         detach(c);
         bearer(c);
@@ -648,7 +648,7 @@ async fn stdio_upstream_detach_and_tool_handles() {
 
 #[tokio::test]
 async fn on_postgres_a_retry_on_another_replica_joins_the_detached_call() {
-    let Some(db) = crate::replicas::Db::create().await else {
+    let Some(db) = crate::support::pg::Db::create().await else {
         return;
     };
     let up = slow_server(None)

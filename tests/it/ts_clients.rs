@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tasklift_fixture::FixtureServer;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 /// `node` and the tests/clients directory, if its dependencies are installed.
 fn ts_clients() -> Option<(String, PathBuf)> {

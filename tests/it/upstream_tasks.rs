@@ -13,10 +13,10 @@ use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 use tokio::sync::mpsc;
 
-use crate::common::*;
-use crate::input_common::result;
-use crate::mock::{sse_event, MockReply, MockUpstream, StreamTx};
-use crate::stdio_peer::everything;
+use crate::support::everything::everything;
+use crate::support::harness::*;
+use crate::support::input::result;
+use crate::support::mock::{sse_event, MockReply, MockUpstream, StreamTx};
 
 const V25: &str = "2025-11-25";
 const RELATED: &str = "io.modelcontextprotocol/related-task";
@@ -473,7 +473,7 @@ async fn a_2025_11_25_client_gets_a_task_of_its_era_that_follows_the_upstream_ta
     let stream = up.next_result().await;
     up.complete(stream, "a report on c").await;
     let r = guarded("the plain call", call).await.unwrap();
-    let plain = crate::legacy_front::all_messages(&r)
+    let plain = crate::support::wire::all_messages(&r)
         .into_iter()
         .find(|m| m["id"] == 5)
         .unwrap_or_else(|| panic!("no response: {r:?}"));
@@ -589,7 +589,7 @@ async fn tools_list_shows_each_era_what_tasklift_does_with_each_tool() {
     let stream = up.next_result().await;
     up.complete(stream, "a report").await;
     let r = guarded("the plain call", call).await.unwrap();
-    let msgs = crate::legacy_front::all_messages(&r);
+    let msgs = crate::support::wire::all_messages(&r);
     let resp = msgs
         .iter()
         .find(|m| m["id"] == 3)
@@ -601,7 +601,7 @@ async fn tools_list_shows_each_era_what_tasklift_does_with_each_tool() {
 /// Ask server-everything an ambiguous research query through tasklift: the task goes
 /// `input_required` with the server's question, and the answer shapes the report.
 async fn ambiguous_research(c: &Client) {
-    use crate::stdio::{follow, guard, task_id, text};
+    use crate::support::stdio::{follow, guard, task_id, text};
     let a = guard(
         "simulate-research-query",
         c.call_tool(
@@ -645,7 +645,7 @@ async fn ambiguous_research(c: &Client) {
 
 #[tokio::test]
 async fn server_everythings_research_query_runs_as_a_tasklift_task() {
-    use crate::stdio::{follow, guard, task_id, text, StdioHarness};
+    use crate::support::stdio::{follow, guard, task_id, text, StdioHarness};
     let Some((node, entry)) = everything() else {
         return;
     };
@@ -678,7 +678,7 @@ async fn server_everythings_research_query_runs_as_a_tasklift_task() {
 
 #[tokio::test]
 async fn server_everythings_research_query_asks_through_the_tasklift_task_over_stdio() {
-    use crate::stdio::StdioHarness;
+    use crate::support::stdio::StdioHarness;
     let Some((node, entry)) = everything() else {
         return;
     };
@@ -695,7 +695,7 @@ async fn server_everythings_research_query_asks_through_the_tasklift_task_over_s
 
 #[tokio::test]
 async fn server_everythings_research_query_asks_through_the_tasklift_task_over_http() {
-    let Some(server) = crate::peers_node::everything_http().await else {
+    let Some(server) = crate::support::everything::everything_http().await else {
         return;
     };
     let url = server.url.clone();
@@ -715,8 +715,8 @@ async fn two_research_queries_at_once_are_each_followed_in_their_own_upstream_se
     // A legacy HTTP upstream keeps each task in the session that created it: every
     // tasks/* request for it must go to that session, also when tasklift opened
     // another session for the caller's second call (sessions_per_caller).
-    use crate::stdio::{follow, guard, task_id, text};
-    let Some(server) = crate::peers_node::everything_http().await else {
+    use crate::support::stdio::{follow, guard, task_id, text};
+    let Some(server) = crate::support::everything::everything_http().await else {
         return;
     };
     let url = server.url.clone();

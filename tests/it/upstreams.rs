@@ -9,8 +9,8 @@ use serde_json::json;
 use tasklift::tools::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 
-use crate::common::*;
-use crate::mock::{discover_result, tls_front, MockReply, MockUpstream};
+use crate::support::harness::*;
+use crate::support::mock::{discover_result, tls_front, MockReply, MockUpstream};
 
 fn fixture() -> FixtureServer {
     FixtureServer::new().tool(Tool::new("echo"))

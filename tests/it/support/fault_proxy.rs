@@ -179,7 +179,7 @@ impl FaultProxy {
 
     /// Wait until `n` connections got a fault (a hang guard panics after 20 s).
     pub async fn wait_faulted(&self, n: usize) {
-        crate::common::eventually(
+        crate::support::harness::eventually(
             &format!("{n} faulted connections"),
             Duration::from_secs(20),
             || self.faulted() >= n,

@@ -11,7 +11,7 @@ use tasklift::config::{RawConfig, RawToolRule, RawUpstream};
 use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
-pub use crate::wire::*;
+pub use crate::support::wire::*;
 
 /// A running proxy and its upstream.
 pub struct Harness {

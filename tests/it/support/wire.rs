@@ -568,3 +568,14 @@ impl LegacyClient {
             .await
     }
 }
+
+/// Every JSON-RPC message of an answer, JSON or SSE.
+pub fn all_messages(r: &Raw) -> Vec<Value> {
+    if r.content_type().starts_with("text/event-stream") {
+        r.sse_messages()
+    } else if r.body.trim().is_empty() {
+        vec![]
+    } else {
+        vec![r.json()]
+    }
+}

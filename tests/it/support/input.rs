@@ -11,7 +11,7 @@ use tasklift::config::{RawConfig, RawToolRule};
 use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
-use crate::common::*;
+use crate::support::harness::*;
 
 /// clientCapabilities: the tasks extension (or not) plus these input capabilities.
 pub fn caps(tasks: bool, input: &[&str]) -> Value {
@@ -157,7 +157,7 @@ pub async fn demo(stdio: bool, tweak: impl FnOnce(&mut RawConfig)) -> Harness {
     }
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("fixture.log").display().to_string();
-    let exe = crate::common::fixture_bin();
+    let exe = crate::support::harness::fixture_bin();
     Harness::front(FixtureServer::new(), "", dir, |c| {
         c.upstreams[0].url = String::new();
         c.upstreams[0].command = vec![exe, "--stdio".into(), "--log".into(), log];

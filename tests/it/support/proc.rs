@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::raw;
+use crate::support::harness::raw;
 
 /// A running `tasklift` process.
 pub struct Proc {
