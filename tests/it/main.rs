@@ -4,15 +4,15 @@
 
 mod support;
 
+mod tasks;
+
 mod admin;
 mod auth_ownership;
-mod basics;
 mod call_cli;
 mod cli;
 mod crash;
 mod disk;
 mod dual_era;
-mod engine_time;
 mod faults;
 mod front_door;
 mod full_disk;
@@ -25,9 +25,6 @@ mod interop_bridge;
 mod legacy_front;
 mod legacy_sessions;
 mod legacy_tasks;
-mod lifecycle;
-mod limits;
-mod listen;
 mod listen_upstream;
 mod low_space;
 mod metrics;
@@ -40,19 +37,16 @@ mod registry;
 mod replay_store;
 mod replicas;
 mod rmcp_peer;
-mod rules;
 mod schemas;
 mod security;
 mod session_restart;
 mod sessions;
-mod shutdown;
 mod slow_clients;
 mod stdio;
 mod stdio_faults;
 mod stdio_peer;
 mod stdio_scope;
 mod store_cli;
-mod tool_handles;
 mod ts_clients;
 mod upstream_tasks;
 mod upstreams;
