@@ -4,6 +4,7 @@
 
 mod support;
 
+mod input;
 mod tasks;
 
 mod admin;
@@ -17,10 +18,6 @@ mod faults;
 mod front_door;
 mod full_disk;
 mod health;
-mod input_legacy;
-mod input_modern;
-mod input_state;
-mod input_task;
 mod interop_bridge;
 mod legacy_front;
 mod legacy_sessions;

@@ -1,4 +1,4 @@
-//! Helpers shared by the input-bridging tests (`input_*.rs`, `listen.rs`): a caller
+//! Helpers shared by the input-bridging tests (`input/`, `tasks/listen.rs`): a caller
 //! with input capabilities and its MRTR retries, the demo upstream over HTTP or
 //! stdio, and task polling.
 
