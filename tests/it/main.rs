@@ -5,6 +5,7 @@
 mod support;
 
 mod input;
+mod legacy;
 mod tasks;
 
 mod admin;
@@ -19,9 +20,6 @@ mod front_door;
 mod full_disk;
 mod health;
 mod interop_bridge;
-mod legacy_front;
-mod legacy_sessions;
-mod legacy_tasks;
 mod listen_upstream;
 mod low_space;
 mod metrics;
