@@ -1,6 +1,7 @@
 //! Bridging bugs seen with servers and clients written by others, each pinned
 //! down against a scripted upstream that behaves the way the foreign peer did
-//! (the foreign peers themselves run in `peers_node`, `peers_python`, `stdio_peer`).
+//! (the foreign peers themselves run in `peers::node`, `peers::python`,
+//! `peers::stdio`).
 
 use serde_json::{json, Value};
 use tasklift_fixture::FixtureServer;
