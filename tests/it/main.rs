@@ -6,6 +6,7 @@ mod support;
 
 mod input;
 mod legacy;
+mod stdio;
 mod tasks;
 mod upstreams;
 
@@ -34,9 +35,6 @@ mod schemas;
 mod security;
 mod session_restart;
 mod slow_clients;
-mod stdio;
-mod stdio_faults;
 mod stdio_peer;
-mod stdio_scope;
 mod store_cli;
 mod ts_clients;

@@ -1,8 +1,8 @@
 //! stdio upstreams (issue 3): tasklift in front of MCP servers run as child processes.
 //! The child is the stdio fixture (`tasklift-fixture --stdio`), which appends
 //! `start PID`, `call NAME` and `cancelled ID` lines to a log file the tests read.
-//! Faults (crashes, cancellation, shutdown) are in `stdio_faults`, the real
-//! server-everything peer in `stdio_peer`.
+//! Faults (crashes, cancellation, shutdown) are in `stdio::faults`, the real
+//! server-everything peer in `peers::stdio`, the harness in `support::stdio`.
 
 use std::sync::Arc;
 use std::time::Duration;
