@@ -1,12 +1,15 @@
 //! Following one upstream task, from the upstream's `CreateTaskResult` to its
-//! outcome: `Follower::run` reads the blocking `tasks/result` (asked again when its
-//! stream breaks), reports status messages as progress, relays the task's input
-//! requests without its `related-task` metadata, and sends `tasks/cancel`.
+//! outcome: `Follower::run` waits for the task (phase 1), then `Following` reads
+//! the blocking `tasks/result` (asked again when its stream breaks) while the task
+//! is polled (phase 2). Status messages become progress, the task's input requests
+//! are relayed without its `related-task` metadata, and a cancel sends `tasks/cancel`.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::poll::{poll, poll_interval, Polled};
@@ -26,6 +29,9 @@ const TASK_STATUS: &str = "notifications/tasks/status";
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// How often a broken `tasks/result` stream is asked again.
 const RESULT_RETRIES: u32 = 3;
+
+/// Whether phase 2 goes on after an event (`Break`: the call is over).
+type Step = ControlFlow<()>;
 
 /// Remove the upstream's `related-task` metadata from a message's params or result.
 fn strip_related(v: &mut Value) {
@@ -136,30 +142,37 @@ impl Follower {
 
     /// Follow the call from its `CreateTaskResult` to the task's outcome, until it
     /// ends or is cancelled.
-    pub(super) async fn run(mut self, mut first: UpstreamCall, mut cancel: oneshot::Receiver<()>) {
-        // Phase 1: the upstream's answer to the task-augmented call.
-        let mut cancelled_at: Option<tokio::time::Instant> = None;
-        let mut cancel_open = true;
-        let created = loop {
-            let give_up = async {
-                match cancelled_at {
-                    Some(t) => tokio::time::sleep_until(t + CANCEL_WAIT).await,
-                    None => std::future::pending().await,
-                }
-            };
+    pub(super) async fn run(mut self, mut first: UpstreamCall, cancel: oneshot::Receiver<()>) {
+        let mut cancel = CancelSignal {
+            rx: cancel,
+            open: true,
+        };
+        // `first` lives until the end: dropping it unanswered cancels the call itself.
+        let Some((created, cancelled)) = self.await_created(&mut first, &mut cancel).await else {
+            return;
+        };
+        let Some(task) = self.start_following(created, cancelled).await else {
+            return;
+        };
+        self.follow_task(task, &mut cancel).await;
+    }
+
+    /// Phase 1: the upstream's answer to the task-augmented call, and whether the
+    /// call was cancelled meanwhile. `None` when the call ended there (its error
+    /// was reported, or it was cancelled and the answer did not come in time).
+    async fn await_created(
+        &mut self,
+        first: &mut UpstreamCall,
+        cancel: &mut CancelSignal,
+    ) -> Option<(Value, bool)> {
+        let mut cancelled_at: Option<Instant> = None;
+        loop {
+            let give_up = sleep_until_or_never(cancelled_at.map(|t| t + CANCEL_WAIT));
             tokio::select! {
                 ev = first.events.recv() => match ev {
                     Some(CallEvent::Done(o)) => {
                         first.canceller.disarm();
-                        match o {
-                            Ok(r) => break r,
-                            Err(e) => {
-                                if cancelled_at.is_none() {
-                                    self.finish(Err(e)).await;
-                                }
-                                return;
-                            }
-                        }
+                        return self.answered(o, cancelled_at.is_some()).await;
                     }
                     Some(ev) => self.event(ev).await,
                     None => {
@@ -167,41 +180,63 @@ impl Follower {
                         if cancelled_at.is_none() {
                             self.finish(Err(broken(self.up.name()))).await;
                         }
-                        return;
+                        return None;
                     }
                 },
-                r = &mut cancel, if cancel_open => {
-                    cancel_open = false;
+                r = &mut cancel.rx, if cancel.open => {
+                    cancel.open = false;
                     if r.is_ok() {
                         // Wait a little for the task id, so the task is cancelled too.
-                        cancelled_at = Some(tokio::time::Instant::now());
+                        cancelled_at = Some(Instant::now());
                     }
                 }
                 // Dropping `first` cancels the call itself.
-                _ = give_up => return,
+                _ = give_up => return None,
             }
-        };
+        }
+    }
+
+    /// The upstream answered the task-augmented call: its result goes on to phase 2,
+    /// its error is the call's (unless the call was cancelled).
+    async fn answered(&self, o: Outcome, cancelled: bool) -> Option<(Value, bool)> {
+        match o {
+            Ok(r) => Some((r, cancelled)),
+            Err(e) => {
+                if !cancelled {
+                    self.finish(Err(e)).await;
+                }
+                None
+            }
+        }
+    }
+
+    /// Take the task out of the upstream's answer: `None` when there is nothing
+    /// to follow (the answer was the result, or the call was cancelled meanwhile).
+    async fn start_following(&mut self, created: Value, cancelled: bool) -> Option<Value> {
         let Some(task) = created
             .get("task")
             .filter(|t| t.get("taskId").and_then(Value::as_str).is_some())
             .cloned()
         else {
             // The upstream ran the call without a task: that is its answer.
-            if cancelled_at.is_none() {
+            if !cancelled {
                 self.finish(Ok(created)).await;
             }
-            return;
+            return None;
         };
         self.task_id = task["taskId"].as_str().unwrap_or_default().to_string();
         tracing::info!(upstream = %self.up.name(), task = %self.task_id, "following the upstream's own task");
-        if cancelled_at.is_some() {
+        if cancelled {
             self.cancel_upstream().await;
-            return;
+            return None;
         }
         self.status(&task).await;
+        Some(task)
+    }
 
-        // Phase 2: poll its status; wait for its outcome on a blocking tasks/result.
-        let (poll_tx, mut polled) = mpsc::channel(16);
+    /// Phase 2: poll the task's status; wait for its outcome on a blocking tasks/result.
+    async fn follow_task(&mut self, task: Value, cancel: &mut CancelSignal) {
+        let (poll_tx, polled) = mpsc::channel(16);
         let poller = tokio::spawn(
             poll(
                 self.up.clone(),
@@ -212,126 +247,21 @@ impl Follower {
             )
             .in_current_span(),
         );
-        let _poller = AbortOnDrop(poller.abort_handle());
-        let mut result = None;
-        let mut breaks = 0;
-        // tasks/result is (re)sent when this time comes.
-        let mut retry_at = Some(tokio::time::Instant::now());
-        let mut last_task = task;
-        let mut disarmed = false;
-        let mut polling = true;
-        // The first time the tasks/result stream broke, when it did.
-        let mut first_break: Option<RpcError> = None;
-        loop {
-            let retry = async {
-                match retry_at {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                r = &mut cancel, if cancel_open => {
-                    cancel_open = false;
-                    if r.is_ok() {
-                        self.cancel_upstream().await;
-                        return; // dropping `result` ends the tasks/result request
-                    }
-                    // Disarmed: the call was answered and is no longer cancellable.
-                    disarmed = true;
-                }
-                ev = next_event(&mut result) => {
-                    let broke = match ev {
-                        Some(CallEvent::Done(Err(e))) if e.code == UPSTREAM_ERROR => Some(e),
-                        Some(CallEvent::Done(o)) => {
-                            if let Some(c) = &mut result {
-                                c.canceller.disarm();
-                            }
-                            // Asked again after a break, the task may be gone (a
-                            // restarted server): the break is what happened.
-                            let o = match (o, first_break.take()) {
-                                (Err(e), Some(b)) if e.code == INVALID_PARAMS => Err(b),
-                                (o, _) => o,
-                            };
-                            self.finish(o).await;
-                            return;
-                        }
-                        Some(ev) => {
-                            self.event(ev).await;
-                            None
-                        }
-                        None => Some(broken(self.up.name())),
-                    };
-                    if let Some(e) = broke {
-                        // The tasks/result stream broke, not the task: ask again.
-                        if let Some(c) = &mut result {
-                            c.canceller.disarm();
-                        }
-                        result = None;
-                        breaks += 1;
-                        let first = first_break.get_or_insert(e).clone();
-                        if breaks > RESULT_RETRIES {
-                            self.finish(Err(first)).await;
-                            return;
-                        }
-                        tracing::info!(task = %self.task_id, "the upstream's tasks/result stream broke; asking again");
-                        retry_at = Some(tokio::time::Instant::now() + poll_interval(&last_task));
-                    }
-                },
-                p = polled.recv(), if polling => match p {
-                    Some(Polled::Task(t)) => {
-                        self.status(&t).await;
-                        last_task = t;
-                    }
-                    Some(Polled::Event(ev)) => self.event(ev).await,
-                    Some(Polled::Gone(e)) => {
-                        let e = RpcError::new(
-                            tasklift_protocol::jsonrpc::UPSTREAM_ERROR,
-                            format!("upstream {} no longer knows its task: {}", self.up.name(), e.message),
-                        );
-                        self.finish(Err(e)).await;
-                        return;
-                    }
-                    // The poller saw the task end (or gave up): the result comes on tasks/result.
-                    None => polling = false,
-                },
-                _ = retry => {
-                    retry_at = None;
-                    result = match self.open_result().await {
-                        Ok(c) => Some(c),
-                        Err(e) => {
-                            first_break.get_or_insert(e);
-                            None
-                        }
-                    };
-                    if result.is_none() {
-                        breaks += 1;
-                        if breaks > RESULT_RETRIES {
-                            let e = first_break
-                                .take()
-                                .unwrap_or_else(|| ended_without_result(self.up.name(), &last_task));
-                            self.finish(Err(e)).await;
-                            return;
-                        }
-                        retry_at = Some(tokio::time::Instant::now() + poll_interval(&last_task));
-                    }
-                }
-                _ = self.tx.closed() => {
-                    // The call was dropped; its canceller says whether that was a
-                    // cancellation. Nobody can read the result any more either way,
-                    // so unless it was disarmed, the upstream's task is cancelled.
-                    if cancel_open {
-                        let waited = tokio::time::timeout(Duration::from_secs(1), &mut cancel).await;
-                        if let Ok(Err(_)) = waited {
-                            disarmed = true;
-                        }
-                    }
-                    if !disarmed {
-                        self.cancel_upstream().await;
-                    }
-                    return;
-                }
-            }
+        Following {
+            f: self,
+            cancel,
+            result: None,
+            _poller: AbortOnDrop(poller.abort_handle()),
+            polled,
+            polling: true,
+            breaks: 0,
+            retry_at: Some(Instant::now()),
+            last_task: task,
+            disarmed: false,
+            first_break: None,
         }
+        .run()
+        .await;
     }
 
     /// Start the blocking `tasks/result` (asked again later if it could not be sent).
@@ -392,6 +322,190 @@ struct AbortOnDrop(tokio::task::AbortHandle);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// The call's canceller, as the follower hears it.
+struct CancelSignal {
+    rx: oneshot::Receiver<()>,
+    /// Whether it has not fired (nor been disarmed) yet.
+    open: bool,
+}
+
+/// Sleep until `at`, or forever when there is no such time.
+async fn sleep_until_or_never(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Phase 2's state: the task is polled, and its outcome read on a blocking
+/// `tasks/result`, asked again when its stream breaks.
+struct Following<'a> {
+    f: &'a mut Follower,
+    cancel: &'a mut CancelSignal,
+    /// The open `tasks/result`, if any (dropping it ends the request).
+    result: Option<UpstreamCall>,
+    _poller: AbortOnDrop,
+    polled: mpsc::Receiver<Polled>,
+    /// Whether the poller still runs.
+    polling: bool,
+    /// How often `tasks/result` broke or could not be sent.
+    breaks: u32,
+    /// tasks/result is (re)sent when this time comes.
+    retry_at: Option<Instant>,
+    /// The task as last seen (its `pollInterval`, its status).
+    last_task: Value,
+    /// Whether the call was answered and is no longer cancellable.
+    disarmed: bool,
+    /// The first time the tasks/result stream broke, when it did.
+    first_break: Option<RpcError>,
+}
+
+impl Following<'_> {
+    /// Wait for the next event of any kind until one ends the call.
+    async fn run(mut self) {
+        loop {
+            let retry = sleep_until_or_never(self.retry_at);
+            let step = tokio::select! {
+                r = &mut self.cancel.rx, if self.cancel.open => self.on_cancel(r).await,
+                ev = next_event(&mut self.result) => self.on_result_event(ev).await,
+                p = self.polled.recv(), if self.polling => self.on_polled(p).await,
+                _ = retry => self.ask_result().await,
+                _ = self.f.tx.closed() => self.on_call_dropped().await,
+            };
+            if step.is_break() {
+                return;
+            }
+        }
+    }
+
+    /// The call was cancelled, or its canceller disarmed.
+    async fn on_cancel(&mut self, r: Result<(), oneshot::error::RecvError>) -> Step {
+        self.cancel.open = false;
+        if r.is_ok() {
+            self.f.cancel_upstream().await;
+            return Step::Break(()); // dropping `result` ends the tasks/result request
+        }
+        // Disarmed: the call was answered and is no longer cancellable.
+        self.disarmed = true;
+        Step::Continue(())
+    }
+
+    /// Something on the tasks/result stream: the outcome, an event, or its end.
+    async fn on_result_event(&mut self, ev: Option<CallEvent>) -> Step {
+        let broke = match ev {
+            Some(CallEvent::Done(Err(e))) if e.code == UPSTREAM_ERROR => e,
+            Some(CallEvent::Done(o)) => {
+                self.outcome(o).await;
+                return Step::Break(());
+            }
+            Some(ev) => {
+                self.f.event(ev).await;
+                return Step::Continue(());
+            }
+            None => broken(self.f.up.name()),
+        };
+        self.result_broke(broke).await
+    }
+
+    /// tasks/result answered: the task's outcome is the call's.
+    async fn outcome(&mut self, o: Outcome) {
+        if let Some(c) = &mut self.result {
+            c.canceller.disarm();
+        }
+        // Asked again after a break, the task may be gone (a
+        // restarted server): the break is what happened.
+        let o = match (o, self.first_break.take()) {
+            (Err(e), Some(b)) if e.code == INVALID_PARAMS => Err(b),
+            (o, _) => o,
+        };
+        self.f.finish(o).await;
+    }
+
+    /// The tasks/result stream broke, not the task: ask again, a few times.
+    async fn result_broke(&mut self, e: RpcError) -> Step {
+        if let Some(c) = &mut self.result {
+            c.canceller.disarm();
+        }
+        self.result = None;
+        self.breaks += 1;
+        let first = self.first_break.get_or_insert(e).clone();
+        if self.breaks > RESULT_RETRIES {
+            self.f.finish(Err(first)).await;
+            return Step::Break(());
+        }
+        tracing::info!(task = %self.f.task_id, "the upstream's tasks/result stream broke; asking again");
+        self.retry_at = Some(Instant::now() + poll_interval(&self.last_task));
+        Step::Continue(())
+    }
+
+    /// What the poller saw.
+    async fn on_polled(&mut self, p: Option<Polled>) -> Step {
+        match p {
+            Some(Polled::Task(t)) => {
+                self.f.status(&t).await;
+                self.last_task = t;
+            }
+            Some(Polled::Event(ev)) => self.f.event(ev).await,
+            Some(Polled::Gone(e)) => {
+                let e = RpcError::new(
+                    tasklift_protocol::jsonrpc::UPSTREAM_ERROR,
+                    format!(
+                        "upstream {} no longer knows its task: {}",
+                        self.f.up.name(),
+                        e.message
+                    ),
+                );
+                self.f.finish(Err(e)).await;
+                return Step::Break(());
+            }
+            // The poller saw the task end (or gave up): the result comes on tasks/result.
+            None => self.polling = false,
+        }
+        Step::Continue(())
+    }
+
+    /// Time to (re)send tasks/result.
+    async fn ask_result(&mut self) -> Step {
+        self.retry_at = None;
+        self.result = match self.f.open_result().await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                self.first_break.get_or_insert(e);
+                None
+            }
+        };
+        if self.result.is_none() {
+            self.breaks += 1;
+            if self.breaks > RESULT_RETRIES {
+                let e = self
+                    .first_break
+                    .take()
+                    .unwrap_or_else(|| ended_without_result(self.f.up.name(), &self.last_task));
+                self.f.finish(Err(e)).await;
+                return Step::Break(());
+            }
+            self.retry_at = Some(Instant::now() + poll_interval(&self.last_task));
+        }
+        Step::Continue(())
+    }
+
+    /// The call was dropped; its canceller says whether that was a
+    /// cancellation. Nobody can read the result any more either way,
+    /// so unless it was disarmed, the upstream's task is cancelled.
+    async fn on_call_dropped(&mut self) -> Step {
+        if self.cancel.open {
+            let waited = tokio::time::timeout(Duration::from_secs(1), &mut self.cancel.rx).await;
+            if let Ok(Err(_)) = waited {
+                self.disarmed = true;
+            }
+        }
+        if !self.disarmed {
+            self.f.cancel_upstream().await;
+        }
+        Step::Break(())
     }
 }
 
