@@ -1,5 +1,5 @@
 //! Two more clients of the foreign-peer test bed, each through tasklift to the
-//! TypeScript SDK v1 server `ts-v1-server.mjs` (see peers_node.rs):
+//! TypeScript SDK v1 server `ts-v1-server.mjs` (see node.rs):
 //! - `ts-v2-tasks-client.mjs`: `@modelcontextprotocol/client` v2 with
 //!   `@modelcontextprotocol/ext-tasks` (from tests/clients, installed by
 //!   scripts/install-test-tools), a task-aware 2026-07-28 client;
