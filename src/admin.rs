@@ -24,8 +24,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::Transport;
-use crate::front::body::{self, RespBody};
-use crate::front::{self, State};
+use crate::front::State;
+use crate::serving::body::{self, RespBody};
 use crate::store::{TaskRecord, TaskStatus};
 use crate::upstream::Era;
 
@@ -45,7 +45,7 @@ pub async fn serve(
     shutdown: watch::Receiver<bool>,
 ) {
     let times = (SHUTDOWN_GRACE, Duration::from_secs(30));
-    crate::front::accept_loop(listener, shutdown, times, "admin", None, move |req, peer| {
+    crate::serving::accept_loop(listener, shutdown, times, "admin", None, move |req, peer| {
         let (state, hosts) = (state.clone(), allowed_hosts.clone());
         async move {
             if !host_allowed(req.headers(), &hosts)
@@ -79,13 +79,13 @@ async fn handle(
     }
     match req.uri().path() {
         "/" => page(state, started).await,
-        "/metrics" => front::metrics(state).await,
+        "/metrics" => crate::health::metrics(state.health()).await,
         "/healthz" => Response::builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_TYPE, "application/json")
             .body(body::full(r#"{"status":"ok"}"#))
             .expect("valid response"),
-        "/readyz" => front::readyz(state).await,
+        "/readyz" => crate::health::readyz(state.health()).await,
         _ => text(
             StatusCode::NOT_FOUND,
             "not found: the admin listener serves /, /metrics, /healthz and /readyz\n",
@@ -185,7 +185,7 @@ pub struct Status {
 impl Status {
     /// Read the figures now (checking each upstream's reachability, as `/readyz` does).
     pub async fn collect(state: &State, uptime: Duration) -> Self {
-        front::check_upstreams(state).await;
+        crate::health::check_upstreams(&state.mounts).await;
         let mut upstreams: Vec<UpstreamStatus> = state
             .mounts
             .values()

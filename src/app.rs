@@ -188,14 +188,18 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         None => None,
     };
     let (shutdown, rx) = watch::channel(false);
-    let legacy = front::legacy::Legacy::new(cfg.legacy.clone(), mounts.keys(), Some(store));
+    let legacy = Arc::new(front::legacy::Legacy::new(
+        cfg.legacy.clone(),
+        mounts.keys(),
+        Some(store),
+    ));
     let state = Arc::new(State {
         mounts,
         engine: engine.clone(),
         metrics,
         auth: Authenticator::new(cfg.auth.mode.clone(), key),
         cfg: cfg.server.clone(),
-        legacy,
+        legacy: legacy.clone(),
         lenient: Default::default(),
     });
     let server = {
@@ -261,7 +265,11 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     }));
     // Legacy client sessions: close idle ones; at shutdown, close them all (with
     // their upstream sessions) before the upstreams stop.
-    background.push(tokio::spawn(front::legacy::run_reaper(state, rx.clone())));
+    background.push(tokio::spawn(front::legacy::run_reaper(
+        state,
+        legacy,
+        rx.clone(),
+    )));
     if let Some(a) = admin_addr {
         tracing::info!(listen = %a, "admin listener (status page, /metrics) is serving");
     }

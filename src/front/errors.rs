@@ -22,7 +22,7 @@
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::body::RespBody;
+use crate::serving::body::RespBody;
 use crate::tasks::limits::{LimitError, LIMIT_REACHED};
 use crate::tasks::TaskError;
 use tasklift_protocol::jsonrpc::{

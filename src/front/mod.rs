@@ -5,83 +5,33 @@
 //! JSON-RPC shape, headers against the body, principal; then dispatch. Every
 //! error's HTTP status and JSON-RPC error come from one map, [`errors`].
 
-pub mod body;
 pub mod errors;
 pub mod legacy;
 pub mod params;
+mod state;
 pub mod validate;
 
-use std::collections::HashMap;
-use std::convert::Infallible;
+pub use state::{LegacyClients, Lenient, Responding, State};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use self::body::RespBody;
 use self::errors::Rejected;
-use crate::auth::Authenticator;
-use crate::config::ServerConfig;
 use crate::dispatch::{dispatch, Mount};
 use crate::reply::Reply;
-use crate::tasks::Engine;
+use crate::serving::body::{self, RespBody};
+use crate::serving::{accept_loop, json_bytes, json_response};
 use crate::upstream::CallContext;
 use tasklift_protocol::jsonrpc::Request;
-
-/// Everything a request handler needs.
-pub struct State {
-    /// Upstreams by mount path.
-    pub mounts: HashMap<String, Mount>,
-    /// The task engine.
-    pub engine: Arc<Engine>,
-    /// Counters for `/metrics` (shared with the engine).
-    pub metrics: Arc<crate::observe::metrics::Metrics>,
-    /// Principal extraction.
-    pub auth: Authenticator,
-    /// Front-door settings.
-    pub cfg: ServerConfig,
-    /// Legacy clients: their settings and sessions.
-    pub legacy: legacy::Legacy,
-    /// Clients already logged for relying on `server.lenient_task_name_header`.
-    pub lenient: Lenient,
-}
-
-/// Clients (address and User-Agent) that sent `tasks/*` without `Mcp-Name` and were
-/// let through by `server.lenient_task_name_header`: each is logged once, so an
-/// operator knows which clients need it, without a line per poll.
-#[derive(Default)]
-pub struct Lenient {
-    seen: dashmap::DashSet<String>,
-}
-
-impl Lenient {
-    /// At most this many clients are remembered; later ones are logged at debug.
-    const MAX: usize = 4096;
-
-    fn note(&self, h: &http::HeaderMap, peer: std::net::SocketAddr, method: &str) {
-        let agent = h
-            .get(header::USER_AGENT)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("no User-Agent");
-        let client = format!("{} {agent}", peer.ip());
-        if self.seen.len() < Self::MAX && self.seen.insert(client.clone()) {
-            tracing::warn!(%client, %method,
-                "accepted tasks/* without the Mcp-Name header (server.lenient_task_name_header); this client does not follow 2026-07-28 here");
-        } else {
-            tracing::debug!(%client, %method, "accepted tasks/* without the Mcp-Name header");
-        }
-    }
-}
 
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
 /// connections finish their in-flight requests.
@@ -99,88 +49,6 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Re
     .await
 }
 
-/// The HTTP/1 accept loop of tasklift's listeners: each request is answered by
-/// `answer`; at `shutdown`, accepting stops and open connections get `grace` to finish.
-pub async fn accept_loop<F, Fut>(
-    listener: TcpListener,
-    mut shutdown: watch::Receiver<bool>,
-    (grace, header_timeout): (Duration, Duration),
-    what: &'static str,
-    metrics: Option<Arc<crate::observe::metrics::Metrics>>,
-    answer: F,
-) where
-    F: Fn(http::Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Response<RespBody>> + Send + 'static,
-{
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        while conns.try_join_next().is_some() {}
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, listener = what, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.changed() => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let answer = answer.clone();
-        let svc = service_fn(move |req| {
-            let fut = answer(req, peer);
-            async move { Ok::<_, Infallible>(fut.await) }
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
-        let metrics = metrics.clone();
-        conns.spawn(async move {
-            if let Err(e) = conn.await {
-                if e.is_timeout() {
-                    // A client that never finished sending its headers (slow loris).
-                    if let Some(m) = &metrics {
-                        m.limit_hit("header_read_timeout");
-                    }
-                }
-                tracing::debug!(error = %e, client.addr = %peer, listener = what, "connection ended with an error");
-            }
-        });
-    }
-    tracing::info!(listener = what, "closed; waiting for open connections");
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        // Dropping what is still open cancels its calls upstream.
-        tracing::warn!(
-            listener = what,
-            open = conns.len(),
-            "connections still open after {grace:?}; closing them and cancelling their calls"
-        );
-        conns.abort_all();
-        while conns.join_next().await.is_some() {}
-    }
-}
-
-fn json_response(status: StatusCode, v: &Value) -> Response<RespBody> {
-    json_bytes(status, v.to_string())
-}
-
-/// A JSON body already serialized.
-fn json_bytes(status: StatusCode, json: impl Into<Bytes>) -> Response<RespBody> {
-    Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body::full(json))
-        .expect("valid response")
-}
-
 async fn handle(
     state: Arc<State>,
     req: http::Request<Incoming>,
@@ -189,19 +57,19 @@ async fn handle(
     let path = req.uri().path().to_string();
     match path.as_str() {
         "/healthz" => return json_response(StatusCode::OK, &json!({"status": "ok"})),
-        "/readyz" => return readyz(&state).await,
-        "/metrics" if state.cfg.metrics => return metrics(&state).await,
+        "/readyz" => return crate::health::readyz(state.health()).await,
+        "/metrics" if state.cfg.metrics => return crate::health::metrics(state.health()).await,
         _ => {}
     }
     let Some(mount) = state.mounts.get(&path) else {
         return Rejected::NoEndpoint(path).response(None);
     };
-    let session_id = legacy::session_id(&state, req.headers());
+    let session_id = state.legacy.session_id(req.headers());
     if let (Some(sid), true) = (
         &session_id,
         req.method() == Method::GET || req.method() == Method::DELETE,
     ) {
-        return legacy::session_stream(&state, mount, req, sid, peer).await;
+        return state.legacy.stream(&state, mount, req, sid, peer).await;
     }
     if req.method() != Method::POST {
         return Rejected::MethodNotAllowed(req.method().clone()).response(None);
@@ -234,8 +102,11 @@ async fn handle(
         Ok(v) => v,
         Err(e) => return Rejected::Parse(e.to_string()).response(None),
     };
-    if legacy::takes(&state, session_id.as_deref(), &value) {
-        return legacy::post_entry(&state, mount, &parts.headers, value, session_id, peer).await;
+    if state.legacy.takes(session_id.as_deref(), &value) {
+        return state
+            .legacy
+            .post(&state, mount, &parts.headers, value, session_id, peer)
+            .await;
     }
     let raw_id = value.get("id").cloned();
     let mut msg = match Request::from_value(value) {
@@ -415,55 +286,6 @@ fn forwarded_headers(h: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
         .collect()
 }
 
-/// What `/metrics` reads from the rest of tasklift at scrape time.
-pub async fn snapshot(state: &State) -> crate::observe::metrics::Snapshot {
-    check_upstreams(state).await;
-    let mut snap = crate::observe::metrics::Snapshot::default();
-    if let Ok(counts) = state.engine.counts().await {
-        for (status, n) in counts {
-            *snap.tasks_by_status.entry(status.as_str()).or_default() += n;
-        }
-    }
-    snap.store_disk_bytes = state
-        .engine
-        .health()
-        .await
-        .map(|s| s.disk_bytes)
-        .unwrap_or(0);
-    snap.legacy_sessions = state.legacy.session_count() as u64;
-    if let Some(d) = state.engine.disk() {
-        snap.store_free_bytes = d.free_bytes();
-        snap.store_low_space = Some(d.is_low());
-    }
-    let mut ups: Vec<_> = state
-        .mounts
-        .values()
-        .map(|m| {
-            (
-                m.cfg.name.clone(),
-                m.upstream.health().is_ok(),
-                m.upstream.restarts(),
-            )
-        })
-        .collect();
-    ups.sort();
-    snap.upstreams = ups;
-    snap
-}
-
-/// `/metrics`: Prometheus text format.
-pub async fn metrics(state: &State) -> Response<RespBody> {
-    let text = state.metrics.render(&snapshot(state).await);
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )
-        .body(body::full(text))
-        .expect("valid response")
-}
-
 /// The `outcome` label of `tasklift_requests_total` for a reply.
 fn outcome_of(reply: &Reply) -> &'static str {
     match reply {
@@ -481,66 +303,5 @@ fn outcome_of(reply: &Reply) -> &'static str {
         Reply::Raw(_) => "ok",
         Reply::Stream(_) => "stream",
         Reply::Accepted => "accepted",
-    }
-}
-
-/// Check every upstream's reachability now (concurrently).
-pub async fn check_upstreams(state: &State) {
-    let mut checks = tokio::task::JoinSet::new();
-    for m in state.mounts.values() {
-        let up = m.upstream.clone();
-        checks.spawn(async move { up.check_health().await });
-    }
-    while checks.join_next().await.is_some() {}
-}
-
-/// `/readyz`: 200 when the store is open and every upstream can take calls, else 503.
-pub async fn readyz(state: &State) -> Response<RespBody> {
-    check_upstreams(state).await;
-    // Upstreams that cannot take calls now (e.g. a stdio child that keeps crashing).
-    let upstreams: serde_json::Map<String, Value> = state
-        .mounts
-        .values()
-        .filter_map(|m| {
-            m.upstream
-                .health()
-                .err()
-                .map(|e| (m.cfg.name.clone(), json!(e)))
-        })
-        .collect();
-    // Low on disk space: still ready (stored tasks are read, calls run), but
-    // degraded: no new tasks until space is freed.
-    let low = state.engine.disk().is_some_and(|d| d.is_low());
-    let disk = state
-        .engine
-        .disk()
-        .map(|d| json!({"free_bytes": d.free_bytes(), "min_free_bytes": d.min_free(), "low": low, "store_refused_write": d.store_refused()}));
-    match state.engine.health().await {
-        Ok(s) if upstreams.is_empty() => {
-            let mut ready = json!({
-                "status": if low { "degraded" } else { "ready" },
-                "tasks": s.tasks,
-                "running": state.engine.running_count(),
-                "legacy_sessions": state.legacy.session_count(),
-            });
-            if let Some(d) = disk {
-                ready["disk"] = d;
-            }
-            if let Some(d) = state.engine.disk().filter(|_| low) {
-                ready["degraded"] = json!(format!(
-                    "{}: no new tasks are created until space is freed",
-                    d.why_low()
-                ));
-            }
-            json_response(StatusCode::OK, &ready)
-        }
-        Ok(_) => json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"status": "unready", "upstreams": upstreams}),
-        ),
-        Err(e) => json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"status": "unready", "store": e.to_string(), "upstreams": upstreams}),
-        ),
     }
 }

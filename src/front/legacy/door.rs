@@ -16,13 +16,13 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::super::body::{self, RespBody};
 use super::super::errors::Rejected;
-use super::super::{context, forbidden_origin, State};
+use super::super::{context, forbidden_origin, LegacyClients, Responding, State};
 use super::session::{ClientSession, Sessions};
 use super::{get, initialize, post, SESSION_HEADER};
 use crate::config::LegacyConfig;
 use crate::dispatch::Mount;
+use crate::serving::body::{self, RespBody};
 use crate::store::{SessionStore, TaskStore};
 use crate::upstream::CallContext;
 use http::Method;
@@ -162,18 +162,51 @@ impl Legacy {
     }
 }
 
-/// The session id a request carries, when legacy clients are served.
-pub fn session_id(state: &State, headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .filter(|_| state.legacy.cfg.enabled)
-}
+impl LegacyClients for Legacy {
+    fn session_id(&self, headers: &HeaderMap) -> Option<String> {
+        headers
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .filter(|_| self.cfg.enabled)
+    }
 
-/// Whether a POST is a legacy client's: in a session, or opening one.
-pub fn takes(state: &State, session_id: Option<&str>, value: &Value) -> bool {
-    state.legacy.cfg.enabled && (session_id.is_some() || is_legacy_initialize(value))
+    fn takes(&self, session_id: Option<&str>, value: &Value) -> bool {
+        self.cfg.enabled && (session_id.is_some() || is_legacy_initialize(value))
+    }
+
+    fn post<'a>(
+        &'a self,
+        state: &'a Arc<State>,
+        mount: &'a Mount,
+        headers: &'a HeaderMap,
+        body: Value,
+        session_id: Option<String>,
+        peer: SocketAddr,
+    ) -> Responding<'a> {
+        Box::pin(post_entry(
+            state, self, mount, headers, body, session_id, peer,
+        ))
+    }
+
+    fn stream<'a>(
+        &'a self,
+        state: &'a State,
+        mount: &'a Mount,
+        req: http::Request<Incoming>,
+        session_id: &'a str,
+        peer: SocketAddr,
+    ) -> Responding<'a> {
+        Box::pin(session_stream(state, self, mount, req, session_id, peer))
+    }
+
+    fn session_count(&self) -> usize {
+        Legacy::session_count(self)
+    }
+
+    fn sessions_at(&self, path: &str) -> usize {
+        Legacy::sessions_at(self, path)
+    }
 }
 
 /// Whether a message opens a legacy session: `initialize` without modern `_meta`.
@@ -186,8 +219,9 @@ pub fn is_legacy_initialize(v: &Value) -> bool {
 }
 
 /// A legacy client's POST, counted in `tasklift_requests_total` by its shape.
-pub async fn post_entry(
+async fn post_entry(
     state: &Arc<State>,
+    legacy: &Legacy,
     mount: &Mount,
     headers: &HeaderMap,
     value: Value,
@@ -205,12 +239,19 @@ pub async fn post_entry(
     let span = tracing::info_span!("legacy", method = ?method, client.addr = %peer, upstream = %mount.cfg.name);
     let r = async {
         match &session_id {
-            Some(sid) => match find_session(state, mount, sid, &ctx.principal).await {
-                Ok(s) => post(state, mount, s, headers, value, ctx, peer).await,
+            Some(sid) => match find_session(legacy, mount, sid, &ctx.principal).await {
+                Ok(s) => {
+                    let at = super::At {
+                        state,
+                        legacy,
+                        mount,
+                    };
+                    post(at, s, headers, value, ctx, peer).await
+                }
                 Err(r) => *r,
             },
             None => match Request::from_value(value) {
-                Ok(req) if req.id.is_some() => initialize(state, mount, req, ctx).await,
+                Ok(req) if req.id.is_some() => initialize(legacy, mount, req, ctx).await,
                 Ok(_) => Rejected::BadSessionRequest(
                     "Invalid request: initialize must be a request with an id".into(),
                 )
@@ -241,8 +282,9 @@ pub async fn post_entry(
 }
 
 /// GET (the session's stream, or a resumed one) and DELETE in a legacy session.
-pub async fn session_stream(
+async fn session_stream(
     state: &State,
+    legacy: &Legacy,
     mount: &Mount,
     req: http::Request<Incoming>,
     sid: &str,
@@ -255,12 +297,12 @@ pub async fn session_stream(
         Ok(c) => c,
         Err(r) => return *r,
     };
-    let s = match find_session(state, mount, sid, &ctx.principal).await {
+    let s = match find_session(legacy, mount, sid, &ctx.principal).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
     if req.method() == Method::DELETE {
-        delete(state, mount, &s.id, ctx).await
+        delete(legacy, mount, &s.id, ctx).await
     } else {
         get(mount, s, req.headers(), ctx)
     }
@@ -269,15 +311,14 @@ pub async fn session_stream(
 /// The session a request names (held here, or kept in the store from before a
 /// restart), or the 404 a client must answer by initializing again.
 pub async fn find_session(
-    state: &State,
+    legacy: &Legacy,
     mount: &Mount,
     id: &str,
     principal: &str,
 ) -> Result<Arc<ClientSession>, Box<Response<RespBody>>> {
-    let found = match state.legacy.sessions(mount).get(id, principal) {
+    let found = match legacy.sessions(mount).get(id, principal) {
         Some(s) => Some(s),
-        None => state
-            .legacy
+        None => legacy
             .restore(mount, id, principal)
             .await
             .map_err(|r| Box::new(r.response(None)))?,
@@ -295,14 +336,14 @@ pub async fn find_session(
 
 /// DELETE: end the session, and the upstream's session for it.
 pub async fn delete(
-    state: &State,
+    legacy: &Legacy,
     mount: &Mount,
     id: &str,
     ctx: CallContext,
 ) -> Response<RespBody> {
-    match state.legacy.sessions(mount).remove(id) {
+    match legacy.sessions(mount).remove(id) {
         Some(s) => {
-            state.legacy.forget(id).await;
+            legacy.forget(id).await;
             let mut ctx = ctx;
             ctx.session = Some(s.peer());
             mount.upstream.end_session(&ctx).await;
@@ -322,17 +363,17 @@ pub async fn delete(
 /// long (also those of a replica or process that is gone) are deleted there. At
 /// shutdown (`all`) every session closes here and upstream, but stays kept: the
 /// next start serves it again.
-async fn reap(state: &State, all: bool) {
-    let idle_ms = state.legacy.cfg.session_idle.as_millis() as u64;
+async fn reap(state: &State, legacy: &Legacy, all: bool) {
+    let idle_ms = legacy.cfg.session_idle.as_millis() as u64;
     for mount in state.mounts.values() {
-        let sessions = state.legacy.sessions(mount);
+        let sessions = legacy.sessions(mount);
         let stale = if all {
             sessions.all()
         } else {
             sessions.idle(idle_ms)
         };
         let mut stale = stale;
-        if let Some(k) = state.legacy.kept() {
+        if let Some(k) = legacy.kept() {
             let seen: Vec<(String, u64)> = sessions
                 .all()
                 .into_iter()
@@ -357,7 +398,7 @@ async fn reap(state: &State, all: bool) {
         for s in stale {
             sessions.remove(&s.id);
             if !all {
-                state.legacy.forget(&s.id).await;
+                legacy.forget(&s.id).await;
             }
             let ctx = CallContext {
                 principal: s.principal.clone(),
@@ -372,7 +413,7 @@ async fn reap(state: &State, all: bool) {
             }
         }
     }
-    if let (Some(k), false) = (state.legacy.kept(), all) {
+    if let (Some(k), false) = (legacy.kept(), all) {
         let now = super::session::wall_ms();
         match k.purge_sessions(now.saturating_sub(idle_ms)).await {
             Ok(0) => {}
@@ -384,8 +425,12 @@ async fn reap(state: &State, all: bool) {
 
 /// Close idle sessions until `shutdown`; then close them all (with their upstream
 /// sessions), before the upstreams stop.
-pub async fn run_reaper(state: Arc<State>, mut shutdown: watch::Receiver<bool>) {
-    let every = (state.legacy.cfg.session_idle / 4).clamp(
+pub async fn run_reaper(
+    state: Arc<State>,
+    legacy: Arc<Legacy>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let every = (legacy.cfg.session_idle / 4).clamp(
         std::time::Duration::from_millis(100),
         // Also how soon a session deleted through another replica ends here.
         std::time::Duration::from_secs(5),
@@ -393,9 +438,9 @@ pub async fn run_reaper(state: Arc<State>, mut shutdown: watch::Receiver<bool>) 
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
-            _ = tick.tick() => reap(&state, false).await,
+            _ = tick.tick() => reap(&state, &legacy, false).await,
             _ = shutdown.changed() => {
-                reap(&state, true).await;
+                reap(&state, &legacy, true).await;
                 return;
             }
         }

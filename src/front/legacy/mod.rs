@@ -25,9 +25,10 @@ use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::body::{self, RespBody};
 use super::errors::{legacy_status_of, Rejected};
-use super::{json_response, State};
+use super::State;
+use crate::serving::body::{self, RespBody};
+use crate::serving::json_response;
 use shape::sse_response;
 pub use shape::{legacy_shape, modernize, sse, SESSION_HEADER};
 
@@ -38,7 +39,7 @@ mod shape;
 mod tasks;
 
 pub(crate) use door::run_reaper;
-pub use door::{post_entry, session_id, session_stream, takes, Legacy};
+pub use door::Legacy;
 
 use crate::dispatch::Mount;
 use crate::reply::StreamItem;
@@ -65,7 +66,7 @@ fn ok(id: Option<&Value>, outcome: Outcome) -> Response<RespBody> {
 
 /// `initialize` without a session: open one, with the upstream's capabilities.
 pub async fn initialize(
-    state: &State,
+    legacy: &Legacy,
     mount: &Mount,
     req: Request,
     mut ctx: CallContext,
@@ -92,20 +93,19 @@ pub async fn initialize(
         .get("clientInfo")
         .cloned()
         .unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
-    let polling = state.legacy.polling();
+    let polling = legacy.polling();
     let s =
         ClientSession::with_polling(ctx.principal.clone(), version.clone(), caps, info, polling);
-    let evicted = match state
-        .legacy
+    let evicted = match legacy
         .sessions(mount)
-        .insert(s.clone(), state.legacy.cfg.max_sessions_per_principal)
+        .insert(s.clone(), legacy.cfg.max_sessions_per_principal)
     {
         Ok(evicted) => evicted,
         Err(e) => return Rejected::TooManySessions(e.to_string()).response(id.as_ref()),
     };
     // The session the cap closed ends upstream too, as after DELETE.
     if let Some(old) = evicted {
-        state.legacy.forget(&old.id).await;
+        legacy.forget(&old.id).await;
         let mut octx = ctx.clone();
         octx.session = Some(old.peer());
         mount.upstream.end_session(&octx).await;
@@ -114,7 +114,7 @@ pub async fn initialize(
     let d = match described(mount, &s, &ctx).await {
         Ok(d) => d,
         Err(e) => {
-            state.legacy.sessions(mount).remove(&s.id);
+            legacy.sessions(mount).remove(&s.id);
             mount.upstream.end_session(&ctx).await;
             tracing::warn!(upstream = %mount.cfg.name, error = %e, "a legacy client could not be initialized");
             return ok(id.as_ref(), Err(e));
@@ -145,7 +145,7 @@ pub async fn initialize(
         result["instructions"] = i.clone();
     }
     // Kept before the client learns the id, so it survives a restart from now on.
-    state.legacy.keep(mount, &s).await;
+    legacy.keep(mount, &s).await;
     tracing::info!(session = %s.id, version = %s.protocol_version, upstream = %mount.cfg.name, "legacy client session opened");
     let mut r = json_response(StatusCode::OK, &jsonrpc::response(id.as_ref(), &Ok(result)));
     r.headers_mut().insert(
@@ -190,16 +190,25 @@ async fn described(mount: &Mount, s: &ClientSession, ctx: &CallContext) -> Resul
     Ok(Value::Object(init))
 }
 
+/// Where a session's request is served: the front door's state, the legacy
+/// door, and the mount.
+#[derive(Clone, Copy)]
+pub struct At<'a> {
+    pub state: &'a Arc<State>,
+    pub legacy: &'a Legacy,
+    pub mount: &'a Mount,
+}
+
 /// A POST in a session: a response to tasklift's request, a notification, or a request.
 pub async fn post(
-    state: &Arc<State>,
-    mount: &Mount,
+    at: At<'_>,
     s: Arc<ClientSession>,
     headers: &HeaderMap,
     value: Value,
     mut ctx: CallContext,
     peer: std::net::SocketAddr,
 ) -> Response<RespBody> {
+    let At { state, mount, .. } = at;
     if let Some(v) = headers
         .get("mcp-protocol-version")
         .and_then(|v| v.to_str().ok())
@@ -248,17 +257,21 @@ pub async fn post(
         }
         None => crate::observe::spans::Span::none(),
     };
-    body::with_span(request(state, mount, s, req, ctx).await, traced)
+    body::with_span(request(at, s, req, ctx).await, traced)
 }
 
 /// A request or notification in a session, its trace context settled.
 async fn request(
-    state: &Arc<State>,
-    mount: &Mount,
+    at: At<'_>,
     s: Arc<ClientSession>,
     req: Request,
     ctx: CallContext,
 ) -> Response<RespBody> {
+    let At {
+        state,
+        legacy,
+        mount,
+    } = at;
     if req.id.is_none() {
         return notification(mount, &s, req, ctx).await;
     }
@@ -283,7 +296,7 @@ async fn request(
                 );
             };
             s.set_log_level(level.to_string());
-            state.legacy.keep(mount, &s).await;
+            legacy.keep(mount, &s).await;
             // A legacy HTTP upstream has a session for this client and filters too; a
             // modern one gets the level per request. A stdio child's one session is
             // shared by every client, so its level is left alone and tasklift filters.
@@ -313,7 +326,7 @@ async fn request(
                 Err(e) => return ok(id.as_ref(), Err(e)),
             }
             if s.subscribe(uri, req.method == "resources/subscribe") {
-                state.legacy.keep(mount, &s).await;
+                legacy.keep(mount, &s).await;
                 listen(mount, &s, &ctx, true);
             }
             ok(id.as_ref(), Ok(json!({})))

@@ -7,12 +7,12 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::super::body::{self, RespBody};
 use super::super::errors::legacy_upstream_status_of;
-use super::super::json_response;
 use super::session::ClientSession;
 use crate::dispatch::Mount;
 use crate::reply::StreamItem;
+use crate::serving::body::{self, RespBody};
+use crate::serving::json_response;
 use crate::upstream::{CallContext, Era};
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp::{self, MODERN_VERSION};

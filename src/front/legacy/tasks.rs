@@ -20,13 +20,14 @@ use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::super::body::RespBody;
-use super::super::{json_response, State};
+use super::super::State;
 use super::session::ClientSession;
 use super::shape::{legacy_shape, modernize, sse, upstream_error};
 use crate::config::{ToolMode, UpstreamConfig};
 use crate::dispatch::Mount;
 use crate::reply::{Reply, StreamItem};
+use crate::serving::body::RespBody;
+use crate::serving::json_response;
 use crate::tasks::{detailed_task, into_detailed_task, Caller, Engine};
 use crate::upstream::CallContext;
 use tasklift_protocol::jsonrpc::{

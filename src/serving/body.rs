@@ -135,3 +135,17 @@ impl Body for Traced {
         self.inner.size_hint()
     }
 }
+
+/// A JSON response.
+pub fn json_response(status: http::StatusCode, v: &serde_json::Value) -> http::Response<RespBody> {
+    json_bytes(status, v.to_string())
+}
+
+/// A JSON response whose body is already serialized.
+pub fn json_bytes(status: http::StatusCode, json: impl Into<Bytes>) -> http::Response<RespBody> {
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(full(json))
+        .expect("valid response")
+}

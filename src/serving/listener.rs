@@ -1,0 +1,86 @@
+//! The HTTP/1 accept loop both of tasklift's listeners run (the front door and
+//! the admin listener): one task per connection, a header read timeout, and a
+//! graceful end at shutdown.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Response;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::serving::body::RespBody;
+
+/// The HTTP/1 accept loop of tasklift's listeners: each request is answered by
+/// `answer`; at `shutdown`, accepting stops and open connections get `grace` to finish.
+pub async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    (grace, header_timeout): (Duration, Duration),
+    what: &'static str,
+    metrics: Option<Arc<crate::observe::metrics::Metrics>>,
+    answer: F,
+) where
+    F: Fn(http::Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<RespBody>> + Send + 'static,
+{
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        while conns.try_join_next().is_some() {}
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, listener = what, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let answer = answer.clone();
+        let svc = service_fn(move |req| {
+            let fut = answer(req, peer);
+            async move { Ok::<_, Infallible>(fut.await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        let metrics = metrics.clone();
+        conns.spawn(async move {
+            if let Err(e) = conn.await {
+                if e.is_timeout() {
+                    // A client that never finished sending its headers (slow loris).
+                    if let Some(m) = &metrics {
+                        m.limit_hit("header_read_timeout");
+                    }
+                }
+                tracing::debug!(error = %e, client.addr = %peer, listener = what, "connection ended with an error");
+            }
+        });
+    }
+    tracing::info!(listener = what, "closed; waiting for open connections");
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        // Dropping what is still open cancels its calls upstream.
+        tracing::warn!(
+            listener = what,
+            open = conns.len(),
+            "connections still open after {grace:?}; closing them and cancelling their calls"
+        );
+        conns.abort_all();
+        while conns.join_next().await.is_some() {}
+    }
+}
