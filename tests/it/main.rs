@@ -4,6 +4,7 @@
 
 mod support;
 
+mod front;
 mod input;
 mod legacy;
 mod peers;
@@ -13,13 +14,8 @@ mod tasks;
 mod upstreams;
 
 mod admin;
-mod auth_ownership;
 mod call_cli;
 mod cli;
-mod front_door;
 mod health;
 mod metrics;
 mod otlp;
-mod schemas;
-mod security;
-mod slow_clients;

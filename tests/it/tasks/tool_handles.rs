@@ -4,7 +4,7 @@
 //! check as `tasks/get`) and detach and replay (`on_disconnect = "detach"`: a call
 //! whose client left runs on, and the identical retry gets its result while the
 //! upstream ran the tool once). Against the bundled fixture over HTTP; the real SDK
-//! clients are in `slow_clients.rs`.
+//! clients are in `front/slow_clients.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
