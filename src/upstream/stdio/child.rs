@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use super::conn::write_lines;
 use super::reader::read_lines;
@@ -126,129 +127,128 @@ impl Pool {
 
     /// Spawn a child, handshake, serve it until it exits or shutdown; returns how it ended.
     async fn run_child(&self, slot: &Arc<Slot>, stop: &mut watch::Receiver<bool>) -> String {
-        let name = self.name().to_string();
-        let mut child = match self.spawn() {
-            Ok(c) => c,
+        let mut c = match self.spawn() {
+            Ok(child) => self.start_io(slot, child),
             Err(e) => return format!("could not start {:?}: {e}", self.stdio.command[0]),
         };
+        let handshake = tokio::select! {
+            r = self.handshake(&c.conn) => Some(r),
+            status = c.child.wait() => return c.exited_starting(status).await,
+            _ = stop.changed() => None,
+        };
+        let exit = match handshake {
+            None => {
+                c.stop(self.stdio.shutdown_grace).await;
+                "stopped".to_string()
+            }
+            Some(Err(e)) => {
+                tracing::warn!(upstream = %self.name(), process = slot.index, error = %e, "handshake failed");
+                c.stop(self.stdio.shutdown_grace).await;
+                format!("handshake failed: {e}")
+            }
+            Some(Ok((era, info))) => {
+                self.publish(slot, &c, era, info);
+                self.serve(slot, &mut c, stop).await
+            }
+        };
+        self.wind_down(slot, c, &exit).await;
+        exit
+    }
+
+    /// Connect the child's stdin, stdout and stderr to tasklift.
+    fn start_io(&self, slot: &Arc<Slot>, mut child: Child) -> Started {
+        let name = self.name().to_string();
         let pid = child.id();
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
         let (in_tx, in_rx) = mpsc::channel(256);
         let conn = Arc::new(Conn::new(in_tx));
-        // Aborting the writer drops the child's stdin: that is how it is told to stop.
         let writer = tokio::spawn(write_lines(stdin, in_rx, conn.clone()));
-        let (slot2, n2, index) = (slot.clone(), name.clone(), slot.index);
-        // Until the handshake is over, the child's stderr is logged at debug: a
-        // legacy SDK server answers the `server/discover` probe with pages of
-        // validation errors, which say nothing about its health. The last line is
-        // still kept for the error a failed start reports.
-        let starting = Arc::new(AtomicBool::new(true));
-        let quiet = Arc::new(AtomicUsize::new(0));
-        let (starting2, quiet2) = (starting.clone(), quiet.clone());
-        let err_task = tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if starting2.load(Ordering::Relaxed) {
-                    quiet2.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(upstream = %n2, process = index, "stderr: {line}");
-                } else {
-                    tracing::info!(upstream = %n2, process = index, "stderr: {line}");
+        let quiet = QuietStart::new();
+        let stderr = tokio::spawn(log_stderr(
+            stderr,
+            slot.clone(),
+            name.clone(),
+            quiet.clone(),
+        ));
+        let c2 = conn.clone();
+        let reader = tokio::spawn(async move { read_lines(stdout, c2, &name).await });
+        Started {
+            child,
+            pid,
+            conn,
+            writer,
+            reader,
+            stderr,
+            quiet,
+        }
+    }
+
+    /// The handshake succeeded: the child serves calls from now on.
+    fn publish(&self, slot: &Slot, c: &Started, era: Era, info: Value) {
+        c.quiet.end_soon(self.name().to_string(), slot.index);
+        let _ = c.conn.era.set(era.clone());
+        let _ = c.conn.info.set(info);
+        tracing::info!(upstream = %self.name(), process = slot.index, pid = c.pid.unwrap_or(0), ?era,
+            scope = self.scope_id().unwrap_or("shared"), "child process ready");
+        slot.conn.send_replace(Some(c.conn.clone()));
+    }
+
+    /// Serve the ready child until it exits or shutdown; returns how it ended.
+    async fn serve(
+        &self,
+        slot: &Slot,
+        c: &mut Started,
+        stop: &mut watch::Receiver<bool>,
+    ) -> String {
+        let settle = tokio::time::sleep(SETTLE);
+        tokio::pin!(settle);
+        let mut settled = false;
+        loop {
+            tokio::select! {
+                status = c.child.wait() => return describe(status),
+                _ = stop.changed() => {
+                    slot.conn.send_replace(None);
+                    c.stop(self.stdio.shutdown_grace).await;
+                    return "stopped".to_string();
                 }
-                slot2.health.lock().expect("health").last_stderr = Some(line);
-            }
-        });
-        let (c2, n3) = (conn.clone(), name.clone());
-        let reader = tokio::spawn(async move { read_lines(stdout, c2, &n3).await });
-        let handshake = tokio::select! {
-            r = self.handshake(&conn) => Some(r),
-            status = child.wait() => {
-                let _ = tokio::time::timeout(Duration::from_secs(1), err_task).await;
-                // The last stderr line is added by whoever reports this (the restart
-                // warning, the crash-loop error), so it is not repeated here.
-                return format!("exited during start-up ({})", describe(status));
-            }
-            _ = stop.changed() => None,
-        };
-        let exit = match handshake {
-            None => {
-                writer.abort();
-                escalate(&mut child, pid, self.stdio.shutdown_grace).await;
-                "stopped".to_string()
-            }
-            Some(Err(e)) => {
-                tracing::warn!(upstream = %name, process = slot.index, error = %e, "handshake failed");
-                writer.abort();
-                escalate(&mut child, pid, self.stdio.shutdown_grace).await;
-                format!("handshake failed: {e}")
-            }
-            Some(Ok((era, info))) => {
-                // Lines still in flight from the probe may arrive just after this;
-                // a moment later the child's stderr is its own again.
-                let (n4, index) = (name.clone(), slot.index);
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    starting.store(false, Ordering::Relaxed);
-                    let n = quiet.load(Ordering::Relaxed);
-                    if n > 0 {
-                        tracing::info!(upstream = %n4, process = index, lines = n,
-                            "the child wrote to stderr while tasklift detected its protocol era; those lines are logged at debug level");
-                    }
-                });
-                let _ = conn.era.set(era.clone());
-                let _ = conn.info.set(info);
-                tracing::info!(upstream = %name, process = slot.index, pid = pid.unwrap_or(0), ?era,
-                    scope = self.scope_id().unwrap_or("shared"), "child process ready");
-                slot.conn.send_replace(Some(conn.clone()));
-                let settle = tokio::time::sleep(SETTLE);
-                tokio::pin!(settle);
-                let mut settled = false;
-                loop {
-                    tokio::select! {
-                        status = child.wait() => break describe(status),
-                        _ = stop.changed() => {
-                            slot.conn.send_replace(None);
-                            writer.abort();
-                            escalate(&mut child, pid, self.stdio.shutdown_grace).await;
-                            break "stopped".to_string();
-                        }
-                        _ = &mut settle, if !settled => {
-                            settled = true;
-                            let mut h = slot.health.lock().expect("health");
-                            h.settled = true;
-                            if h.failures > 0 {
-                                tracing::info!(upstream = %name, process = slot.index, after = ?SETTLE,
-                                    "the restarted child is serving; its crash count is cleared");
-                            }
-                            h.failures = 0;
-                        }
-                    }
+                _ = &mut settle, if !settled => {
+                    settled = true;
+                    self.mark_settled(slot);
                 }
             }
-        };
+        }
+    }
+
+    /// The child has served for [`SETTLE`]: its crash count clears.
+    fn mark_settled(&self, slot: &Slot) {
+        let mut h = slot.health.lock().expect("health");
+        h.settled = true;
+        if h.failures > 0 {
+            tracing::info!(upstream = %self.name(), process = slot.index, after = ?SETTLE,
+                "the restarted child is serving; its crash count is cleared");
+        }
+        h.failures = 0;
+    }
+
+    /// The child is gone: unpublish it, let its output drain, and fail the calls
+    /// it never answered.
+    async fn wind_down(&self, slot: &Slot, c: Started, exit: &str) {
         slot.conn.send_replace(None);
-        conn.closed.store(true, Ordering::Relaxed);
-        let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), err_task).await;
-        writer.abort();
+        c.conn.closed.store(true, Ordering::Relaxed);
+        let _ = tokio::time::timeout(Duration::from_secs(1), c.reader).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), c.stderr).await;
+        c.writer.abort();
         let err = RpcError::new(
             UPSTREAM_ERROR,
             format!(
-                "upstream {name} exited ({exit}) while the call was running{}",
+                "upstream {} exited ({exit}) while the call was running{}",
+                self.name(),
                 last_line(slot)
             ),
         );
-        let ids: Vec<u64> = conn.pending.iter().map(|e| *e.key()).collect();
-        for id in ids {
-            conn.owners.remove(&id);
-            conn.client_tokens.remove(&id);
-            conn.task_calls.remove(&id);
-            if let Some((_, (tx, _))) = conn.pending.remove(&id) {
-                let _ = tx.try_send(CallEvent::Done(Err(err.clone())));
-            }
-        }
-        exit
+        fail_pending(&c.conn, &err);
     }
 
     /// `server/discover`, waiting up to `timeout`: `Some` with the era's answer when
@@ -362,6 +362,97 @@ impl Pool {
             json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}})
         } else {
             json!({"elicitation": {}, "sampling": {}})
+        }
+    }
+}
+
+/// A spawned child and the tasks that carry its stdin, stdout and stderr.
+struct Started {
+    child: Child,
+    pid: Option<u32>,
+    conn: Arc<Conn>,
+    /// Aborting the writer drops the child's stdin: that is how it is told to stop.
+    writer: JoinHandle<()>,
+    reader: JoinHandle<()>,
+    stderr: JoinHandle<()>,
+    quiet: QuietStart,
+}
+
+impl Started {
+    /// The child exited before the handshake was over; returns how it ended.
+    async fn exited_starting(self, status: std::io::Result<ExitStatus>) -> String {
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.stderr).await;
+        // The last stderr line is added by whoever reports this (the restart
+        // warning, the crash-loop error), so it is not repeated here.
+        format!("exited during start-up ({})", describe(status))
+    }
+
+    /// Close the child's stdin and make sure it exits.
+    async fn stop(&mut self, grace: Duration) {
+        self.writer.abort();
+        escalate(&mut self.child, self.pid, grace).await;
+    }
+}
+
+/// Until the handshake is over, the child's stderr is logged at debug: a
+/// legacy SDK server answers the `server/discover` probe with pages of
+/// validation errors, which say nothing about its health. The last line is
+/// still kept for the error a failed start reports.
+#[derive(Clone)]
+struct QuietStart {
+    starting: Arc<AtomicBool>,
+    /// Lines logged at debug so far.
+    lines: Arc<AtomicUsize>,
+}
+
+impl QuietStart {
+    fn new() -> Self {
+        QuietStart {
+            starting: Arc::new(AtomicBool::new(true)),
+            lines: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Lines still in flight from the probe may arrive just after the handshake;
+    /// a moment later the child's stderr is its own again.
+    fn end_soon(&self, name: String, index: usize) {
+        let quiet = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            quiet.starting.store(false, Ordering::Relaxed);
+            let n = quiet.lines.load(Ordering::Relaxed);
+            if n > 0 {
+                tracing::info!(upstream = %name, process = index, lines = n,
+                    "the child wrote to stderr while tasklift detected its protocol era; those lines are logged at debug level");
+            }
+        });
+    }
+}
+
+/// Log the child's stderr, keeping its last line for the errors that report an exit.
+async fn log_stderr(stderr: ChildStderr, slot: Arc<Slot>, name: String, quiet: QuietStart) {
+    let index = slot.index;
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if quiet.starting.load(Ordering::Relaxed) {
+            quiet.lines.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(upstream = %name, process = index, "stderr: {line}");
+        } else {
+            tracing::info!(upstream = %name, process = index, "stderr: {line}");
+        }
+        slot.health.lock().expect("health").last_stderr = Some(line);
+    }
+}
+
+/// Fail every call still waiting for the child's answer.
+fn fail_pending(conn: &Conn, err: &RpcError) {
+    let ids: Vec<u64> = conn.pending.iter().map(|e| *e.key()).collect();
+    for id in ids {
+        conn.owners.remove(&id);
+        conn.client_tokens.remove(&id);
+        conn.task_calls.remove(&id);
+        if let Some((_, (tx, _))) = conn.pending.remove(&id) {
+            let _ = tx.try_send(CallEvent::Done(Err(err.clone())));
         }
     }
 }
