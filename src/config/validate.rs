@@ -1,11 +1,14 @@
-//! `RawConfig` to `Config`: every check, each naming the key that is wrong.
+//! `RawConfig` to `Config`: every check, each naming the key that is wrong. One
+//! `[[upstreams]]` table is checked in [`upstream`].
 
-use std::collections::BTreeMap;
+mod upstream;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::*;
+use upstream::validate_upstream;
 
 /// The most front-door threads `server.workers` may ask for.
 const MAX_WORKERS: usize = 256;
@@ -90,32 +93,73 @@ impl RawConfig {
 
     /// Validate everything; the first problem names its key.
     pub fn validate(&self) -> Result<Config, ConfigError> {
+        let listen = self.listen_address()?;
+        self.check_max_body_bytes()?;
+        let keepalive_interval = self.keepalive_interval()?;
+        self.check_header_read_timeout()?;
+        let tasks = self.task_defaults()?;
+        let legacy = self.legacy_config()?;
+        let admin = self.validate_admin(listen)?;
+        let telemetry = self.validate_telemetry()?;
+        let auth = self.auth_config()?;
+        let upstreams = self.validate_upstreams(&tasks)?;
+        Ok(Config {
+            server: self.server_config(listen, keepalive_interval)?,
+            store: self.store_config()?,
+            tasks,
+            auth,
+            legacy,
+            limits: self.limits()?,
+            admin,
+            telemetry,
+            upstreams,
+        })
+    }
+
+    fn listen_address(&self) -> Result<SocketAddr, ConfigError> {
         let s = &self.server;
-        let listen = s.listen.parse().map_err(|_| {
+        s.listen.parse().map_err(|_| {
             invalid(
                 "server.listen",
                 format!("{:?} is not an address like 127.0.0.1:8080", s.listen),
             )
-        })?;
-        if s.max_body_bytes < 1024 {
+        })
+    }
+
+    fn check_max_body_bytes(&self) -> Result<(), ConfigError> {
+        if self.server.max_body_bytes < 1024 {
             return Err(invalid("server.max_body_bytes", "must be at least 1024"));
         }
-        let keepalive_interval =
-            parse_duration("server.keepalive_interval", &s.keepalive_interval)?;
-        if keepalive_interval.is_zero() {
+        Ok(())
+    }
+
+    fn keepalive_interval(&self) -> Result<Duration, ConfigError> {
+        let interval =
+            parse_duration("server.keepalive_interval", &self.server.keepalive_interval)?;
+        if interval.is_zero() {
             return Err(invalid(
                 "server.keepalive_interval",
                 "must be greater than zero",
             ));
         }
-        if humantime::parse_duration(s.header_read_timeout.trim()).is_ok_and(|d| d.is_zero())
-            || s.header_read_timeout.trim() == "0"
-        {
+        Ok(interval)
+    }
+
+    /// Only zero is refused here; a malformed value is reported with the rest of
+    /// `[server]` in `server_config`.
+    fn check_header_read_timeout(&self) -> Result<(), ConfigError> {
+        let text = self.server.header_read_timeout.trim();
+        if humantime::parse_duration(text).is_ok_and(|d| d.is_zero()) || text == "0" {
             return Err(invalid(
                 "server.header_read_timeout",
                 "must be greater than zero",
             ));
         }
+        Ok(())
+    }
+
+    /// `[tasks]`: the defaults every tool policy starts from.
+    fn task_defaults(&self) -> Result<TaskDefaults, ConfigError> {
         let t = &self.tasks;
         let tasks = TaskDefaults {
             threshold: parse_duration("tasks.threshold", &t.threshold)?,
@@ -134,6 +178,10 @@ impl RawConfig {
         if tasks.sweep_interval.is_zero() {
             return Err(invalid("tasks.sweep_interval", "must be greater than zero"));
         }
+        Ok(tasks)
+    }
+
+    fn legacy_config(&self) -> Result<LegacyConfig, ConfigError> {
         let l = &self.legacy;
         let legacy = LegacyConfig {
             enabled: l.enabled,
@@ -151,12 +199,18 @@ impl RawConfig {
                 "must be at least 1",
             ));
         }
-        let admin = self.validate_admin(listen)?;
-        let telemetry = self.validate_telemetry()?;
-        let auth = AuthConfig {
+        Ok(legacy)
+    }
+
+    fn auth_config(&self) -> Result<AuthConfig, ConfigError> {
+        Ok(AuthConfig {
             mode: parse_auth_mode(&self.auth.mode, &self.auth.jwt)?,
             hash_key: (!self.auth.hash_key.is_empty()).then(|| self.auth.hash_key.clone()),
-        };
+        })
+    }
+
+    /// At least one upstream, and no two sharing a path or a name.
+    fn validate_upstreams(&self, tasks: &TaskDefaults) -> Result<Vec<UpstreamConfig>, ConfigError> {
         if self.upstreams.is_empty() {
             return Err(invalid(
                 "upstreams",
@@ -165,7 +219,7 @@ impl RawConfig {
         }
         let mut upstreams = Vec::new();
         for (i, u) in self.upstreams.iter().enumerate() {
-            let up = validate_upstream(i, u, &tasks)?;
+            let up = validate_upstream(i, u, tasks)?;
             if upstreams.iter().any(|o: &UpstreamConfig| o.path == up.path) {
                 return Err(invalid(
                     format!("upstreams[{i}].path"),
@@ -180,44 +234,40 @@ impl RawConfig {
             }
             upstreams.push(up);
         }
-        Ok(Config {
-            server: ServerConfig {
-                listen,
-                allowed_origins: s.allowed_origins.clone(),
-                max_body_bytes: s.max_body_bytes,
-                keepalive_interval,
-                metrics: s.metrics,
-                shutdown_grace: parse_duration("server.shutdown_grace", &s.shutdown_grace)?,
-                header_read_timeout: parse_duration(
-                    "server.header_read_timeout",
-                    &s.header_read_timeout,
-                )?,
-                lenient_task_name_header: s.lenient_task_name_header,
-                workers: match s.workers {
-                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                    n if n > MAX_WORKERS => {
-                        return Err(invalid(
-                            "server.workers",
-                            format!("must be at most {MAX_WORKERS} (0: one per CPU core)"),
-                        ))
-                    }
-                    n => n,
-                },
-            },
-            store: self.store_config()?,
-            tasks,
-            auth,
-            legacy,
-            limits: Limits {
-                max_result_bytes: self.limits.max_result_bytes,
-                max_concurrent_calls: self.limits.max_concurrent_calls,
-                queue_timeout: parse_duration("limits.queue_timeout", &self.limits.queue_timeout)?,
-                max_active_tasks_per_principal: self.limits.max_active_tasks_per_principal,
-                poll_rate_limit: self.limits.poll_rate_limit,
-            },
-            admin,
-            telemetry,
-            upstreams,
+        Ok(upstreams)
+    }
+
+    /// `[server]` from the values checked first and the rest of its keys.
+    fn server_config(
+        &self,
+        listen: SocketAddr,
+        keepalive_interval: Duration,
+    ) -> Result<ServerConfig, ConfigError> {
+        let s = &self.server;
+        Ok(ServerConfig {
+            listen,
+            allowed_origins: s.allowed_origins.clone(),
+            max_body_bytes: s.max_body_bytes,
+            keepalive_interval,
+            metrics: s.metrics,
+            shutdown_grace: parse_duration("server.shutdown_grace", &s.shutdown_grace)?,
+            header_read_timeout: parse_duration(
+                "server.header_read_timeout",
+                &s.header_read_timeout,
+            )?,
+            lenient_task_name_header: s.lenient_task_name_header,
+            workers: worker_count(s.workers)?,
+        })
+    }
+
+    fn limits(&self) -> Result<Limits, ConfigError> {
+        let l = &self.limits;
+        Ok(Limits {
+            max_result_bytes: l.max_result_bytes,
+            max_concurrent_calls: l.max_concurrent_calls,
+            queue_timeout: parse_duration("limits.queue_timeout", &l.queue_timeout)?,
+            max_active_tasks_per_principal: l.max_active_tasks_per_principal,
+            poll_rate_limit: l.poll_rate_limit,
         })
     }
 
@@ -315,232 +365,14 @@ fn parse_auth_mode(s: &str, jwt: &RawJwt) -> Result<AuthMode, ConfigError> {
     }
 }
 
-fn validate_upstream(
-    i: usize,
-    u: &RawUpstream,
-    d: &TaskDefaults,
-) -> Result<UpstreamConfig, ConfigError> {
-    let key = |k: &str| format!("upstreams[{i}].{k}");
-    let transport = match (u.url.is_empty(), u.command.is_empty()) {
-        (false, true) => {
-            let url: http::Uri = u
-                .url
-                .parse()
-                .map_err(|e| invalid(key("url"), format!("{:?} is not a URL ({e})", u.url)))?;
-            match url.scheme_str() {
-                Some("http") | Some("https") if url.host().is_some() => {}
-                _ => {
-                    return Err(invalid(
-                        key("url"),
-                        format!("{:?} must be an http:// or https:// URL", u.url),
-                    ))
-                }
-            }
-            if u.scope != "shared" {
-                return Err(invalid(
-                    key("scope"),
-                    "is for stdio upstreams (command); an HTTP server keeps its callers apart itself, and tasklift opens a legacy server's sessions per caller",
-                ));
-            }
-            Transport::Http {
-                url,
-                http2: u.http2,
-            }
-        }
-        (true, false) => {
-            if u.http2 {
-                return Err(invalid(
-                    key("http2"),
-                    "is for url upstreams; a stdio child has no HTTP",
-                ));
-            }
-            if u.processes == 0 {
-                return Err(invalid(key("processes"), "must be at least 1"));
-            }
-            if u.command[0].is_empty() {
-                return Err(invalid(key("command"), "the program name is empty"));
-            }
-            let scope = match u.scope.as_str() {
-                "shared" => ChildScope::Shared,
-                "principal" => ChildScope::Principal,
-                "session" => ChildScope::Session,
-                other => {
-                    return Err(invalid(
-                        key("scope"),
-                        format!("{other:?} must be \"shared\", \"principal\" or \"session\""),
-                    ))
-                }
-            };
-            if u.max_scopes == 0 {
-                return Err(invalid(key("max_scopes"), "must be at least 1"));
-            }
-            let scope_idle = parse_duration(&key("scope_idle"), &u.scope_idle)?;
-            if scope_idle.is_zero() {
-                return Err(invalid(key("scope_idle"), "must be longer than zero"));
-            }
-            Transport::Stdio(StdioConfig {
-                command: u.command.clone(),
-                env: u.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                cwd: (!u.cwd.is_empty()).then(|| PathBuf::from(&u.cwd)),
-                processes: u.processes,
-                max_processes: u.max_processes.max(u.processes),
-                isolate_input: u.isolate_input,
-                scope,
-                scope_idle,
-                max_scopes: u.max_scopes,
-                probe_timeout: parse_duration(&key("probe_timeout"), &u.probe_timeout)?,
-                shutdown_grace: parse_duration(&key("shutdown_grace"), &u.shutdown_grace)?,
-            })
-        }
-        (true, true) => {
-            return Err(invalid(
-                key("url"),
-                "set either url (Streamable HTTP) or command (stdio)",
-            ))
-        }
-        (false, false) => {
-            return Err(invalid(
-                key("command"),
-                "an upstream has either a url or a command, not both",
-            ))
-        }
-    };
-    if !u.path.starts_with('/') {
-        return Err(invalid(key("path"), "must start with /"));
-    }
-    if u.name.is_empty() {
-        return Err(invalid(key("name"), "must not be empty"));
-    }
-    let era = match u.era.as_str() {
-        "auto" => EraSetting::Auto,
-        "modern" => EraSetting::Modern,
-        "legacy" => EraSetting::Legacy,
-        other => {
-            return Err(invalid(
-                key("era"),
-                format!("{other:?}: expected auto, modern or legacy"),
-            ))
-        }
-    };
-    let mut headers = Vec::new();
-    for (k, v) in &u.headers {
-        let name = http::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| invalid(key(&format!("headers.{k}")), "not a valid header name"))?;
-        let value = http::HeaderValue::from_str(v)
-            .map_err(|_| invalid(key(&format!("headers.{k}")), "not a valid header value"))?;
-        headers.push((name, value));
-    }
-    let handles = non_task_clients(&key("non_task_clients"), &u.non_task_clients)?;
-    let disconnect = on_disconnect(&key("on_disconnect"), &u.on_disconnect)?;
-    let window = match u.replay_window.trim() {
-        "" => None,
-        w => Some(parse_duration(&key("replay_window"), w)?),
-    };
-    let default_policy = ToolPolicy {
-        mode: ToolMode::Auto,
-        threshold: d.threshold,
-        ttl: d.ttl,
-        poll_interval: d.poll_interval,
-        non_task_clients: handles,
-        on_disconnect: disconnect,
-        replay_window: window.unwrap_or(d.ttl).min(d.ttl),
-    };
-    let mut tools = BTreeMap::new();
-    for (name, r) in &u.tools {
-        let k = |f: &str| key(&format!("tools.{name}.{f}"));
-        let mode = match r.mode.as_deref().unwrap_or("auto") {
-            "auto" => ToolMode::Auto,
-            "never" => ToolMode::Never,
-            "always" => ToolMode::Always,
-            "required" => ToolMode::Required,
-            other => {
-                return Err(invalid(
-                    k("mode"),
-                    format!("{other:?}: expected auto, never, always or required"),
-                ))
-            }
-        };
-        let dur = |f: &str, v: &Option<String>, dflt: Duration| match v {
-            Some(s) => parse_duration(&k(f), s),
-            None => Ok(dflt),
-        };
-        let mut threshold = dur("threshold", &r.threshold, d.threshold)?;
-        if matches!(mode, ToolMode::Always | ToolMode::Required) {
-            threshold = Duration::ZERO;
-        }
-        let ttl = dur("ttl", &r.ttl, d.ttl)?;
-        if ttl.is_zero() {
-            return Err(invalid(k("ttl"), "must be greater than zero"));
-        }
-        let tool_window = match &r.replay_window {
-            Some(w) => Some(parse_duration(&k("replay_window"), w)?),
-            None => window,
-        };
-        tools.insert(
-            name.clone(),
-            ToolPolicy {
-                mode,
-                threshold,
-                ttl,
-                poll_interval: dur("poll_interval", &r.poll_interval, d.poll_interval)?,
-                non_task_clients: match &r.non_task_clients {
-                    Some(v) => non_task_clients(&k("non_task_clients"), v)?,
-                    None => handles,
-                },
-                on_disconnect: match &r.on_disconnect {
-                    Some(v) => on_disconnect(&k("on_disconnect"), v)?,
-                    None => disconnect,
-                },
-                // A task is not kept past its TTL, so neither is its replay.
-                replay_window: tool_window.unwrap_or(ttl).min(ttl),
-            },
-        );
-    }
-    if !["private", "public"].contains(&u.list_cache_scope.as_str()) {
-        return Err(invalid(
-            key("list_cache_scope"),
-            "expected private or public",
-        ));
-    }
-    Ok(UpstreamConfig {
-        name: u.name.clone(),
-        path: u.path.clone(),
-        transport,
-        era,
-        forward_authorization: u.forward_authorization,
-        headers,
-        connect_timeout: parse_duration(&key("connect_timeout"), &u.connect_timeout)?,
-        session_idle: parse_duration(&key("session_idle"), &u.session_idle)?,
-        sessions_per_caller: match u.sessions_per_caller {
-            0 => return Err(invalid(key("sessions_per_caller"), "must be at least 1")),
-            n => n,
-        },
-        list_ttl_ms: u.list_ttl_ms,
-        list_cache_scope: u.list_cache_scope.clone(),
-        ca_file: (!u.ca_file.is_empty()).then(|| PathBuf::from(&u.ca_file)),
-        tools,
-        default_policy,
-    })
-}
-
-fn non_task_clients(key: &str, v: &str) -> Result<NonTaskClients, ConfigError> {
-    match v {
-        "wait" => Ok(NonTaskClients::Wait),
-        "tool_handles" => Ok(NonTaskClients::ToolHandles),
-        other => Err(invalid(
-            key,
-            format!("{other:?}: expected wait or tool_handles"),
+/// `server.workers`: 0 is one thread per CPU core.
+fn worker_count(n: usize) -> Result<usize, ConfigError> {
+    match n {
+        0 => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        n if n > MAX_WORKERS => Err(invalid(
+            "server.workers",
+            format!("must be at most {MAX_WORKERS} (0: one per CPU core)"),
         )),
-    }
-}
-
-fn on_disconnect(key: &str, v: &str) -> Result<OnDisconnect, ConfigError> {
-    match v {
-        "cancel" => Ok(OnDisconnect::Cancel),
-        "detach" => Ok(OnDisconnect::Detach),
-        other => Err(invalid(
-            key,
-            format!("{other:?}: expected cancel or detach"),
-        )),
+        n => Ok(n),
     }
 }
