@@ -49,26 +49,26 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Re
     .await
 }
 
+/// One request, as the steps it goes through: health endpoints, route, a legacy
+/// session's GET or DELETE, method, Origin, Content-Type, body; then the 2025-era
+/// door or the modern path. The order decides which error a bad request gets.
 async fn handle(
     state: Arc<State>,
     req: http::Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<RespBody> {
     let path = req.uri().path().to_string();
-    match path.as_str() {
-        "/healthz" => return json_response(StatusCode::OK, &json!({"status": "ok"})),
-        "/readyz" => return crate::health::readyz(state.health()).await,
-        "/metrics" if state.cfg.metrics => return crate::health::metrics(state.health()).await,
-        _ => {}
+    if let Some(resp) = health_endpoint(&state, &path).await {
+        return resp;
     }
     let Some(mount) = state.mounts.get(&path) else {
         return Rejected::NoEndpoint(path).response(None);
     };
     let session_id = state.legacy.session_id(req.headers());
-    if let (Some(sid), true) = (
-        &session_id,
-        req.method() == Method::GET || req.method() == Method::DELETE,
-    ) {
+    if let Some(sid) = session_id
+        .as_deref()
+        .filter(|_| in_session_only(req.method()))
+    {
         return state.legacy.stream(&state, mount, req, sid, peer).await;
     }
     if req.method() != Method::POST {
@@ -77,15 +77,48 @@ async fn handle(
     if let Some(r) = forbidden_origin(&state, req.headers(), peer) {
         return r;
     }
-    let ct_ok = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"));
-    if !ct_ok {
+    if !declares_json(req.headers()) {
         return Rejected::NotJson.response(None);
     }
     let (parts, body) = req.into_parts();
+    let value = match read_json(&state, body).await {
+        Ok(v) => v,
+        Err(r) => return r.response(None),
+    };
+    if state.legacy.takes(session_id.as_deref(), &value) {
+        return state
+            .legacy
+            .post(&state, mount, &parts.headers, value, session_id, peer)
+            .await;
+    }
+    modern(&state, mount, &parts.headers, value, peer).await
+}
+
+/// `/healthz`, `/readyz` and (when enabled) `/metrics`, which no mount may shadow.
+async fn health_endpoint(state: &State, path: &str) -> Option<Response<RespBody>> {
+    match path {
+        "/healthz" => Some(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        "/readyz" => Some(crate::health::readyz(state.health()).await),
+        "/metrics" if state.cfg.metrics => Some(crate::health::metrics(state.health()).await),
+        _ => None,
+    }
+}
+
+/// GET and DELETE, which the endpoint serves only within a legacy session.
+fn in_session_only(method: &Method) -> bool {
+    method == Method::GET || method == Method::DELETE
+}
+
+/// Whether the body is declared as JSON.
+fn declares_json(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"))
+}
+
+/// The body, read up to `server.max_body_bytes`, parsed as JSON.
+async fn read_json(state: &State, body: Incoming) -> Result<Value, Rejected> {
     let limit = state.cfg.max_body_bytes;
     let bytes: Bytes = match Limited::new(body, limit).collect().await {
         Ok(c) => c.to_bytes(),
@@ -94,103 +127,148 @@ async fn handle(
                 .is_some() =>
         {
             state.metrics.limit_hit("max_body_bytes");
-            return Rejected::TooLarge { limit }.response(None);
+            return Err(Rejected::TooLarge { limit });
         }
-        Err(e) => return Rejected::Unreadable(e.to_string()).response(None),
+        Err(e) => return Err(Rejected::Unreadable(e.to_string())),
     };
-    let value: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => return Rejected::Parse(e.to_string()).response(None),
-    };
-    if state.legacy.takes(session_id.as_deref(), &value) {
-        return state
-            .legacy
-            .post(&state, mount, &parts.headers, value, session_id, peer)
-            .await;
-    }
+    serde_json::from_slice(&bytes).map_err(|e| Rejected::Parse(e.to_string()))
+}
+
+/// A 2026-07-28 request: a JSON-RPC message, served within its `request` span.
+async fn modern(
+    state: &State,
+    mount: &Mount,
+    headers: &http::HeaderMap,
+    value: Value,
+    peer: SocketAddr,
+) -> Response<RespBody> {
     let raw_id = value.get("id").cloned();
-    let mut msg = match Request::from_value(value) {
+    let msg = match Request::from_value(value) {
         Ok(m) => m,
         Err(e) => return Rejected::Malformed(e).response(raw_id.as_ref()),
     };
     let span = tracing::info_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
-    async {
-        if msg.id.is_some() {
-            match validate::check_request_with(
-                &parts.headers,
-                &msg,
-                state.cfg.lenient_task_name_header,
-            ) {
-                Err(r) => {
-                    state.metrics.request(&msg.method, "rejected");
-                    tracing::debug!(error = %r.rpc(), "rejected at the front door");
-                    return r.response(msg.id.as_ref());
-                }
-                Ok(true) => state.lenient.note(&parts.headers, peer, &msg.method),
-                Ok(false) => {}
-            }
-        }
-        let mut ctx = match context(&state, mount, &parts.headers, msg.id.as_ref()) {
-            Ok(c) => c,
-            Err(r) => return *r,
-        };
-        let tracer = state.engine.tracer();
-        crate::observe::trace::propagate(&parts.headers, &mut msg, &mut ctx, tracer);
-        if let Some(h) = &ctx.trace {
-            tracing::Span::current().record("trace_id", h.trace_hex().as_str());
-        }
-        let mut traced = request_span(tracer, ctx.trace.as_ref(), &msg, mount, peer, None);
-        if msg.method == tasklift_protocol::mcp::method::TOOLS_CALL {
-            let checked = params::check(
-                &mount.tools,
-                mount.upstream.as_ref(),
-                &parts.headers,
-                &msg,
-                &ctx,
-            )
-            .await;
-            if let Err(r) = checked {
-                state.metrics.request(&msg.method, "rejected");
-                tracing::debug!(error = %r.rpc(), "rejected at the front door");
-                traced.set("tasklift.outcome", "rejected");
-                traced.fail(r.rpc().message.clone());
-                return body::with_span(r.response(msg.id.as_ref()), traced);
-            }
-        }
-        let method = msg.method.clone();
-        let reply = dispatch(&state.engine, mount, msg, ctx).await;
-        let outcome = outcome_of(&reply);
-        state.metrics.request(&method, outcome);
-        if traced.is_recording() {
-            traced.set("tasklift.outcome", outcome);
-            match &reply {
-                Reply::Json(v) | Reply::UpstreamError(_, v) => traced.record_answer(v),
-                Reply::Raw(b) => traced.record_answer_bytes(b),
-                _ => {}
-            }
-        }
-        let resp = match reply {
-            Reply::Json(v) => json_response(errors::status_of(&v), &v),
-            Reply::UpstreamError(status, v) => {
-                json_response(errors::upstream_status_of(status, &v), &v)
-            }
-            Reply::Raw(b) => json_bytes(StatusCode::OK, b),
-            Reply::Accepted => Response::builder()
-                .status(StatusCode::ACCEPTED)
-                .body(body::full(Bytes::new()))
-                .expect("valid response"),
-            Reply::Stream(rx) => Response::builder()
-                .status(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "text/event-stream")
-                .header(header::CACHE_CONTROL, "no-cache")
-                .header("x-accel-buffering", "no")
-                .body(body::sse_traced(rx, std::mem::take(&mut traced)))
-                .expect("valid response"),
-        };
-        body::with_span(resp, traced)
+    serve_modern(state, mount, headers, msg, peer)
+        .instrument(span)
+        .await
+}
+
+/// The modern path's steps: headers against the body, the caller, trace context,
+/// a `tools/call`'s parameter headers, dispatch, and the answer as HTTP.
+async fn serve_modern(
+    state: &State,
+    mount: &Mount,
+    headers: &http::HeaderMap,
+    mut msg: Request,
+    peer: SocketAddr,
+) -> Response<RespBody> {
+    if let Some(refused) = check_headers(state, headers, &msg, peer) {
+        return refused;
     }
-    .instrument(span)
-    .await
+    let mut ctx = match context(state, mount, headers, msg.id.as_ref()) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let mut traced = start_trace(state, headers, &mut msg, &mut ctx, mount, peer);
+    if msg.method == tasklift_protocol::mcp::method::TOOLS_CALL {
+        let upstream = mount.upstream.as_ref();
+        let checked = params::check(&mount.tools, upstream, headers, &msg, &ctx).await;
+        if let Err(r) = checked {
+            state.metrics.request(&msg.method, "rejected");
+            tracing::debug!(error = %r.rpc(), "rejected at the front door");
+            traced.set("tasklift.outcome", "rejected");
+            traced.fail(r.rpc().message.clone());
+            return body::with_span(r.response(msg.id.as_ref()), traced);
+        }
+    }
+    let method = msg.method.clone();
+    let reply = dispatch(&state.engine, mount, msg, ctx).await;
+    record_outcome(state, &method, &reply, &mut traced);
+    respond(reply, traced)
+}
+
+/// A request with an id: its headers against its body (`validate::check_request_with`);
+/// the refusal, if any. A client let through leniently is noted.
+fn check_headers(
+    state: &State,
+    headers: &http::HeaderMap,
+    msg: &Request,
+    peer: SocketAddr,
+) -> Option<Response<RespBody>> {
+    msg.id.as_ref()?;
+    match validate::check_request_with(headers, msg, state.cfg.lenient_task_name_header) {
+        Err(r) => {
+            state.metrics.request(&msg.method, "rejected");
+            tracing::debug!(error = %r.rpc(), "rejected at the front door");
+            Some(r.response(msg.id.as_ref()))
+        }
+        Ok(true) => {
+            state.lenient.note(headers, peer, &msg.method);
+            None
+        }
+        Ok(false) => None,
+    }
+}
+
+/// The request's trace context settled (`observe::trace::propagate`), its id on the
+/// log span, and tasklift's span for it opened.
+fn start_trace(
+    state: &State,
+    headers: &http::HeaderMap,
+    msg: &mut Request,
+    ctx: &mut CallContext,
+    mount: &Mount,
+    peer: SocketAddr,
+) -> crate::observe::spans::Span {
+    let tracer = state.engine.tracer();
+    crate::observe::trace::propagate(headers, msg, ctx, tracer);
+    if let Some(h) = &ctx.trace {
+        tracing::Span::current().record("trace_id", h.trace_hex().as_str());
+    }
+    request_span(tracer, ctx.trace.as_ref(), msg, mount, peer, None)
+}
+
+/// The reply counted in `tasklift_requests_total` and written on the request's span.
+fn record_outcome(
+    state: &State,
+    method: &str,
+    reply: &Reply,
+    traced: &mut crate::observe::spans::Span,
+) {
+    let outcome = outcome_of(reply);
+    state.metrics.request(method, outcome);
+    if traced.is_recording() {
+        traced.set("tasklift.outcome", outcome);
+        match reply {
+            Reply::Json(v) | Reply::UpstreamError(_, v) => traced.record_answer(v),
+            Reply::Raw(b) => traced.record_answer_bytes(b),
+            _ => {}
+        }
+    }
+}
+
+/// The reply as HTTP: JSON with the status its error calls for, 202, or SSE; the
+/// span ends when the body has been sent.
+fn respond(reply: Reply, mut traced: crate::observe::spans::Span) -> Response<RespBody> {
+    let resp = match reply {
+        Reply::Json(v) => json_response(errors::status_of(&v), &v),
+        Reply::UpstreamError(status, v) => {
+            json_response(errors::upstream_status_of(status, &v), &v)
+        }
+        Reply::Raw(b) => json_bytes(StatusCode::OK, b),
+        Reply::Accepted => Response::builder()
+            .status(StatusCode::ACCEPTED)
+            .body(body::full(Bytes::new()))
+            .expect("valid response"),
+        Reply::Stream(rx) => Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .header("x-accel-buffering", "no")
+            .body(body::sse_traced(rx, std::mem::take(&mut traced)))
+            .expect("valid response"),
+    };
+    body::with_span(resp, traced)
 }
 
 /// tasklift's span for one request at the front door, named after its method
