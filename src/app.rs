@@ -16,14 +16,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::auth::{load_or_create_key, Authenticator};
 use crate::config::{Config, Transport};
 use crate::dispatch::Mount;
 use crate::front::{self, State};
-use crate::store::{PgStore, SledStore, StoreError, TaskStore};
+use crate::store::space::DiskSpace;
+use crate::store::{Change, PgStore, SledStore, StoreError, TaskStore};
 use crate::tasks::{sweeper, Engine, EngineSettings};
 use crate::upstream::stdio::StdioUpstream;
 use crate::upstream::streamable_http::HttpUpstream;
@@ -79,49 +80,12 @@ pub struct Running {
     exporter: Option<JoinHandle<()>>,
 }
 
-/// Start tasklift with a validated configuration.
+/// Start tasklift with a validated configuration: open the store, build the
+/// engine, the upstreams and their mounts, bind the listeners, then spawn the
+/// front door, the admin listener and the background loops.
 pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let started = std::time::Instant::now();
-    // The embedded store's free space, against store.min_free_bytes, which
-    // the store tells of writes refused for lack of space.
-    let mut sled_space = None;
-    let (store, key, changes, pg): (Arc<dyn TaskStore>, _, _, _) = match &cfg.store.url {
-        Some(url) => {
-            let pg = PgStore::connect(
-                url,
-                cfg.store.pool_size,
-                cfg.store.lease,
-                cfg.store.ca_file.as_deref(),
-            )
-            .await?;
-            // Replicas must hash credentials alike, so the key lives in the database.
-            let key = match &cfg.auth.hash_key {
-                Some(k) => k.as_bytes().to_vec(),
-                None => pg.hash_key().await?,
-            };
-            tracing::info!(replica = pg.replica(), lease = ?cfg.store.lease, "using the shared PostgreSQL task store");
-            let changes = pg.take_changes();
-            let pg = Arc::new(pg);
-            (pg.clone(), key, changes, Some(pg))
-        }
-        None => {
-            let space =
-                crate::store::space::DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes);
-            let store = SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?
-                .watched(space.clone());
-            sled_space = Some((space, store.clone()));
-            let key = match &cfg.auth.hash_key {
-                Some(k) => k.as_bytes().to_vec(),
-                None => {
-                    load_or_create_key(&cfg.store.data_dir).map_err(|source| StartError::Key {
-                        dir: cfg.store.data_dir.display().to_string(),
-                        source,
-                    })?
-                }
-            };
-            (Arc::new(store), key, None, None)
-        }
-    };
+    let Opened { store, key, kind } = open_store(&cfg).await?;
     // Detach without a principal, a container's default of 0.0.0.0 with auth none:
     // say what they mean (check-config says the same).
     for w in cfg.warnings() {
@@ -129,27 +93,146 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     }
     let metrics = Arc::new(crate::observe::metrics::Metrics::default());
     let (tracer, exporter) = tracer(&cfg.telemetry, &metrics)?;
-    // The embedded store's free space, against store.min_free_bytes; for
-    // PostgreSQL, whether the database refuses writes for lack of space.
-    let disk = match (&pg, &sled_space) {
-        (Some(pg), _) => Some(pg.space()),
-        (None, Some((space, _))) => Some(space.clone()),
-        (None, None) => None,
+    let engine = build_engine(&cfg, &store, &key, &kind, &metrics, &tracer);
+    engine.recover().await?;
+    let (mounts, upstreams) = mount_upstreams(&cfg)?;
+    let (listener, addr) = bind(cfg.server.listen).await?;
+    let admin_listener = match cfg.admin.listen {
+        Some(at) => Some(bind(at).await?),
+        None => None,
     };
-    let engine = Engine::new(
+    let (shutdown, rx) = watch::channel(false);
+    let (state, legacy) = front_state(&cfg, mounts, &engine, metrics, store, key);
+    let server = spawn_front_door(&cfg, listener, addr, &state, &rx)?;
+    let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);
+    let admin = admin_listener.map(|(l, _)| spawn_admin(&cfg, l, &state, started, &rx));
+    let background = background_loops(&cfg, &engine, kind, &upstreams, state, legacy, &rx);
+    if let Some(a) = admin_addr {
+        tracing::info!(listen = %a, "admin listener (status page, /metrics) is serving");
+    }
+    tracing::info!(listen = %addr, "tasklift is serving");
+    Ok(Running {
+        addr,
+        admin_addr,
+        engine,
+        shutdown,
+        server,
+        admin,
+        background,
+        upstreams,
+        grace: cfg.server.shutdown_grace,
+        tracer,
+        exporter,
+    })
+}
+
+/// The task store as opened, with the key credentials are hashed with.
+struct Opened {
+    store: Arc<dyn TaskStore>,
+    key: Vec<u8>,
+    kind: StoreKind,
+}
+
+/// What only one kind of store brings to the wiring.
+enum StoreKind {
+    /// PostgreSQL, shared by replicas: what the others announce, and whether the
+    /// database refuses writes for lack of space.
+    Shared {
+        pg: Arc<PgStore>,
+        changes: Option<mpsc::Receiver<Change>>,
+    },
+    /// The embedded store's free space, against store.min_free_bytes, which the
+    /// store tells of writes refused for lack of space.
+    Embedded {
+        space: Arc<DiskSpace>,
+        store: SledStore,
+    },
+}
+
+/// PostgreSQL when `store.url` is set, else the embedded store in `store.data_dir`.
+async fn open_store(cfg: &Config) -> Result<Opened, StartError> {
+    match &cfg.store.url {
+        Some(url) => open_shared(cfg, url).await,
+        None => open_embedded(cfg),
+    }
+}
+
+/// The shared PostgreSQL store. Replicas must hash credentials alike, so the key
+/// lives in the database (unless `auth.hash_key` sets it).
+async fn open_shared(cfg: &Config, url: &str) -> Result<Opened, StartError> {
+    let pg = PgStore::connect(
+        url,
+        cfg.store.pool_size,
+        cfg.store.lease,
+        cfg.store.ca_file.as_deref(),
+    )
+    .await?;
+    let key = match &cfg.auth.hash_key {
+        Some(k) => k.as_bytes().to_vec(),
+        None => pg.hash_key().await?,
+    };
+    tracing::info!(replica = pg.replica(), lease = ?cfg.store.lease, "using the shared PostgreSQL task store");
+    let changes = pg.take_changes();
+    let pg = Arc::new(pg);
+    Ok(Opened {
+        store: pg.clone(),
+        key,
+        kind: StoreKind::Shared { pg, changes },
+    })
+}
+
+/// The embedded sled store, watched for free space, and the key kept beside it.
+fn open_embedded(cfg: &Config) -> Result<Opened, StartError> {
+    let space = DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes);
+    let store =
+        SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?.watched(space.clone());
+    let key = match &cfg.auth.hash_key {
+        Some(k) => k.as_bytes().to_vec(),
+        None => load_or_create_key(&cfg.store.data_dir).map_err(|source| StartError::Key {
+            dir: cfg.store.data_dir.display().to_string(),
+            source,
+        })?,
+    };
+    Ok(Opened {
+        store: Arc::new(store.clone()),
+        key,
+        kind: StoreKind::Embedded { space, store },
+    })
+}
+
+/// The engine, with everything it is given once: limits, metrics, tracer, the
+/// shared `requestState` key of a shared store, and the store's space.
+fn build_engine(
+    cfg: &Config,
+    store: &Arc<dyn TaskStore>,
+    key: &[u8],
+    kind: &StoreKind,
+    metrics: &Arc<crate::observe::metrics::Metrics>,
+    tracer: &crate::observe::spans::Tracer,
+) -> Arc<Engine> {
+    let disk = match kind {
+        StoreKind::Shared { pg, .. } => pg.space(),
+        StoreKind::Embedded { space, .. } => space.clone(),
+    };
+    Engine::new(
         store.clone(),
         EngineSettings {
             limits: cfg.limits.clone(),
             metrics: metrics.clone(),
-            shared_state_key: cfg.store.url.is_some().then(|| key.clone()),
-            disk: disk.clone(),
+            shared_state_key: cfg.store.url.is_some().then(|| key.to_vec()),
+            disk: Some(disk),
             max_wait: cfg.tasks.max_wait,
             tracer: tracer.clone(),
             ..EngineSettings::new(cfg.tasks.expired_grace, cfg.server.keepalive_interval)
         },
-    );
-    engine.recover().await?;
+    )
+}
 
+/// Mounts by path, and every upstream (each stopped at shutdown).
+type Mounted = (HashMap<String, Mount>, Vec<Arc<dyn Upstream>>);
+
+/// Each configured upstream, built for its transport and mounted at its path.
+fn mount_upstreams(cfg: &Config) -> Result<Mounted, StartError> {
     let mut mounts = HashMap::new();
     let mut upstreams: Vec<Arc<dyn Upstream>> = Vec::new();
     for u in &cfg.upstreams {
@@ -168,26 +251,27 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             },
         );
     }
-    let listener = TcpListener::bind(cfg.server.listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: cfg.server.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: cfg.server.listen,
-        source,
-    })?;
-    let admin_listener = match cfg.admin.listen {
-        Some(at) => {
-            let bind_err = |source| StartError::Bind { addr: at, source };
-            let l = TcpListener::bind(at).await.map_err(bind_err)?;
-            let bound = l.local_addr().map_err(bind_err)?;
-            Some((l, bound))
-        }
-        None => None,
-    };
-    let (shutdown, rx) = watch::channel(false);
+    Ok((mounts, upstreams))
+}
+
+/// A listener bound at `at`, and the address it got (useful with port 0).
+async fn bind(at: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bind_err = |source| StartError::Bind { addr: at, source };
+    let listener = TcpListener::bind(at).await.map_err(bind_err)?;
+    let bound = listener.local_addr().map_err(bind_err)?;
+    Ok((listener, bound))
+}
+
+/// What every front-door handler shares, and the 2025-era door it hands legacy
+/// clients to (with the store, which keeps their sessions across restarts).
+fn front_state(
+    cfg: &Config,
+    mounts: HashMap<String, Mount>,
+    engine: &Arc<Engine>,
+    metrics: Arc<crate::observe::metrics::Metrics>,
+    store: Arc<dyn TaskStore>,
+    key: Vec<u8>,
+) -> (Arc<State>, Arc<front::legacy::Legacy>) {
     let legacy = Arc::new(front::legacy::Legacy::new(
         cfg.legacy.clone(),
         mounts.keys(),
@@ -202,48 +286,107 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         legacy: legacy.clone(),
         lenient: Default::default(),
     });
-    let server = {
-        let (state, rx) = (state.clone(), rx.clone());
-        let workers = crate::workers::spawn(listener, cfg.server.workers, rx.clone(), move |l| {
-            front::serve(l, state.clone(), rx.clone())
-        })
-        .map_err(|source| StartError::Bind { addr, source })?;
-        tokio::spawn(workers)
-    };
-    let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);
-    let admin = admin_listener.map(|(l, _)| {
-        let hosts = Arc::new(cfg.admin.allowed_hosts.clone());
-        tokio::spawn(crate::admin::serve(
-            l,
-            state.clone(),
-            hosts,
-            started,
-            rx.clone(),
-        ))
-    });
+    (state, legacy)
+}
+
+/// The front door's workers (`server.workers`), each serving from the one socket.
+fn spawn_front_door(
+    cfg: &Config,
+    listener: TcpListener,
+    addr: SocketAddr,
+    state: &Arc<State>,
+    rx: &watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, StartError> {
+    let (state, rx) = (state.clone(), rx.clone());
+    let workers = crate::workers::spawn(listener, cfg.server.workers, rx.clone(), move |l| {
+        front::serve(l, state.clone(), rx.clone())
+    })
+    .map_err(|source| StartError::Bind { addr, source })?;
+    Ok(tokio::spawn(workers))
+}
+
+/// The admin listener: status page, `/metrics`, `/healthz`, `/readyz`.
+fn spawn_admin(
+    cfg: &Config,
+    listener: TcpListener,
+    state: &Arc<State>,
+    started: std::time::Instant,
+    rx: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let hosts = Arc::new(cfg.admin.allowed_hosts.clone());
+    tokio::spawn(crate::admin::serve(
+        listener,
+        state.clone(),
+        hosts,
+        started,
+        rx.clone(),
+    ))
+}
+
+/// The loops that run until shutdown, in the order shutdown awaits them: the
+/// sweeper, the store's own, idle upstream sessions closed, and the legacy
+/// session reaper, which at shutdown closes every session (with its upstream
+/// session) before the upstreams stop.
+fn background_loops(
+    cfg: &Config,
+    engine: &Arc<Engine>,
+    kind: StoreKind,
+    upstreams: &[Arc<dyn Upstream>],
+    state: Arc<State>,
+    legacy: Arc<front::legacy::Legacy>,
+    rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
     let mut background = vec![tokio::spawn(sweeper::run(
         engine.clone(),
         cfg.tasks.sweep_interval,
         rx.clone(),
     ))];
+    background.extend(store_loops(kind, engine, rx));
+    background.push(close_idle_upstream_sessions(cfg, upstreams, rx));
+    background.push(tokio::spawn(front::legacy::run_reaper(
+        state,
+        legacy,
+        rx.clone(),
+    )));
+    background
+}
+
+/// The store's own loops: its free space measured (or, for PostgreSQL, a refusing
+/// database probed), and what other replicas announce.
+fn store_loops(
+    kind: StoreKind,
+    engine: &Arc<Engine>,
+    rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
     let every = crate::store::space::MEASURE_EVERY;
-    match (pg, sled_space) {
-        (Some(pg), _) => background.push(tokio::spawn(pg.watch_space(every, rx.clone()))),
-        (None, Some((space, store))) => background.push(tokio::spawn(crate::store::space::watch(
+    match kind {
+        StoreKind::Shared { pg, changes } => {
+            let mut loops = vec![tokio::spawn(pg.watch_space(every, rx.clone()))];
+            if let Some(changes) = changes {
+                loops.push(tokio::spawn(crate::tasks::replicas::run(
+                    engine.clone(),
+                    changes,
+                    rx.clone(),
+                )));
+            }
+            loops
+        }
+        StoreKind::Embedded { space, store } => vec![tokio::spawn(crate::store::space::watch(
             space,
             every,
             rx.clone(),
             Some(store),
-        ))),
-        (None, None) => {}
+        ))],
     }
-    if let Some(changes) = changes {
-        background.push(tokio::spawn(crate::tasks::replicas::run(
-            engine.clone(),
-            changes,
-            rx.clone(),
-        )));
-    }
+}
+
+/// Upstream sessions idle past their `session_idle` closed, checked twice as often
+/// as the shortest of them (at least every half second).
+fn close_idle_upstream_sessions(
+    cfg: &Config,
+    upstreams: &[Arc<dyn Upstream>],
+    rx: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
     let idle_every = cfg
         .upstreams
         .iter()
@@ -252,40 +395,16 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         .unwrap_or_default()
         .max(std::time::Duration::from_secs(1))
         / 2;
-    let reaped = upstreams.clone();
-    let mut rx2 = rx.clone();
-    background.push(tokio::spawn(async move {
+    let reaped = upstreams.to_vec();
+    let mut rx = rx.clone();
+    tokio::spawn(async move {
         let mut tick = tokio::time::interval(idle_every);
         loop {
             tokio::select! {
                 _ = tick.tick() => for u in &reaped { u.close_idle(false).await },
-                _ = rx2.changed() => return,
+                _ = rx.changed() => return,
             }
         }
-    }));
-    // Legacy client sessions: close idle ones; at shutdown, close them all (with
-    // their upstream sessions) before the upstreams stop.
-    background.push(tokio::spawn(front::legacy::run_reaper(
-        state,
-        legacy,
-        rx.clone(),
-    )));
-    if let Some(a) = admin_addr {
-        tracing::info!(listen = %a, "admin listener (status page, /metrics) is serving");
-    }
-    tracing::info!(listen = %addr, "tasklift is serving");
-    Ok(Running {
-        addr,
-        admin_addr,
-        engine,
-        shutdown,
-        server,
-        admin,
-        background,
-        upstreams,
-        grace: cfg.server.shutdown_grace,
-        tracer,
-        exporter,
     })
 }
 
