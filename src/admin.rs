@@ -232,9 +232,19 @@ impl Status {
         }
     }
 
-    /// The page.
+    /// The page, section by section.
     pub fn render(&self) -> String {
         let mut o = String::with_capacity(8192);
+        self.write_head(&mut o);
+        self.write_upstreams(&mut o);
+        self.write_task_counts(&mut o);
+        self.write_activity(&mut o);
+        self.write_recent(&mut o);
+        o
+    }
+
+    /// The document head and the title line: version, uptime, front door.
+    fn write_head(&self, o: &mut String) {
         let _ = write!(
             o,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -247,7 +257,10 @@ impl Status {
             human(self.uptime),
             escape(&self.listen.to_string()),
         );
+    }
 
+    /// Each upstream: path, era, transport, readiness, calls in flight, restarts, sessions.
+    fn write_upstreams(&self, o: &mut String) {
         o.push_str("<h2>Upstreams</h2>\n<table id=\"upstreams\"><thead><tr><th>name</th><th>path</th><th>era</th><th>transport</th><th>ready</th><th>in flight</th><th>restarts</th><th>legacy sessions</th></tr></thead><tbody>\n");
         for u in &self.upstreams {
             let era = match &u.era {
@@ -274,7 +287,10 @@ impl Status {
             );
         }
         o.push_str("</tbody></table>\n");
+    }
 
+    /// Tasks by status, or why the store could not be read.
+    fn write_task_counts(&self, o: &mut String) {
         o.push_str("<h2>Tasks</h2>\n");
         match &self.tasks {
             Ok(counts) => {
@@ -301,6 +317,10 @@ impl Status {
                 );
             }
         }
+    }
+
+    /// Work in the background, replays, and the store's space.
+    fn write_activity(&self, o: &mut String) {
         let legacy: usize = self.upstreams.iter().map(|u| u.sessions).sum();
         let disk = self
             .disk_bytes
@@ -331,7 +351,10 @@ impl Status {
                 None => writeln!(o, "<p>free space: {free}</p>"),
             };
         }
+    }
 
+    /// The newest tasks, without arguments, results or owners; then the page's end.
+    fn write_recent(&self, o: &mut String) {
         let _ = writeln!(
             o,
             "<h2>Recent tasks</h2>\n<p class=\"dim\">the {RECENT_TASKS} newest; \
@@ -356,7 +379,6 @@ impl Status {
             );
         }
         o.push_str("</tbody></table>\n</body></html>\n");
-        o
     }
 }
 
