@@ -75,115 +75,155 @@ pub async fn call_target(
     )
 }
 
-/// Handle one parsed message for a mount.
+/// Handle one parsed message for a mount: a notification is forwarded; a request
+/// goes where its method says.
 pub async fn dispatch(
     engine: &Arc<Engine>,
     mount: &Mount,
     mut req: Request,
     ctx: CallContext,
 ) -> Reply {
-    let up = mount.upstream.clone();
     // A 2025-11-25 `params.task` means nothing in 2026-07-28 (servers MUST ignore
     // it), and a 2025-era upstream would take it as a task request of its own: no
     // request carries one upstream unless tasklift adds it (the task bridge).
     req.params.remove("task");
     if req.id.is_none() {
-        // Notifications have no answer; forward and accept.
-        if let Err(e) = up.notify(&req, &ctx).await {
-            tracing::warn!(error = %e, method = %req.method, "could not forward a notification");
-        }
-        return Reply::Accepted;
+        return forward_notification(mount, &req, &ctx).await;
     }
-    let id = req.id.clone();
-    let json = |outcome| Reply::Json(jsonrpc::response_from(id.as_ref(), outcome));
     match req.method.as_str() {
-        method::DISCOVER => match up.discover(&req, &ctx).await {
-            Ok(outcome) => json(outcome.map(|r| discover_result(r, &mount.cfg))),
-            Err(e) => json(Err(e.to_rpc())),
-        },
-        method::TOOLS_CALL if handles_for(mount, &req).is_some() => {
-            match req.str_param("name") {
-                Some(handles::WAIT_TOOL) => engine.tool_wait(req, &ctx, &mount.cfg).await,
-                _ => engine.tool_cancel(req, &ctx, &mount.cfg.name).await,
-            }
-        }
-        method::TOOLS_CALL => {
-            let policy = mount
-                .cfg
-                .policy(req.str_param("name").unwrap_or_default())
-                .clone();
-            let up = call_target(mount, &req, &ctx, policy.ttl).await;
-            engine.call_tool(up, &policy, req, ctx).await
-        }
+        method::DISCOVER => discover(mount, &req, &ctx).await,
+        method::TOOLS_CALL => tools_call(engine, mount, req, ctx).await,
         method::TASKS_GET | method::TASKS_UPDATE | method::TASKS_CANCEL => {
-            if !mcp::declares_tasks(&req.params) {
-                return json(Err(mcp::missing_tasks_capability(&req.method)));
-            }
-            let task_id = req.str_param("taskId").unwrap_or_default();
-            match engine.route(task_id, &ctx.principal, &mount.cfg.name) {
-                TaskRoute::Upstream => engine.relay(up, req, ctx, None).await,
-                TaskRoute::Local => {
-                    let who = Caller {
-                        principal: &ctx.principal,
-                        upstream: &mount.cfg.name,
-                    };
-                    json(extension_task_method(engine, &req, who).await)
-                }
-            }
+            task_method(engine, mount, req, ctx).await
         }
-        "subscriptions/listen" => engine.listen(up, &req, &ctx).await,
-        "initialize" | "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
+        "subscriptions/listen" => engine.listen(mount.upstream.clone(), &req, &ctx).await,
+        "initialize"
+        | "ping"
+        | "logging/setLevel"
+        | "resources/subscribe"
+        | "resources/unsubscribe"
             if ctx.session.is_none() =>
         {
-            json(Err(RpcError::new(
-                METHOD_NOT_FOUND,
-                format!(
-                    "Method not found: {} is not part of MCP {} (per-request _meta and subscriptions/listen replace it)",
-                    req.method,
-                    mcp::MODERN_VERSION
-                ),
-            )))
+            answer(&req, Err(removed_method(&req.method)))
         }
-        "tasks/result" | "tasks/list" => json(Err(RpcError::new(
-            METHOD_NOT_FOUND,
-            format!(
-                "Method not found: {} is not part of the {} extension (poll tasks/get instead)",
-                req.method,
-                mcp::TASKS_EXTENSION
-            ),
-        ))),
-        m => {
-            let hint = match up.era(&ctx).await {
-                // Cache hints are for modern clients only.
-                _ if ctx.session.is_some() => None,
-                Ok(Era::Legacy) if mcp::is_cacheable_method(m) => {
-                    Some((mount.cfg.list_ttl_ms, mount.cfg.list_cache_scope.clone()))
-                }
-                _ => None,
+        "tasks/result" | "tasks/list" => answer(&req, Err(not_in_extension(&req.method))),
+        _ => relay(engine, mount, req, ctx).await,
+    }
+}
+
+/// A request's answer as a JSON reply.
+fn answer(req: &Request, outcome: Outcome) -> Reply {
+    Reply::Json(jsonrpc::response_from(req.id.as_ref(), outcome))
+}
+
+/// Notifications have no answer: forwarded, and accepted whatever came of it.
+async fn forward_notification(mount: &Mount, req: &Request, ctx: &CallContext) -> Reply {
+    if let Err(e) = mount.upstream.notify(req, ctx).await {
+        tracing::warn!(error = %e, method = %req.method, "could not forward a notification");
+    }
+    Reply::Accepted
+}
+
+/// `server/discover`: the upstream's answer plus the Tasks extension.
+async fn discover(mount: &Mount, req: &Request, ctx: &CallContext) -> Reply {
+    match mount.upstream.discover(req, ctx).await {
+        Ok(outcome) => answer(req, outcome.map(|r| discover_result(r, &mount.cfg))),
+        Err(e) => answer(req, Err(e.to_rpc())),
+    }
+}
+
+/// `tools/call`: `tasklift_wait`/`tasklift_cancel` where tasklift answers them
+/// itself, else the tool under its policy, through the engine.
+async fn tools_call(engine: &Arc<Engine>, mount: &Mount, req: Request, ctx: CallContext) -> Reply {
+    if handles_for(mount, &req).is_some() {
+        return match req.str_param("name") {
+            Some(handles::WAIT_TOOL) => engine.tool_wait(req, &ctx, &mount.cfg).await,
+            _ => engine.tool_cancel(req, &ctx, &mount.cfg.name).await,
+        };
+    }
+    let policy = mount
+        .cfg
+        .policy(req.str_param("name").unwrap_or_default())
+        .clone();
+    let up = call_target(mount, &req, &ctx, policy.ttl).await;
+    engine.call_tool(up, &policy, req, ctx).await
+}
+
+/// `tasks/get`, `tasks/update`, `tasks/cancel` from a caller that declares the
+/// extension: relayed for a task the upstream issued, else over the engine's API.
+async fn task_method(engine: &Arc<Engine>, mount: &Mount, req: Request, ctx: CallContext) -> Reply {
+    if !mcp::declares_tasks(&req.params) {
+        return answer(&req, Err(mcp::missing_tasks_capability(&req.method)));
+    }
+    let task_id = req.str_param("taskId").unwrap_or_default();
+    match engine.route(task_id, &ctx.principal, &mount.cfg.name) {
+        TaskRoute::Upstream => engine.relay(mount.upstream.clone(), req, ctx, None).await,
+        TaskRoute::Local => {
+            let who = Caller {
+                principal: &ctx.principal,
+                upstream: &mount.cfg.name,
             };
-            let lists_tools = m == "tools/list";
-            // The first page of a listing for a client without the extension offers
-            // tasklift_wait and tasklift_cancel where tool-level handles are on.
-            let offer = (lists_tools
-                && offers_handles(&mount.cfg)
-                && !mcp::declares_tasks(&req.params)
-                && req.params.get("cursor").is_none_or(Value::is_null))
-            .then(|| (engine.max_wait(), mount.cfg.clone()));
-            let reply = engine.relay(up, req, ctx, hint).await;
-            if !lists_tools {
-                return reply;
-            }
-            let learned = mount.tools.clone();
-            map_final(reply, move |mut v| {
-                learned.observe(&v);
-                without_task_support(&mut v);
-                if let Some((max_wait, cfg)) = offer {
-                    handles::offer_tools(&mut v, max_wait, |name| gives_handles(cfg.policy(name)));
-                }
-                v
-            })
+            answer(&req, extension_task_method(engine, &req, who).await)
         }
     }
+}
+
+/// A session-era method 2026-07-28 removed, asked by a caller with no session.
+fn removed_method(name: &str) -> RpcError {
+    RpcError::new(
+        METHOD_NOT_FOUND,
+        format!(
+            "Method not found: {name} is not part of MCP {} (per-request _meta and subscriptions/listen replace it)",
+            mcp::MODERN_VERSION
+        ),
+    )
+}
+
+/// A 2025-11-25 task method the extension does without.
+fn not_in_extension(name: &str) -> RpcError {
+    RpcError::new(
+        METHOD_NOT_FOUND,
+        format!(
+            "Method not found: {name} is not part of the {} extension (poll tasks/get instead)",
+            mcp::TASKS_EXTENSION
+        ),
+    )
+}
+
+/// Any other method: relayed upstream, with cache hints for modern clients of a
+/// legacy upstream; a `tools/list` answer is learned, loses `taskSupport`, and on
+/// its first page offers the tool-level handle tools.
+async fn relay(engine: &Arc<Engine>, mount: &Mount, req: Request, ctx: CallContext) -> Reply {
+    let up = mount.upstream.clone();
+    let hint = match up.era(&ctx).await {
+        // Cache hints are for modern clients only.
+        _ if ctx.session.is_some() => None,
+        Ok(Era::Legacy) if mcp::is_cacheable_method(&req.method) => {
+            Some((mount.cfg.list_ttl_ms, mount.cfg.list_cache_scope.clone()))
+        }
+        _ => None,
+    };
+    let lists_tools = req.method == "tools/list";
+    // The first page of a listing for a client without the extension offers
+    // tasklift_wait and tasklift_cancel where tool-level handles are on.
+    let offer = (lists_tools
+        && offers_handles(&mount.cfg)
+        && !mcp::declares_tasks(&req.params)
+        && req.params.get("cursor").is_none_or(Value::is_null))
+    .then(|| (engine.max_wait(), mount.cfg.clone()));
+    let reply = engine.relay(up, req, ctx, hint).await;
+    if !lists_tools {
+        return reply;
+    }
+    let learned = mount.tools.clone();
+    map_final(reply, move |mut v| {
+        learned.observe(&v);
+        without_task_support(&mut v);
+        if let Some((max_wait, cfg)) = offer {
+            handles::offer_tools(&mut v, max_wait, |name| gives_handles(cfg.policy(name)));
+        }
+        v
+    })
 }
 
 /// Whether a tool's calls may answer a client without the extension with a
