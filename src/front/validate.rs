@@ -29,15 +29,25 @@ pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
 
 /// Validate a request's headers and protocol fields. With `lenient_task_name`, a
 /// `tasks/*` request without `Mcp-Name` passes (the body's `taskId` is what is
-/// used); `Ok(true)` says that leniency was needed.
+/// used); `Ok(true)` says that leniency was needed. The order of the checks
+/// decides which error a request with several faults gets.
 pub fn check_request_with(
     h: &HeaderMap,
     req: &Request,
     lenient_task_name: bool,
 ) -> Result<bool, Rejected> {
+    check_version(h, req)?;
+    check_capabilities(req)?;
+    check_method(h, req)?;
+    check_name(h, req, lenient_task_name)
+}
+
+/// The protocol version: `_meta`'s (required, a string), the same in the
+/// `MCP-Protocol-Version` header, and one tasklift speaks. An unreadable header
+/// is reported before anything else.
+fn check_version(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
     let version_h = header(h, "mcp-protocol-version")?;
-    let meta = req.meta();
-    let version_b = meta.and_then(|m| m.get(mcp::META_PROTOCOL_VERSION));
+    let version_b = req.meta().and_then(|m| m.get(mcp::META_PROTOCOL_VERSION));
     // Required `_meta` fields (-32602).
     let Some(version_b) = version_b else {
         return Err(Rejected::InvalidParams(format!(
@@ -66,56 +76,65 @@ pub fn check_request_with(
             requested: version_b.to_string(),
         });
     }
-    match meta.and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES)) {
-        Some(Value::Object(_)) => {}
-        _ => {
-            return Err(Rejected::InvalidParams(format!(
-                "Invalid params: _meta[\"{}\"] is required and must be an object",
-                mcp::META_CLIENT_CAPABILITIES
-            )))
-        }
+    Ok(())
+}
+
+/// `_meta`'s client capabilities: required, an object.
+fn check_capabilities(req: &Request) -> Result<(), Rejected> {
+    match req
+        .meta()
+        .and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES))
+    {
+        Some(Value::Object(_)) => Ok(()),
+        _ => Err(Rejected::InvalidParams(format!(
+            "Invalid params: _meta[\"{}\"] is required and must be an object",
+            mcp::META_CLIENT_CAPABILITIES
+        ))),
     }
+}
+
+/// The `Mcp-Method` header: required, the body's method.
+fn check_method(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
     match header(h, "mcp-method")? {
-        None => {
-            return Err(Rejected::HeaderMismatch(
-                "the Mcp-Method header is required".into(),
-            ))
-        }
-        Some(m) if m != req.method => {
-            return Err(Rejected::HeaderMismatch(format!(
-                "Mcp-Method header value '{m}' does not match body value '{}'",
-                req.method
-            )))
-        }
-        Some(_) => {}
+        None => Err(Rejected::HeaderMismatch(
+            "the Mcp-Method header is required".into(),
+        )),
+        Some(m) if m != req.method => Err(Rejected::HeaderMismatch(format!(
+            "Mcp-Method header value '{m}' does not match body value '{}'",
+            req.method
+        ))),
+        Some(_) => Ok(()),
     }
-    if let Some(param) = mcp::name_param(&req.method) {
-        let body = req.params.get(param).and_then(Value::as_str);
-        match (header(h, "mcp-name")?, body) {
-            (None, Some(_)) if lenient_task_name && req.method.starts_with("tasks/") => {
-                return Ok(true)
+}
+
+/// The `Mcp-Name` header, for a method that names something (a tool, a task, …):
+/// required, base64 UTF-8 when encoded, the body's name. `Ok(true)`: a `tasks/*`
+/// request let through without it by `lenient_task_name`.
+fn check_name(h: &HeaderMap, req: &Request, lenient_task_name: bool) -> Result<bool, Rejected> {
+    let Some(param) = mcp::name_param(&req.method) else {
+        return Ok(false);
+    };
+    let body = req.params.get(param).and_then(Value::as_str);
+    match (header(h, "mcp-name")?, body) {
+        (None, Some(_)) if lenient_task_name && req.method.starts_with("tasks/") => Ok(true),
+        (None, _) => Err(Rejected::HeaderMismatch(
+            "the Mcp-Name header is required for this method".into(),
+        )),
+        (Some(raw), body) => {
+            let Some(decoded) = mcp::decode_header_value(raw) else {
+                return Err(Rejected::HeaderMismatch(format!(
+                    "Mcp-Name header value '{raw}' is not valid base64 UTF-8"
+                )));
+            };
+            if Some(decoded.as_str()) != body {
+                return Err(Rejected::HeaderMismatch(format!(
+                    "Mcp-Name header value '{decoded}' does not match body value '{}'",
+                    body.unwrap_or("")
+                )));
             }
-            (None, _) => {
-                return Err(Rejected::HeaderMismatch(
-                    "the Mcp-Name header is required for this method".into(),
-                ))
-            }
-            (Some(raw), body) => {
-                let Some(decoded) = mcp::decode_header_value(raw) else {
-                    return Err(Rejected::HeaderMismatch(format!(
-                        "Mcp-Name header value '{raw}' is not valid base64 UTF-8"
-                    )));
-                };
-                if Some(decoded.as_str()) != body {
-                    return Err(Rejected::HeaderMismatch(format!(
-                        "Mcp-Name header value '{decoded}' does not match body value '{}'",
-                        body.unwrap_or("")
-                    )));
-                }
-            }
+            Ok(false)
         }
     }
-    Ok(false)
 }
 
 /// Whether an `Origin` header is acceptable: absent, a loopback origin, or listed.
