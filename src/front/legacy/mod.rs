@@ -72,11 +72,68 @@ pub async fn initialize(
     mut ctx: CallContext,
 ) -> Response<RespBody> {
     let id = req.id.clone();
-    let Some(requested) = req.str_param("protocolVersion").map(str::to_string) else {
-        return Rejected::InvalidParams("Invalid params: protocolVersion is required".into())
-            .response(id.as_ref());
+    let s = match open_session(legacy, mount, &req, &ctx).await {
+        Ok(s) => s,
+        Err(r) => return r.response(id.as_ref()),
     };
-    // A version tasklift does not speak gets the latest it does, as initialize says.
+    ctx.session = Some(s.peer());
+    let d = match described(mount, &s, &ctx).await {
+        Ok(d) => d,
+        Err(e) => {
+            legacy.sessions(mount).remove(&s.id);
+            mount.upstream.end_session(&ctx).await;
+            tracing::warn!(upstream = %mount.cfg.name, error = %e, "a legacy client could not be initialized");
+            return ok(id.as_ref(), Err(e));
+        }
+    };
+    let result = initialize_result(&s, &d);
+    // Kept before the client learns the id, so it survives a restart from now on.
+    legacy.keep(mount, &s).await;
+    tracing::info!(session = %s.id, version = %s.protocol_version, upstream = %mount.cfg.name, "legacy client session opened");
+    let mut r = json_response(StatusCode::OK, &jsonrpc::response(id.as_ref(), &Ok(result)));
+    r.headers_mut().insert(
+        SESSION_HEADER,
+        HeaderValue::from_str(&s.id).expect("uuid is header-safe"),
+    );
+    r
+}
+
+/// A new session for the client of an `initialize`, in the mount's table under
+/// the cap per principal; the session the cap closed ends upstream too, as after
+/// DELETE.
+async fn open_session(
+    legacy: &Legacy,
+    mount: &Mount,
+    req: &Request,
+    ctx: &CallContext,
+) -> Result<Arc<ClientSession>, Rejected> {
+    let s = new_session(legacy, req, ctx)?;
+    let evicted = legacy
+        .sessions(mount)
+        .insert(s.clone(), legacy.cfg.max_sessions_per_principal)
+        .map_err(|e| Rejected::TooManySessions(e.to_string()))?;
+    if let Some(old) = evicted {
+        legacy.forget(&old.id).await;
+        let mut octx = ctx.clone();
+        octx.session = Some(old.peer());
+        mount.upstream.end_session(&octx).await;
+    }
+    Ok(s)
+}
+
+/// The session an `initialize` asks for: its version (a version tasklift does not
+/// speak gets the latest it does, as initialize says), capabilities and
+/// `clientInfo`.
+fn new_session(
+    legacy: &Legacy,
+    req: &Request,
+    ctx: &CallContext,
+) -> Result<Arc<ClientSession>, Rejected> {
+    let Some(requested) = req.str_param("protocolVersion").map(str::to_string) else {
+        return Err(Rejected::InvalidParams(
+            "Invalid params: protocolVersion is required".into(),
+        ));
+    };
     let version = if LEGACY_VERSIONS.contains(&requested.as_str()) {
         requested
     } else {
@@ -94,32 +151,19 @@ pub async fn initialize(
         .cloned()
         .unwrap_or_else(|| json!({"name": "unknown", "version": "0"}));
     let polling = legacy.polling();
-    let s =
-        ClientSession::with_polling(ctx.principal.clone(), version.clone(), caps, info, polling);
-    let evicted = match legacy
-        .sessions(mount)
-        .insert(s.clone(), legacy.cfg.max_sessions_per_principal)
-    {
-        Ok(evicted) => evicted,
-        Err(e) => return Rejected::TooManySessions(e.to_string()).response(id.as_ref()),
-    };
-    // The session the cap closed ends upstream too, as after DELETE.
-    if let Some(old) = evicted {
-        legacy.forget(&old.id).await;
-        let mut octx = ctx.clone();
-        octx.session = Some(old.peer());
-        mount.upstream.end_session(&octx).await;
-    }
-    ctx.session = Some(s.peer());
-    let d = match described(mount, &s, &ctx).await {
-        Ok(d) => d,
-        Err(e) => {
-            legacy.sessions(mount).remove(&s.id);
-            mount.upstream.end_session(&ctx).await;
-            tracing::warn!(upstream = %mount.cfg.name, error = %e, "a legacy client could not be initialized");
-            return ok(id.as_ref(), Err(e));
-        }
-    };
+    Ok(ClientSession::with_polling(
+        ctx.principal.clone(),
+        version,
+        caps,
+        info,
+        polling,
+    ))
+}
+
+/// The `initialize` result for session `s` from the upstream's description `d`:
+/// its capabilities without the modern extensions or its own tasks (2025-11-25
+/// tasks are tasklift's, for a session that polls), `serverInfo`, `instructions`.
+fn initialize_result(s: &ClientSession, d: &Value) -> Value {
     let mut caps = d.get("capabilities").cloned().unwrap_or_else(|| json!({}));
     if let Value::Object(c) = &mut caps {
         c.remove("extensions");
@@ -137,22 +181,14 @@ pub async fn initialize(
         .cloned()
         .unwrap_or_else(|| json!({"name": "tasklift", "version": env!("CARGO_PKG_VERSION")}));
     let mut result = json!({
-        "protocolVersion": version,
+        "protocolVersion": s.protocol_version,
         "capabilities": caps,
         "serverInfo": server_info,
     });
     if let Some(i) = d.get("instructions") {
         result["instructions"] = i.clone();
     }
-    // Kept before the client learns the id, so it survives a restart from now on.
-    legacy.keep(mount, &s).await;
-    tracing::info!(session = %s.id, version = %s.protocol_version, upstream = %mount.cfg.name, "legacy client session opened");
-    let mut r = json_response(StatusCode::OK, &jsonrpc::response(id.as_ref(), &Ok(result)));
-    r.headers_mut().insert(
-        SESSION_HEADER,
-        HeaderValue::from_str(&s.id).expect("uuid is header-safe"),
-    );
-    r
+    result
 }
 
 /// How the upstream describes itself to the client of `s` (`ctx` carries its
@@ -260,77 +296,30 @@ pub async fn post(
     body::with_span(request(at, s, req, ctx).await, traced)
 }
 
-/// A request or notification in a session, its trace context settled.
+/// A request or notification in a session, its trace context settled: the methods
+/// only sessions have are answered here, 2025-11-25 tasks in [`tasks`], the rest
+/// through the shared pipeline.
 async fn request(
     at: At<'_>,
     s: Arc<ClientSession>,
     req: Request,
     ctx: CallContext,
 ) -> Response<RespBody> {
-    let At {
-        state,
-        legacy,
-        mount,
-    } = at;
+    let At { state, mount, .. } = at;
     if req.id.is_none() {
         return notification(mount, &s, req, ctx).await;
     }
-    let id = req.id.clone();
     match req.method.as_str() {
         mcp::method::INITIALIZE => ok(
-            id.as_ref(),
+            req.id.as_ref(),
             Err(RpcError::new(
                 INVALID_REQUEST,
                 "Invalid request: this session is already initialized",
             )),
         ),
-        "ping" => ok(id.as_ref(), Ok(json!({}))),
-        "logging/setLevel" => {
-            let Some(level) = req.str_param("level") else {
-                return ok(
-                    id.as_ref(),
-                    Err(RpcError::new(
-                        INVALID_PARAMS,
-                        "Invalid params: level is required",
-                    )),
-                );
-            };
-            s.set_log_level(level.to_string());
-            legacy.keep(mount, &s).await;
-            // A legacy HTTP upstream has a session for this client and filters too; a
-            // modern one gets the level per request. A stdio child's one session is
-            // shared by every client, so its level is left alone and tasklift filters.
-            match mount.upstream.era(&ctx).await {
-                Ok(Era::Legacy) if mount.upstream.session_per_client() => {
-                    served::call(state, mount, &s, req, ctx).await
-                }
-                _ => ok(id.as_ref(), Ok(json!({}))),
-            }
-        }
-        "resources/subscribe" | "resources/unsubscribe" => {
-            let Some(uri) = req.str_param("uri") else {
-                return ok(
-                    id.as_ref(),
-                    Err(RpcError::new(
-                        INVALID_PARAMS,
-                        "Invalid params: uri is required",
-                    )),
-                );
-            };
-            // tasklift serves subscriptions (through the upstream's change
-            // notifications) where the upstream offers them to this client; where it
-            // does not, the client gets the upstream's own answer, as without tasklift.
-            match described(mount, &s, &ctx).await {
-                Ok(d) if subscribable(&d) => {}
-                Ok(_) => return served::call(state, mount, &s, req, ctx).await,
-                Err(e) => return ok(id.as_ref(), Err(e)),
-            }
-            if s.subscribe(uri, req.method == "resources/subscribe") {
-                legacy.keep(mount, &s).await;
-                listen(mount, &s, &ctx, true);
-            }
-            ok(id.as_ref(), Ok(json!({})))
-        }
+        "ping" => ok(req.id.as_ref(), Ok(json!({}))),
+        "logging/setLevel" => set_level(at, s, req, ctx).await,
+        "resources/subscribe" | "resources/unsubscribe" => subscribe(at, s, req, ctx).await,
         "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel" => {
             tasks::legacy_task_method(state, mount, &s, req, ctx).await
         }
@@ -340,7 +329,7 @@ async fn request(
         mcp::method::TOOLS_CALL if s.polls() && tasks::task_required(mount, &req) => {
             let name = req.str_param("name").unwrap_or_default();
             ok(
-                id.as_ref(),
+                req.id.as_ref(),
                 Err(RpcError::new(
                     jsonrpc::METHOD_NOT_FOUND,
                     format!("Method not found: tool {name:?} runs only as a task (its execution.taskSupport is \"required\"); call it with params.task"),
@@ -351,6 +340,76 @@ async fn request(
         // stripped by dispatch, like every client's.
         _ => served::call(state, mount, &s, req, ctx).await,
     }
+}
+
+/// `logging/setLevel`: the session's level, kept. A legacy HTTP upstream has a
+/// session for this client and filters too; a modern one gets the level per
+/// request. A stdio child's one session is shared by every client, so its level is
+/// left alone and tasklift filters.
+async fn set_level(
+    at: At<'_>,
+    s: Arc<ClientSession>,
+    req: Request,
+    ctx: CallContext,
+) -> Response<RespBody> {
+    let At {
+        state,
+        legacy,
+        mount,
+    } = at;
+    let Some(level) = req.str_param("level") else {
+        return ok(
+            req.id.as_ref(),
+            Err(RpcError::new(
+                INVALID_PARAMS,
+                "Invalid params: level is required",
+            )),
+        );
+    };
+    s.set_log_level(level.to_string());
+    legacy.keep(mount, &s).await;
+    match mount.upstream.era(&ctx).await {
+        Ok(Era::Legacy) if mount.upstream.session_per_client() => {
+            served::call(state, mount, &s, req, ctx).await
+        }
+        _ => ok(req.id.as_ref(), Ok(json!({}))),
+    }
+}
+
+/// `resources/subscribe` and `resources/unsubscribe`. tasklift serves
+/// subscriptions (through the upstream's change notifications) where the upstream
+/// offers them to this client; where it does not, the client gets the upstream's
+/// own answer, as without tasklift.
+async fn subscribe(
+    at: At<'_>,
+    s: Arc<ClientSession>,
+    req: Request,
+    ctx: CallContext,
+) -> Response<RespBody> {
+    let At {
+        state,
+        legacy,
+        mount,
+    } = at;
+    let Some(uri) = req.str_param("uri") else {
+        return ok(
+            req.id.as_ref(),
+            Err(RpcError::new(
+                INVALID_PARAMS,
+                "Invalid params: uri is required",
+            )),
+        );
+    };
+    match described(mount, &s, &ctx).await {
+        Ok(d) if subscribable(&d) => {}
+        Ok(_) => return served::call(state, mount, &s, req, ctx).await,
+        Err(e) => return ok(req.id.as_ref(), Err(e)),
+    }
+    if s.subscribe(uri, req.method == "resources/subscribe") {
+        legacy.keep(mount, &s).await;
+        listen(mount, &s, &ctx, true);
+    }
+    ok(req.id.as_ref(), Ok(json!({})))
 }
 
 /// Whether an upstream described as `d` (an `initialize` result) offers
