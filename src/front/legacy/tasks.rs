@@ -193,10 +193,9 @@ pub async fn legacy_task_method(
 ) -> Response<RespBody> {
     let id = req.id.clone();
     let engine = &state.engine;
-    let (owner, upstream) = (ctx.principal.as_str(), mount.cfg.name.as_str());
     let who = Caller {
-        principal: owner,
-        upstream,
+        principal: ctx.principal.as_str(),
+        upstream: mount.cfg.name.as_str(),
     };
     if req.method == "tasks/list" {
         return respond(id.as_ref(), list(engine, who, &req).await);
@@ -224,61 +223,71 @@ pub async fn legacy_task_method(
         Err(e) => return respond(id.as_ref(), Err(e)),
     };
     match req.method.as_str() {
-        "tasks/cancel" => {
-            if is_terminal(&current) {
-                return respond(
-                    id.as_ref(),
-                    Err(RpcError::new(
-                        INVALID_PARAMS,
-                        format!(
-                            "Cannot cancel task: it is already {}",
-                            current["status"].as_str().unwrap_or("finished")
-                        ),
-                    )),
-                );
-            }
-            let mut changes = engine.subscribe();
-            if let Err(e) = engine.cancel(&task_id, who).await {
-                return respond(id.as_ref(), Err(e.into()));
-            }
-            // The task is `cancelled` before the answer leaves, as 2025-11-25 requires:
-            // wait for its owner to record it (a few milliseconds; at most CANCEL_WAIT).
-            let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
-            let mut t = current;
-            loop {
-                match detailed(engine, &task_id, who).await {
-                    Ok(now) if is_terminal(&now) => {
-                        t = now;
-                        break;
-                    }
-                    Ok(now) => t = now,
-                    Err(_) => break,
-                }
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                changed(&mut changes, &task_id, left).await;
-            }
-            respond(id.as_ref(), Ok(legacy_task(&t)))
-        }
-        _ => {
-            if is_terminal(&current) {
-                return respond(id.as_ref(), final_outcome(&current));
-            }
-            let rx = wait_result(
-                engine.clone(),
-                s.clone(),
-                task_id,
-                owner.to_string(),
-                upstream.to_string(),
-                id.clone().unwrap_or(Value::Null),
-                state.cfg.keepalive_interval,
-            );
-            let rx = s.resumable(rx, id.as_ref(), |v| v);
-            sse(rx)
-        }
+        "tasks/cancel" => respond(id.as_ref(), cancel(engine, &task_id, who, current).await),
+        _ => task_result(state, s, task_id, who, &current, id),
     }
+}
+
+/// `tasks/cancel` of a task the caller sees as `current`: refused once it has
+/// ended; else cancelled, and answered when its owner has recorded it.
+async fn cancel(engine: &Engine, task_id: &str, who: Caller<'_>, current: Value) -> Outcome {
+    if is_terminal(&current) {
+        return Err(RpcError::new(
+            INVALID_PARAMS,
+            format!(
+                "Cannot cancel task: it is already {}",
+                current["status"].as_str().unwrap_or("finished")
+            ),
+        ));
+    }
+    let mut changes = engine.subscribe();
+    engine.cancel(task_id, who).await?;
+    // The task is `cancelled` before the answer leaves, as 2025-11-25 requires:
+    // wait for its owner to record it (a few milliseconds; at most CANCEL_WAIT).
+    let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+    let mut t = current;
+    loop {
+        match detailed(engine, task_id, who).await {
+            Ok(now) if is_terminal(&now) => {
+                t = now;
+                break;
+            }
+            Ok(now) => t = now,
+            Err(_) => break,
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        changed(&mut changes, task_id, left).await;
+    }
+    Ok(legacy_task(&t))
+}
+
+/// `tasks/result`: a finished task's outcome at once; else a resumable stream that
+/// asks the client what the task asks and ends with the outcome.
+fn task_result(
+    state: &State,
+    s: &Arc<ClientSession>,
+    task_id: String,
+    who: Caller<'_>,
+    current: &Value,
+    id: Option<Value>,
+) -> Response<RespBody> {
+    if is_terminal(current) {
+        return respond(id.as_ref(), final_outcome(current));
+    }
+    let rx = wait_result(
+        state.engine.clone(),
+        s.clone(),
+        task_id,
+        who.principal.to_string(),
+        who.upstream.to_string(),
+        id.clone().unwrap_or(Value::Null),
+        state.cfg.keepalive_interval,
+    );
+    let rx = s.resumable(rx, id.as_ref(), |v| v);
+    sse(rx)
 }
 
 /// What `tasks/result` returns for a finished task: exactly what the call would have.
