@@ -9,9 +9,9 @@
 
 use serde_json::{Map, Value};
 
+use super::core::part;
 use super::limits::LimitError;
 use super::phases::{Control, StopReason};
-use super::Engine;
 use crate::store::{Settle, StoreError, StoreStats, TaskRecord, TaskStatus};
 
 /// The longest `tasks/update` waits for a running task's record to show the answers.
@@ -49,7 +49,12 @@ pub enum TaskError {
     Limit(#[from] LimitError),
 }
 
-impl Engine {
+part!(
+    /// The typed API for stored tasks.
+    Stored
+);
+
+impl Stored {
     /// A task the caller may see.
     pub async fn get(&self, task_id: &str, who: Caller<'_>) -> Result<TaskRecord, TaskError> {
         let rec = self.store().get(task_id).await.map_err(|e| {
@@ -212,10 +217,5 @@ impl Engine {
     /// Write everything buffered to disk (at shutdown).
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.store().flush().await
-    }
-
-    /// Now, in unix milliseconds, on the engine's clock.
-    pub fn now_ms(&self) -> u64 {
-        self.clock().now_ms()
     }
 }

@@ -6,7 +6,6 @@
 //! running the tool again. A call whose retry could never be matched (no
 //! principal, legacy session or key: [`replay_key`] is `None`) is not detached.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -14,9 +13,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::api::Caller;
+use super::core::{part, Parts};
 use super::handles::{finished_result, still_running, Waited, Waiter};
 use super::phases::Handle;
-use super::Engine;
 use crate::observe::metrics::Replay;
 use crate::reply::{Reply, StreamItem};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
@@ -86,17 +85,23 @@ pub(super) fn replay_key(ctx: &CallContext, upstream: &str, req: &Request) -> Op
     Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-impl Engine {
+part!(
+    /// Detached calls: waiting on a task, and replaying it to a retry.
+    Detach
+);
+
+impl Detach {
     /// A synchronous caller waits on task `id` (detached, or a replay joining it):
     /// keep-alives until the task ends, then what the call would have answered. Its
     /// questions go to the caller (a legacy session's own requests, or MRTR). The
     /// caller going away leaves the task running. It had waited `already` on the
     /// call before: how long it stays in all is learned ([`super::patience`]).
-    pub(super) fn join(self: &Arc<Self>, id: String, w: Waiter, already: Duration) -> Reply {
+    pub(super) fn join(&self, id: String, w: Waiter, already: Duration) -> Reply {
         let (tx, rx) = mpsc::channel(32);
         let engine = self.clone();
         let started = Instant::now();
         tokio::spawn(async move {
+            let handles = engine.handles();
             loop {
                 let until = Instant::now() + engine.keepalive;
                 let waited = tokio::select! {
@@ -105,7 +110,7 @@ impl Engine {
                         engine.patience.gave_up(&w.client, already + started.elapsed());
                         return;
                     }
-                    w = engine.wait_on(&id, w.who(), until, None) => w,
+                    w = handles.wait_on(&id, w.who(), until, None) => w,
                 };
                 let msg = match waited {
                     Ok(Waited::Running(_)) => {
@@ -121,11 +126,13 @@ impl Engine {
                         w.answer(finished_outcome(&rec))
                     }
                     Ok(Waited::Input(rec)) => match &w.peer {
-                        Some(peer) => match engine.ask_peer(peer, &rec, &w, &tx).await {
+                        Some(peer) => match handles.ask_peer(peer, &rec, &w, &tx).await {
                             Ok(()) => continue,
                             Err(e) => w.answer(Err(e)),
                         },
-                        None if Self::mrtr_possible(&w, &rec) => Self::input_required(&w, &rec),
+                        None if super::handles::Handles::mrtr_possible(&w, &rec) => {
+                            super::handles::Handles::input_required(&w, &rec)
+                        }
                         // Never reached: the driver admits only questions this
                         // caller's capabilities allow. Keep waiting for its TTL.
                         None => {
@@ -157,7 +164,7 @@ impl Engine {
                 return None;
             }
         };
-        let rec = self.get(&id, who).await.ok()?;
+        let rec = self.stored().get(&id, who).await.ok()?;
         match rec.status() {
             TaskStatus::Failed | TaskStatus::Cancelled => None,
             _ => Some(rec),
@@ -166,7 +173,7 @@ impl Engine {
 
     /// Answer a replayed call from the earlier call's task: as a tool-level handle
     /// (its result, or the still-running answer), or by joining it.
-    pub(super) fn replay(self: &Arc<Self>, rec: TaskRecord, w: Waiter, handle: Handle) -> Reply {
+    pub(super) fn replay(&self, rec: TaskRecord, w: Waiter, handle: Handle) -> Reply {
         let done = rec.status().is_terminal();
         self.metrics()
             .replayed(if done { Replay::Stored } else { Replay::Joined });

@@ -4,12 +4,12 @@
 //! the collected answers, and settles the task.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::engine::Engine;
+use super::core::part;
 use super::phases::{
     admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, RunningCall,
     StopReason,
@@ -37,10 +37,41 @@ struct Round {
     state: Option<String>,
 }
 
-impl Engine {
+part!(
+    /// Tasks' background drivers.
+    Drivers
+);
+
+impl Drivers {
+    /// At shutdown, after the grace period: cancel every task still running upstream
+    /// and mark it failed (the proxy shut down), then wait up to `wait` for their
+    /// owners to record it. Returns how many tasks were stopped.
+    pub async fn stop_all(&self, wait: Duration) -> usize {
+        let senders: Vec<mpsc::Sender<Control>> =
+            self.running.iter().map(|e| e.value().clone()).collect();
+        for s in &senders {
+            let _ = s.send(Control::Stop(StopReason::Shutdown)).await;
+        }
+        self.driver_tasks.close();
+        let _ = tokio::time::timeout(wait, self.driver_tasks.wait()).await;
+        senders.len()
+    }
+
+    /// Wait until no task's driver runs here, or `limit` passes; true if none runs.
+    /// A driver started while this waits is waited for too.
+    pub async fn settled_within(&self, limit: Duration) -> bool {
+        self.driver_tasks.close();
+        let settled = tokio::time::timeout(limit, self.driver_tasks.wait())
+            .await
+            .is_ok();
+        // Drivers may still start (a call crossing its threshold meanwhile).
+        self.driver_tasks.reopen();
+        settled
+    }
+
     /// Own a task until it settles, recording each change.
     pub(super) async fn own(
-        self: Arc<Self>,
+        self,
         mut rec: TaskRecord,
         mut o: RunningCall,
         mut control: mpsc::Receiver<Control>,

@@ -18,9 +18,9 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::api::{Caller, TaskError};
+use super::core::{part, Parts};
 use super::input::check_allowed;
 pub(super) use super::phases::Handle;
-use super::Engine;
 use crate::config::UpstreamConfig;
 use crate::reply::{Reply, StreamItem};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
@@ -253,7 +253,12 @@ async fn changed(changes: &mut broadcast::Receiver<TaskRecord>, id: &str) {
     }
 }
 
-impl Engine {
+part!(
+    /// Tool-level handles for clients without the tasks extension.
+    Handles
+);
+
+impl Handles {
     /// Wait on a task until it ends, asks for input, or `until` passes; `seen`
     /// is its record as just read, if the caller has it.
     pub(super) async fn wait_on(
@@ -267,7 +272,7 @@ impl Engine {
         loop {
             let rec = match seen.take() {
                 Some(rec) => rec,
-                None => self.get(id, who).await?,
+                None => self.stored().get(id, who).await?,
             };
             match rec.status() {
                 s if s.is_terminal() => return Ok(Waited::Done(rec)),
@@ -332,7 +337,8 @@ impl Engine {
                 }
             }
         }
-        self.update(&rec.id, w.who(), answers)
+        self.stored()
+            .update(&rec.id, w.who(), answers)
             .await
             .map_err(RpcError::from)
     }
@@ -374,7 +380,7 @@ impl Engine {
         else {
             return Ok(None);
         };
-        self.update(id, who, input_responses(req)).await?;
+        self.stored().update(id, who, input_responses(req)).await?;
         Ok(Some(id.to_string()))
     }
 
@@ -383,12 +389,7 @@ impl Engine {
     /// showed; at most `waitSeconds` and `tasks.max_wait`), and answer its result,
     /// a tool error saying how it failed, or the still-running answer again. A
     /// client that gives up on the wait teaches tasklift to answer it sooner.
-    pub async fn tool_wait(
-        self: &Arc<Self>,
-        req: Request,
-        ctx: &CallContext,
-        cfg: &UpstreamConfig,
-    ) -> Reply {
+    pub async fn tool_wait(&self, req: Request, ctx: &CallContext, cfg: &UpstreamConfig) -> Reply {
         let started = Instant::now();
         let w = Waiter::new(&req, ctx, &cfg.name);
         let args = req.params.get("arguments").cloned().unwrap_or_default();
@@ -417,7 +418,7 @@ impl Engine {
             .unwrap_or(1)
             .min(1 << 32);
         // The record read here for the tool's threshold is the wait's first look.
-        let rec = match self.get(&id, w.who()).await {
+        let rec = match self.stored().get(&id, w.who()).await {
             Ok(rec) => rec,
             Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, Some(&id))))),
         };
@@ -488,7 +489,7 @@ impl Engine {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let result = match self.get(&id, w.who()).await {
+        let result = match self.stored().get(&id, w.who()).await {
             Ok(rec) if rec.status().is_terminal() => text_result(
                 format!(
                     "The job `{}` (taskId {id}) had already ended ({}); nothing to stop.",
@@ -497,7 +498,7 @@ impl Engine {
                 ),
                 false,
             ),
-            Ok(rec) => match self.cancel(&id, w.who()).await {
+            Ok(rec) => match self.stored().cancel(&id, w.who()).await {
                 Ok(()) => text_result(
                     format!(
                         "Stopping the job `{}` (taskId {id}): it was cancelled upstream.",

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
+use super::core::{part, Parts};
 use super::detailed_task;
-use super::engine::Engine;
 use crate::reply::{Reply, StreamItem};
 use crate::store::TaskRecord;
 use crate::upstream::{notification_wanted, CallContext, Listening, Upstream};
@@ -31,14 +31,14 @@ fn task_notification(rec: &TaskRecord, sub: &Value) -> Value {
     jsonrpc::notification("notifications/tasks", t)
 }
 
-impl Engine {
+part!(
+    /// `subscriptions/listen` for task status.
+    Listen
+);
+
+impl Listen {
     /// Open a task-status stream for the caller's tasks among `taskIds`.
-    pub async fn listen(
-        self: &Arc<Self>,
-        up: Arc<dyn Upstream>,
-        req: &Request,
-        ctx: &CallContext,
-    ) -> Reply {
+    pub async fn listen(&self, up: Arc<dyn Upstream>, req: &Request, ctx: &CallContext) -> Reply {
         let (owner, upstream) = (ctx.principal.as_str(), up.name().to_string());
         let upstream = upstream.as_str();
         let sub = req.id.clone().unwrap_or(Value::Null);
@@ -66,7 +66,7 @@ impl Engine {
                 principal: owner,
                 upstream,
             };
-            if let Ok(rec) = self.get(&id, who).await {
+            if let Ok(rec) = self.stored().get(&id, who).await {
                 owned.push(rec);
             }
         }

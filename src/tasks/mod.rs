@@ -3,11 +3,13 @@
 //! sweeper that expires them (`sweeper.rs`).
 
 mod api;
+mod core;
 mod detach;
 mod driver;
 pub mod engine;
 pub mod handles;
 pub mod input;
+mod intake;
 pub mod limits;
 mod listen;
 mod patience;
@@ -15,6 +17,7 @@ mod phases;
 mod race;
 pub mod replicas;
 pub mod sweeper;
+mod upstream_tasks;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

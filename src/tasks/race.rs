@@ -4,14 +4,13 @@
 //! client's retry, and handing a slow call to a background driver as a task.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::engine::Engine;
+use super::core::{part, Parts};
 use super::handles::{still_running, Handle, Waiter};
 use super::input::{askable, request_binding, StateClaims};
 use super::phases::{
@@ -50,10 +49,15 @@ pub(super) enum Step {
     Input(Vec<ServerRequest>),
 }
 
-impl Engine {
+part!(
+    /// The synchronous phase of a request: the race to the threshold.
+    Race
+);
+
+impl Race {
     /// Carry a started call through its synchronous phase: a JSON answer, or an SSE
     /// stream once there is something to stream.
-    pub(super) async fn drive(self: &Arc<Self>, mut sc: SyncCall, task: Option<TaskSpec>) -> Reply {
+    pub(super) async fn drive(&self, mut sc: SyncCall, task: Option<TaskSpec>) -> Reply {
         // Phase 1 runs in the request's own future: if the client goes away, hyper
         // drops it, and dropping the call cancels it upstream.
         let first = match self.step(&mut sc, None, task.as_ref()).await {
@@ -219,7 +223,8 @@ impl Engine {
                     Some(Next::Event(CallEvent::Done(outcome))) => {
                         sc.call.canceller.disarm();
                         if let Ok(r) = &outcome {
-                            self.note_upstream_task(r, &sc.upstream, &sc.owner);
+                            self.upstream_tasks
+                                .note(r, &sc.upstream, &sc.owner, self.clock.now_ms());
                         }
                         let mut outcome = finalize_result(outcome);
                         if let (Ok(Value::Object(r)), Some((ttl, scope))) = (&mut outcome, &sc.cache_hint) {
@@ -283,7 +288,7 @@ impl Engine {
     /// Park a call whose upstream asked for input and answer the client with an
     /// `InputRequiredResult` whose `requestState` resumes it.
     pub(super) fn park(
-        self: &Arc<Self>,
+        &self,
         mut sc: SyncCall,
         task: Option<TaskSpec>,
         reqs: Vec<ServerRequest>,
@@ -300,7 +305,7 @@ impl Engine {
         self.park_waiting(Parked { sc, task, waiting }, id)
     }
 
-    fn park_waiting(self: &Arc<Self>, p: Parked, id: Option<Value>) -> Value {
+    fn park_waiting(&self, p: Parked, id: Option<Value>) -> Value {
         let park = uuid::Uuid::new_v4().to_string();
         let exp = self.clock().now_ms() + PARK_TTL.as_millis() as u64;
         let state = self.sealer().seal(&StateClaims {
@@ -340,7 +345,7 @@ impl Engine {
     /// A retry carrying tasklift's `requestState`: answer the parked upstream requests
     /// and resume the race.
     pub(super) async fn resume(
-        self: &Arc<Self>,
+        &self,
         req: &tasklift_protocol::jsonrpc::Request,
         state: &str,
         ctx: &CallContext,
@@ -403,11 +408,7 @@ impl Engine {
     /// extension), the still-running tool result (a tool-level handle), or the
     /// caller's wait on the task (detach). `None` if the task could not be stored:
     /// the caller then keeps waiting synchronously, so nothing is lost.
-    pub(super) async fn create_task(
-        self: &Arc<Self>,
-        sc: &mut SyncCall,
-        spec: &TaskSpec,
-    ) -> Option<Reply> {
+    pub(super) async fn create_task(&self, sc: &mut SyncCall, spec: &TaskSpec) -> Option<Reply> {
         let tool = &spec.tool;
         sc.threshold_at = None;
         // No handle once the disk is below the watermark, measured now (a
@@ -449,7 +450,8 @@ impl Engine {
         self.metrics().task_created();
         self.publish(&rec);
         if let Some(key) = &spec.replay {
-            self.remember_call(key, &rec, spec.policy.replay_window)
+            self.detach()
+                .remember_call(key, &rec, spec.policy.replay_window)
                 .await;
         }
         let answer = match spec.handle {
@@ -500,14 +502,14 @@ impl Engine {
             traced.set("tasklift.upstream", sc.upstream.clone());
             traced.set("tasklift.handle", handle_name(spec.handle));
         }
-        let engine = self.clone();
+        let drivers = self.drivers();
         let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
         let id = rec.id.clone();
-        self.drivers
-            .spawn(engine.own(rec, owner, control_rx, traced).instrument(span));
+        self.driver_tasks
+            .spawn(drivers.own(rec, owner, control_rx, traced).instrument(span));
         Some(match answer {
             Some(a) => Reply::Json(jsonrpc::response(sc.id.as_ref(), &Ok(a))),
-            None => self.join(id, waiter, spec.policy.threshold),
+            None => self.detach().join(id, waiter, spec.policy.threshold),
         })
     }
 }
@@ -521,7 +523,7 @@ fn handle_name(h: Handle) -> &'static str {
     }
 }
 
-impl Engine {
+impl Race {
     /// The record of the task `sc` becomes at `at` (its threshold, or now).
     fn new_record(&self, sc: &SyncCall, spec: &TaskSpec, at: tokio::time::Instant) -> TaskRecord {
         let until = at.saturating_duration_since(tokio::time::Instant::now());

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::engine::Engine;
+use super::core::{part, Parts};
 use super::phases::{Control, StopReason};
+use super::Engine;
 use crate::store::{Change, SharedStore};
 use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
 
@@ -22,6 +23,7 @@ pub async fn run(
     mut changes: mpsc::Receiver<Change>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let engine = engine.replicas();
     let Some(shared) = engine.store().shared() else {
         return;
     };
@@ -49,7 +51,12 @@ pub async fn run(
     }
 }
 
-impl Engine {
+part!(
+    /// Work shared with other replicas.
+    Replicas
+);
+
+impl Replicas {
     fn shared_store(&self) -> &dyn SharedStore {
         self.store().shared().expect("only run with a shared store")
     }

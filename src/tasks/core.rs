@@ -1,0 +1,171 @@
+//! What every part of the engine shares ([`Core`]): the store, the limits, the
+//! clock, the counters, the tracer, and the tables of calls and tasks in flight
+//! here. The parts ([`part!`]) are cheap handles on it, each a type of its own in
+//! the file that owns its behaviour; `Engine` (engine.rs) is the façade over them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::{broadcast, mpsc};
+
+use super::input::StateSealer;
+use super::phases::{Control, Parked};
+use super::upstream_tasks::UpstreamTasks;
+use super::Clock;
+use crate::store::{TaskRecord, TaskStore};
+
+/// The engine's shared state.
+pub(super) struct Core {
+    /// Durable records.
+    pub(super) store: Arc<dyn TaskStore>,
+    /// Tasks whose upstream call is still running here, with the way to reach their owner.
+    pub(super) running: DashMap<String, mpsc::Sender<Control>>,
+    /// Every background driver this engine spawned, so shutdown waits for them.
+    pub(super) driver_tasks: tokio_util::task::TaskTracker,
+    /// Calls parked until the client retries with answers (MRTR), by park id.
+    pub(super) parked: DashMap<String, std::sync::Mutex<Parked>>,
+    /// Seals the `requestState` of parked calls.
+    pub(super) sealer: StateSealer,
+    /// Every task change, for `subscriptions/listen` streams.
+    pub(super) changes: broadcast::Sender<TaskRecord>,
+    /// Turns true at shutdown: listen streams end gracefully.
+    pub(super) closing: tokio::sync::watch::Sender<bool>,
+    /// Task ids created by an upstream itself (passed through untouched).
+    pub(super) upstream_tasks: UpstreamTasks,
+    /// Time source.
+    pub(super) clock: Clock,
+    /// How long a task failed at its TTL stays readable.
+    pub(super) expired_grace: Duration,
+    /// Interval between SSE keep-alives.
+    pub(super) keepalive: Duration,
+    /// Counters for `/metrics`.
+    pub(super) metrics: Arc<crate::observe::metrics::Metrics>,
+    /// tasklift's spans (off unless traces are exported).
+    pub(super) tracer: crate::observe::spans::Tracer,
+    /// Limits on calls, tasks and results.
+    pub(super) gate: super::limits::Gate,
+    /// Free space for the embedded store, when it is watched.
+    pub(super) disk: Option<Arc<crate::store::space::DiskSpace>>,
+    /// The longest one `tasklift_wait` blocks.
+    pub(super) max_wait: Duration,
+    /// How long each client waits, learned from its waits.
+    pub(super) patience: super::patience::Patience,
+}
+
+impl Core {
+    /// Seals `requestState`.
+    pub(super) fn sealer(&self) -> &StateSealer {
+        &self.sealer
+    }
+
+    /// The limits and their counts.
+    pub(super) fn gate(&self) -> &super::limits::Gate {
+        &self.gate
+    }
+
+    /// The counters behind `/metrics`.
+    pub(super) fn metrics(&self) -> &Arc<crate::observe::metrics::Metrics> {
+        &self.metrics
+    }
+
+    /// tasklift's spans.
+    pub(super) fn tracer(&self) -> &crate::observe::spans::Tracer {
+        &self.tracer
+    }
+
+    /// The store.
+    pub(super) fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.store
+    }
+
+    /// The clock.
+    pub(super) fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Tell `subscriptions/listen` streams about a change.
+    pub(super) fn publish(&self, rec: &TaskRecord) {
+        let _ = self.changes.send(rec.clone());
+    }
+
+    /// Subscribe to task changes (every record the engine writes, as written).
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<TaskRecord> {
+        self.changes.subscribe()
+    }
+
+    /// Free space for the embedded store, when it is watched.
+    pub(super) fn disk(&self) -> Option<&crate::store::space::DiskSpace> {
+        self.disk.as_deref()
+    }
+
+    /// Whether anything here waits for task changes (`subscriptions/listen` streams,
+    /// blocked 2025-11-25 `tasks/result` calls).
+    pub(super) fn has_listeners(&self) -> bool {
+        self.changes.receiver_count() > 0
+    }
+}
+
+/// A part of the engine: a handle on the shared [`Core`] (it reads as one through
+/// `Deref`) under the name of the behaviour its file owns, reaching the other
+/// parts by name.
+macro_rules! part {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub(super) struct $name(pub(super) std::sync::Arc<super::core::Core>);
+
+        impl std::ops::Deref for $name {
+            type Target = super::core::Core;
+            fn deref(&self) -> &super::core::Core {
+                &self.0
+            }
+        }
+
+        impl super::core::Parts for $name {
+            fn core(&self) -> &std::sync::Arc<super::core::Core> {
+                &self.0
+            }
+        }
+    };
+}
+pub(super) use part;
+
+/// The parts, reached from any part (or the façade) by name.
+pub(super) trait Parts {
+    /// The shared core.
+    fn core(&self) -> &Arc<Core>;
+    fn stored(&self) -> super::api::Stored {
+        super::api::Stored(self.core().clone())
+    }
+    fn intake(&self) -> super::intake::Intake {
+        super::intake::Intake(self.core().clone())
+    }
+    fn race(&self) -> super::race::Race {
+        super::race::Race(self.core().clone())
+    }
+    fn drivers(&self) -> super::driver::Drivers {
+        super::driver::Drivers(self.core().clone())
+    }
+    fn handles(&self) -> super::handles::Handles {
+        super::handles::Handles(self.core().clone())
+    }
+    fn detach(&self) -> super::detach::Detach {
+        super::detach::Detach(self.core().clone())
+    }
+    fn listening(&self) -> super::listen::Listen {
+        super::listen::Listen(self.core().clone())
+    }
+    fn replicas(&self) -> super::replicas::Replicas {
+        super::replicas::Replicas(self.core().clone())
+    }
+    fn sweeper(&self) -> super::sweeper::Sweeper {
+        super::sweeper::Sweeper(self.core().clone())
+    }
+}
+
+impl Parts for Arc<Core> {
+    fn core(&self) -> &Arc<Core> {
+        self
+    }
+}
