@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::files::{dir_size, write_file_durably};
-use super::{db_err, expiry_key, io_err, SledStore, Unhide, SLED_RECORD_MAX};
+use super::{db_err, expiry_key, io_err, Inner, SledStore, Unhide, SLED_RECORD_MAX};
 use crate::store::{
     ReplayStore, SessionStore, StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord,
     TaskStatus, TaskStore,
@@ -91,23 +91,9 @@ impl SledStore {
         let inner = self.inner()?;
         let inner = &*inner;
         inner.settled.remove(&rec.id);
-        let mut stored = rec.clone();
-        let outcome = stored.outcome.take();
-        let mut json = serde_json::to_vec(&stored).expect("records serialize");
-        let mut file = None;
-        if let Some(outcome) = outcome {
-            let bytes = serde_json::to_vec(&outcome).expect("values serialize");
-            // Inline, the outcome adds `,"outcome":` and its JSON to the record.
-            let inline_len = json.len() + 11 + bytes.len();
-            if bytes.len() > self.cell.large_result_bytes || inline_len > SLED_RECORD_MAX {
-                file = Some(bytes);
-            } else {
-                stored.outcome = Some(outcome);
-                json = serde_json::to_vec(&stored).expect("records serialize");
-                debug_assert_eq!(json.len(), inline_len, "outcome is the last field");
-            }
-        }
+        let (json, file) = self.encode(rec);
         self.room_for(json.len() + file.as_ref().map_or(0, Vec::len))?;
+        let inline = file.is_none() && rec.outcome.is_some();
         if let Some(bytes) = file {
             write_file_durably(self.result_path(&rec.id), bytes).await?;
         }
@@ -116,36 +102,12 @@ impl SledStore {
             None => None,
         };
         let old_expiry = old.as_ref().map(|o| o.expires_at_ms);
-        // The outcome is inline now: a file from an earlier, larger outcome (or
-        // one written just before a crash, for a record then failed at restart)
-        // goes.
-        let stale_file = stored.outcome.is_some() && old.is_some();
         let hidden = hide.then(|| {
             let n = Arc::new(tokio::sync::Notify::new());
             inner.flushing.insert(rec.id.clone(), n.clone());
             Unhide(inner, rec.id.clone(), n)
         });
-        let written = async {
-            inner
-                .tasks
-                .insert(rec.id.as_bytes(), json)
-                .map_err(db_err)?;
-            if old_expiry != Some(rec.expires_at_ms) {
-                if let Some(e) = old_expiry {
-                    inner
-                        .expiry
-                        .remove(expiry_key(e, &rec.id))
-                        .map_err(db_err)?;
-                }
-                inner
-                    .expiry
-                    .insert(expiry_key(rec.expires_at_ms, &rec.id), &[])
-                    .map_err(db_err)?;
-            }
-            inner.commit.commit().await
-        }
-        .await;
-        if let Err(e) = written {
+        if let Err(e) = Self::insert_durably(inner, rec, json, old_expiry).await {
             if let (Some(before), true) = (old, hide) {
                 // Before the record shows again (`hidden` goes with this return).
                 self.mask(before);
@@ -154,20 +116,72 @@ impl SledStore {
         }
         drop(hidden);
         self.release(&rec.id);
-        let inline = stored.outcome.is_some() || rec.outcome.is_none();
-        if hide && rec.status().is_terminal() && inline {
+        if hide && rec.status().is_terminal() && (inline || rec.outcome.is_none()) {
             Self::settle(inner, rec);
         }
-        if stale_file {
-            let path = self.result_path(&rec.id);
-            match tokio::fs::remove_file(&path).await {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(io_err(&path)(e));
-                }
-                _ => {}
-            }
+        // The outcome is inline now: a file from an earlier, larger outcome (or
+        // one written just before a crash, for a record then failed at restart)
+        // goes.
+        if inline && old.is_some() {
+            self.remove_result_file(&rec.id).await?;
         }
         Ok(())
+    }
+
+    /// The record's JSON, with its outcome inline when it is small, and the
+    /// outcome for a result file otherwise (see the module docs).
+    fn encode(&self, rec: &TaskRecord) -> (Vec<u8>, Option<Vec<u8>>) {
+        let mut stored = rec.clone();
+        let outcome = stored.outcome.take();
+        let json = serde_json::to_vec(&stored).expect("records serialize");
+        let Some(outcome) = outcome else {
+            return (json, None);
+        };
+        let bytes = serde_json::to_vec(&outcome).expect("values serialize");
+        // Inline, the outcome adds `,"outcome":` and its JSON to the record.
+        let inline_len = json.len() + 11 + bytes.len();
+        if bytes.len() > self.cell.large_result_bytes || inline_len > SLED_RECORD_MAX {
+            return (json, Some(bytes));
+        }
+        stored.outcome = Some(outcome);
+        let json = serde_json::to_vec(&stored).expect("records serialize");
+        debug_assert_eq!(json.len(), inline_len, "outcome is the last field");
+        (json, None)
+    }
+
+    /// Insert the record and its expiry entry, and flush.
+    async fn insert_durably(
+        inner: &Inner,
+        rec: &TaskRecord,
+        json: Vec<u8>,
+        old_expiry: Option<u64>,
+    ) -> Result<(), StoreError> {
+        inner
+            .tasks
+            .insert(rec.id.as_bytes(), json)
+            .map_err(db_err)?;
+        if old_expiry != Some(rec.expires_at_ms) {
+            if let Some(e) = old_expiry {
+                inner
+                    .expiry
+                    .remove(expiry_key(e, &rec.id))
+                    .map_err(db_err)?;
+            }
+            inner
+                .expiry
+                .insert(expiry_key(rec.expires_at_ms, &rec.id), &[])
+                .map_err(db_err)?;
+        }
+        inner.commit.commit().await
+    }
+
+    /// Remove a task's result file, if it has one.
+    async fn remove_result_file(&self, id: &str) -> Result<(), StoreError> {
+        let path = self.result_path(id);
+        match tokio::fs::remove_file(&path).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(&path)(e)),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -226,11 +240,7 @@ impl TaskStore for SledStore {
                         .map_err(db_err)?;
                 }
             }
-            match tokio::fs::remove_file(self.result_path(id)).await {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(io_err(&self.result_path(id))(e)),
-            }
+            self.remove_result_file(id).await
         })
     }
 
