@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::tools::client::{Client, ClientError};
+use tasklift::cli::client::{Client, ClientError};
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 

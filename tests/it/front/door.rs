@@ -444,7 +444,7 @@ async fn four_front_door_workers_serve_every_connection() {
         let url = h.url.clone();
         calls.spawn(async move {
             // A client of its own: its own connections.
-            let c = tasklift::tools::client::Client::new(&url).unwrap();
+            let c = tasklift::cli::client::Client::new(&url).unwrap();
             let a = c.call_tool("fast", json!({"n": n})).await.unwrap();
             assert_eq!(
                 a.result["content"][0]["text"],
@@ -455,7 +455,7 @@ async fn four_front_door_workers_serve_every_connection() {
             let a = c.call_tool("slow", json!({"n": n})).await.unwrap();
             assert_eq!(a.result["resultType"], "task", "{}", a.result);
             let id = a.result["taskId"].as_str().unwrap().to_string();
-            let poller = tasklift::tools::client::Client::new(&url).unwrap();
+            let poller = tasklift::cli::client::Client::new(&url).unwrap();
             let t = wait_terminal(&poller, &id, std::time::Duration::from_secs(20)).await;
             assert_eq!(t["status"], "completed", "{t}");
             assert_eq!(t["result"]["content"][0]["text"], format!("slow {n}"));
@@ -503,7 +503,7 @@ async fn a_tasklift_process_runs_the_workers_it_was_given() {
     names.sort();
     assert_eq!(names, ["tasklift-w1", "tasklift-w2"], "{}", p.logs());
     for _ in 0..8 {
-        let c = tasklift::tools::client::Client::new(&p.url).unwrap();
+        let c = tasklift::cli::client::Client::new(&p.url).unwrap();
         let a = c.call_tool("echo", json!({})).await.unwrap();
         assert!(a.result.get("content").is_some(), "{}", a.result);
     }

@@ -11,10 +11,10 @@
 //! 6. Secrets are not echoed (401 answers, `check-config`).
 //!
 //! Related, not repeated here: auth_ownership.rs (header and jwt modes, an upstream's
-//! own task ids), listen.rs `another_principals_task_is_not_acknowledged_nor_pushed`
-//! (nothing pushed on bob's stream later), admin.rs
+//! own task ids), tasks/listen.rs `another_principals_task_is_not_acknowledged_nor_pushed`
+//! (nothing pushed on bob's stream later), ops/admin.rs
 //! `the_admin_listener_refuses_other_host_names_and_origins` (DNS rebinding: Host),
-//! front_door.rs (every -32020 header rule).
+//! door.rs (every -32020 header rule).
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;

@@ -336,7 +336,7 @@ async fn py_v1_client_retry_runs_the_tool_again_by_default_over_stdio() {
 // ---------------------------------------------------------------------------
 
 /// Tool handles and detach with the tasks in PostgreSQL (a database of the test's
-/// own; see replicas.rs for when PostgreSQL is required): both clients, each mode
+/// own; see store/replicas.rs for when PostgreSQL is required): both clients, each mode
 /// on a tasklift of its own, over HTTP.
 #[tokio::test]
 async fn both_clients_follow_handles_and_join_detached_calls_on_postgres() {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::tools::client::Client;
+use tasklift::cli::client::Client;
 
 use crate::support::everything::everything_http;
 use crate::support::harness::*;

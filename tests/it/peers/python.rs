@@ -23,8 +23,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tasklift::cli::client::{Client, ClientError};
 use tasklift::config::RawConfig;
-use tasklift::tools::client::{Client, ClientError};
 use tasklift_fixture::FixtureServer;
 
 use crate::support::harness::*;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tasklift::tools::client::Client;
+use tasklift::cli::client::Client;
 
 use crate::support::harness::*;
 use crate::support::stdio::*;

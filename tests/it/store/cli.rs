@@ -7,11 +7,11 @@ use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tasklift::cli::client::Client;
 use tasklift::config::RawUpstream;
 use tasklift::store::{
     NewTask, SledStore, StoreError, TaskOutcome, TaskRecord, TaskStatus, TaskStore,
 };
-use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
 use crate::support::cli::{run, text};

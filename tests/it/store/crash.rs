@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tasklift::tools::client::Client;
+use tasklift::cli::client::Client;
 use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::support::proc::Proc;

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasklift::tools::client::ClientError;
+use tasklift::cli::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::support::harness::*;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::tools::client::Client;
+use tasklift::cli::client::Client;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 use tokio_postgres::NoTls;
@@ -138,7 +138,7 @@ impl Drop for SmallDb {
 }
 
 /// The task id of an answer that is a handle, if it is one.
-fn handle(a: &tasklift::tools::client::Answer) -> Option<String> {
+fn handle(a: &tasklift::cli::client::Answer) -> Option<String> {
     (a.result["resultType"] == "task").then(|| a.result["taskId"].as_str().unwrap().to_string())
 }
 

@@ -15,8 +15,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tasklift::cli::client::Client;
 use tasklift::store::{NewTask, PgStore, Settle, StoreError, TaskRecord, TaskStatus, TaskStore};
-use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
 use crate::support::harness::wait_terminal;

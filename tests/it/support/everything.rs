@@ -37,7 +37,7 @@ pub fn everything() -> Option<(String, PathBuf)> {
 /// follows the server's progress notifications (tasklift adds the progress token
 /// the server needs to send them). `context` is added to failure messages.
 pub(crate) async fn everything_walkthrough(
-    c: &tasklift::tools::client::Client,
+    c: &tasklift::cli::client::Client,
     context: &dyn Fn() -> String,
 ) {
     let list = guard("tools/list", c.request("tools/list", json!({})))

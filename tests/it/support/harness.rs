@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tasklift::app::Running;
+use tasklift::cli::client::Client;
 use tasklift::config::{RawConfig, RawToolRule, RawUpstream};
-use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
 pub use crate::support::wire::*;

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tasklift::cli::client::Client;
 use tasklift::config::{RawConfig, RawToolRule};
-use tasklift::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
 use crate::support::harness::*;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tasklift::app::Running;
+use tasklift::cli::client::{Client, ClientError};
 use tasklift::config::{RawConfig, RawUpstream};
-use tasklift::tools::client::{Client, ClientError};
 use tasklift_protocol::jsonrpc::RpcError;
 
 use crate::support::harness::*;
@@ -128,7 +128,7 @@ impl StdioHarness {
 }
 
 /// The JSON-RPC error of a failed call (panics on success or transport failure).
-pub fn rpc_error(r: Result<tasklift::tools::client::Answer, ClientError>) -> RpcError {
+pub fn rpc_error(r: Result<tasklift::cli::client::Answer, ClientError>) -> RpcError {
     match r {
         Err(ClientError::Rpc(e)) => e,
         Ok(a) => panic!("expected a JSON-RPC error, got {}", a.result),

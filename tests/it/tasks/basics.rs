@@ -95,8 +95,7 @@ async fn several_upstreams_each_at_its_own_path() {
     .await;
     let a = h.client().call_tool("whoami", json!({})).await.unwrap();
     assert_eq!(a.result["content"][0]["text"], "first");
-    let other =
-        tasklift::tools::client::Client::new(&h.url.replace("/mcp", "/second/mcp")).unwrap();
+    let other = tasklift::cli::client::Client::new(&h.url.replace("/mcp", "/second/mcp")).unwrap();
     let b = other.call_tool("whoami", json!({})).await.unwrap();
     assert_eq!(b.result["content"][0]["text"], "second");
     // A task belongs to the upstream it was created on: the other mount does not know it.

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use tasklift::cli::client::ClientError;
 use tasklift::store::{NewTask, SledStore, TaskRecord, TaskStore};
-use tasklift::tools::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, Notify};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tasklift::tools::client::ClientError;
+use tasklift::cli::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 
@@ -23,7 +23,7 @@ async fn limit_hits(h: &Harness, limit: &str) -> String {
         .unwrap_or_else(|| panic!("no {series} in\n{page}"))
 }
 
-fn rpc_error(r: Result<tasklift::tools::client::Answer, ClientError>) -> (i64, String) {
+fn rpc_error(r: Result<tasklift::cli::client::Answer, ClientError>) -> (i64, String) {
     match r {
         Err(ClientError::Rpc(e)) => (e.code, e.message),
         other => panic!("expected a JSON-RPC error, got {other:?}"),

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use tasklift::cli::client::ClientError;
 use tasklift::config::{RawConfig, RawToolRule};
-use tasklift::tools::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 use tokio::sync::Notify;
 

@@ -53,7 +53,7 @@ fn bearer(c: &mut RawConfig) {
 }
 
 /// A client without the extension, as `who`.
-fn plain_as(h: &Harness, who: &str) -> tasklift::tools::client::Client {
+fn plain_as(h: &Harness, who: &str) -> tasklift::cli::client::Client {
     h.client_with(false, &[("authorization", &format!("Bearer {who}"))])
 }
 
@@ -88,7 +88,7 @@ fn followed(r: &Value) -> String {
 
 /// Follow `tasklift_wait` for task `id` until it stops answering still-running
 /// (each wait lasts as long as the client is known to wait: the threshold here).
-async fn wait_result(c: &tasklift::tools::client::Client, id: &str) -> Value {
+async fn wait_result(c: &tasklift::cli::client::Client, id: &str) -> Value {
     for _ in 0..60 {
         let r = c
             .call_tool("tasklift_wait", json!({"taskId": id}))
@@ -102,7 +102,7 @@ async fn wait_result(c: &tasklift::tools::client::Client, id: &str) -> Value {
     panic!("task {id} still running after 60 waits");
 }
 
-async fn names(c: &tasklift::tools::client::Client) -> Vec<String> {
+async fn names(c: &tasklift::cli::client::Client) -> Vec<String> {
     let a = c.request("tools/list", json!({})).await.unwrap();
     a.result["tools"]
         .as_array()
@@ -285,7 +285,7 @@ async fn a_declaring_client_still_gets_real_task_handles() {
 
 /// `c` sends `tools/call` with `params` and gives up after `after` (its connection
 /// closes) while the call still runs.
-async fn leave(c: &tasklift::tools::client::Client, params: Value, after: Duration) {
+async fn leave(c: &tasklift::cli::client::Client, params: Value, after: Duration) {
     let r = tokio::time::timeout(after, c.request("tools/call", params)).await;
     assert!(r.is_err(), "the call should still run: {r:?}");
 }
@@ -672,7 +672,7 @@ async fn on_postgres_a_retry_on_another_replica_joins_the_detached_call() {
         .await
         .unwrap();
     let client = |addr: std::net::SocketAddr| {
-        let mut c = tasklift::tools::client::Client::new(&format!("http://{addr}/mcp")).unwrap();
+        let mut c = tasklift::cli::client::Client::new(&format!("http://{addr}/mcp")).unwrap();
         c.tasks = false;
         c.headers.push((
             "authorization".parse().unwrap(),

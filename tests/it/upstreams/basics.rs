@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::json;
-use tasklift::tools::client::ClientError;
+use tasklift::cli::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::support::harness::*;
@@ -17,7 +17,7 @@ fn fixture() -> FixtureServer {
 }
 
 fn rpc_err(
-    r: Result<tasklift::tools::client::Answer, ClientError>,
+    r: Result<tasklift::cli::client::Answer, ClientError>,
 ) -> tasklift_protocol::jsonrpc::RpcError {
     match r {
         Err(ClientError::Rpc(e)) => e,

@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tasklift::cli::client::{Answer, ClientError};
 use tasklift::config::{RawConfig, RawToolRule};
 use tasklift::store::TaskStatus;
-use tasklift::tools::client::{Answer, ClientError};
 use tasklift_fixture::{FixtureServer, Tool};
 use tasklift_protocol::jsonrpc::RpcError;
 

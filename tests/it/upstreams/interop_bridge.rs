@@ -91,8 +91,8 @@ async fn a_legacy_session_declaring_the_2026_extension_waits_for_a_plain_result(
 
 /// A client for `url` with a bearer token (its principal), declaring the tasks
 /// extension and elicitation.
-fn caller(url: &str, token: &str) -> tasklift::tools::client::Client {
-    let mut c = tasklift::tools::client::Client::new(url).unwrap();
+fn caller(url: &str, token: &str) -> tasklift::cli::client::Client {
+    let mut c = tasklift::cli::client::Client::new(url).unwrap();
     c.headers.push((
         http::header::AUTHORIZATION,
         http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
@@ -104,7 +104,7 @@ fn caller(url: &str, token: &str) -> tasklift::tools::client::Client {
 /// Poll `id` until it is terminal (or `input_required`, when `stop_at_input`);
 /// every status seen on the way, and the last task.
 async fn follow_until(
-    c: &tasklift::tools::client::Client,
+    c: &tasklift::cli::client::Client,
     id: &str,
     stop_at_input: bool,
 ) -> (Vec<Value>, Value) {
@@ -127,12 +127,12 @@ async fn follow_until(
 }
 
 /// Poll `id` until it is terminal or asks for input.
-async fn follow(c: &tasklift::tools::client::Client, id: &str) -> (Vec<Value>, Value) {
+async fn follow(c: &tasklift::cli::client::Client, id: &str) -> (Vec<Value>, Value) {
     follow_until(c, id, true).await
 }
 
 /// The task id of a call answered with a handle.
-fn task_id(a: &tasklift::tools::client::Answer) -> String {
+fn task_id(a: &tasklift::cli::client::Answer) -> String {
     assert_eq!(a.result["resultType"], "task", "{}", a.result);
     a.result["taskId"].as_str().unwrap().to_string()
 }
@@ -159,8 +159,8 @@ async fn two_callers(
     a_token: &str,
     b_token: &str,
 ) -> (
-    (tasklift::tools::client::Client, String),
-    (tasklift::tools::client::Client, String),
+    (tasklift::cli::client::Client, String),
+    (tasklift::cli::client::Client, String),
 ) {
     let (b, a) = (caller(url, b_token), caller(url, a_token));
     let bt = task_id(
@@ -173,13 +173,13 @@ async fn two_callers(
 }
 
 /// A's task never showed B's question, and finished with its own result.
-async fn a_saw_nothing(a: &tasklift::tools::client::Client, at: &str) {
+async fn a_saw_nothing(a: &tasklift::cli::client::Client, at: &str) {
     a_saw_nothing_as(a, at, "secret question").await
 }
 
 /// The slow task `at` never showed a question containing `secret`, and finished
 /// with its own result.
-async fn a_saw_nothing_as(a: &tasklift::tools::client::Client, at: &str, secret: &str) {
+async fn a_saw_nothing_as(a: &tasklift::cli::client::Client, at: &str, secret: &str) {
     let (seen, last) = follow(a, at).await;
     for t in &seen {
         assert!(

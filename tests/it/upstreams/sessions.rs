@@ -166,7 +166,7 @@ async fn a_server_choosing_an_unknown_revision_gets_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::front(FixtureServer::new(), &mock.url, dir, |_| {}).await;
     match h.client().call_tool("old", json!({})).await {
-        Err(tasklift::tools::client::ClientError::Rpc(e)) => {
+        Err(tasklift::cli::client::ClientError::Rpc(e)) => {
             assert!(e.message.contains("upstream default"), "{}", e.message);
             assert!(e.message.contains("2024-11-05"), "{}", e.message);
         }

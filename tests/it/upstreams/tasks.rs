@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tasklift::tools::client::Client;
+use tasklift::cli::client::Client;
 use tasklift_fixture::FixtureServer;
 use tokio::sync::mpsc;
 
