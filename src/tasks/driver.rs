@@ -18,7 +18,7 @@ use super::{failed, progress_message};
 use crate::observe::spans::Span;
 use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
 use crate::upstream::{broken, CallEvent, ServerRequest};
-use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR, UPSTREAM_ERROR};
+use tasklift_protocol::jsonrpc::{Outcome, RpcError, INTERNAL_ERROR, UPSTREAM_ERROR};
 
 /// Shortest time between two progress writes of one task: a chatty upstream must
 /// not turn every notification into a store write.
@@ -69,257 +69,51 @@ impl Drivers {
         settled
     }
 
-    /// Own a task until it settles, recording each change.
+    /// Own a task until it settles, recording each change: one event at a time
+    /// (progress due, the upstream's next event, a control message), each step
+    /// saying whether the task goes on, then its settling.
     pub(super) async fn own(
         self,
-        mut rec: TaskRecord,
-        mut o: RunningCall,
+        rec: TaskRecord,
+        o: RunningCall,
         mut control: mpsc::Receiver<Control>,
-        mut traced: Span,
+        traced: Span,
     ) {
-        let upstream = rec.upstream.clone();
-        let mut legacy: HashMap<String, ServerRequest> = HashMap::new();
-        let mut round = Round::default();
-        // Progress is written at most every PROGRESS_EVERY; a newer message waiting
-        // to be written is flushed when that time comes (or with the next change).
-        let mut last_progress_write = tokio::time::Instant::now() - PROGRESS_EVERY;
-        let mut progress_due: Option<tokio::time::Instant> = None;
-        // Set when the task stopped being this process's to settle (shared store).
-        let mut lost = false;
-        // How the task ends, once known (the loop then stops).
-        let mut end: Option<Settle> = None;
+        let mut d = Driver::new(self, rec, o);
         loop {
-            tokio::select! {
-                _ = sleep_until_opt(progress_due) => {
-                    progress_due = None;
-                    last_progress_write = tokio::time::Instant::now();
-                    if !self.record(&mut rec).await { lost = true; break; }
-                }
-                ev = o.next() => match ev {
-                    Some(CallEvent::Notification(n)) => {
-                        if is_progress_for(&n, &o.token) {
-                            if let Some(m) = n.get("params").and_then(progress_message) {
-                                rec.status_message = Some(m);
-                                let due = last_progress_write + PROGRESS_EVERY;
-                                if tokio::time::Instant::now() >= due {
-                                    progress_due = None;
-                                    last_progress_write = tokio::time::Instant::now();
-                                    if !self.record(&mut rec).await { lost = true; break; }
-                                } else {
-                                    progress_due.get_or_insert(due);
-                                }
-                            }
-                        }
-                    }
-                    Some(CallEvent::Input(r)) => {
-                        let mut admitted = Vec::new();
-                        admit_request(&o.caps, r, &mut admitted);
-                        for r in admitted {
-                            let key = o.input_keys.next(&r);
-                            rec.input_requests.insert(key.clone(), r.as_input_request());
-                            legacy.insert(key, r);
-                        }
-                        if !legacy.is_empty() {
-                            let _ = rec.ask();
-                            if !self.record(&mut rec).await { lost = true; break; }
-                        }
-                    }
-                    Some(CallEvent::Done(outcome)) => {
-                        if let Some(c) = &mut o.call {
-                            c.canceller.disarm();
-                        }
-                        o.call = None;
-                        match outcome {
-                            Ok(r) if r.get("resultType").and_then(Value::as_str) == Some("input_required") && o.origin.is_some() => {
-                                round.n += 1;
-                                round.state = r.get("requestState").and_then(Value::as_str).map(str::to_string);
-                                round.answers = Map::new();
-                                let reqs = r.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
-                                for (k, entry) in reqs {
-                                    let key = format!("round{}-{k}", round.n);
-                                    rec.input_requests.insert(key.clone(), entry);
-                                    round.waiting.insert(key, k);
-                                }
-                                if round.waiting.is_empty() {
-                                    if let Err(e) = self.retry(&mut o, &mut round).await {
-                                        end = Some(failed(e));
-                                        break;
-                                    }
-                                } else {
-                                    let _ = rec.ask();
-                                    if !self.record(&mut rec).await { lost = true; break; }
-                                }
-                            }
-                            outcome => {
-                                end = Some(match finalize_result(outcome) {
-                                    Ok(r) => match self.gate().check_result(&r) {
-                                        Ok(()) => Settle::Completed(r),
-                                        Err(e) => {
-                                            self.metrics().limit_hit(e.setting());
-                                            failed(e.into())
-                                        }
-                                    },
-                                    Err(e) => failed(e),
-                                });
-                                break;
-                            }
-                        }
-                    }
-                    None => {
-                        end = Some(failed(broken(&upstream)));
-                        break;
-                    }
+            let goes_on = tokio::select! {
+                _ = sleep_until_opt(d.progress_due) => d.write_progress().await,
+                ev = d.o.next() => match ev {
+                    Some(CallEvent::Notification(n)) => d.progress(n).await,
+                    Some(CallEvent::Input(r)) => d.input_request(r).await,
+                    Some(CallEvent::Done(outcome)) => d.upstream_done(outcome).await,
+                    None => d.upstream_gone(),
                 },
                 Some(c) = control.recv() => match c {
-                    Control::Answer(answers, _applied) => {
-                        // `_applied` lives to the end of this arm: the caller of
-                        // tasks/update hears back once the record is written.
-                        let mut changed = false;
-                        for (k, v) in answers {
-                            if let Some(r) = legacy.remove(&k) {
-                                r.answer(Ok(v));
-                            } else if let Some(uk) = round.waiting.remove(&k) {
-                                round.answers.insert(uk, v);
-                            } else {
-                                continue; // not outstanding: ignored
-                            }
-                            rec.input_requests.remove(&k);
-                            changed = true;
-                        }
-                        if !changed {
-                            continue;
-                        }
-                        if round.n > 0 && round.waiting.is_empty() && o.call.is_none() {
-                            if let Err(e) = self.retry(&mut o, &mut round).await {
-                                end = Some(failed(e));
-                                break;
-                            }
-                        }
-                        if rec.input_requests.is_empty() {
-                            let _ = rec.resume();
-                        }
-                        if !self.record(&mut rec).await { lost = true; break; }
-                    }
-                    Control::Stop(reason) => {
-                        if let Some(c) = &mut o.call {
-                            c.canceller.cancel();
-                        }
-                        legacy.clear(); // unanswered requests get an error upstream
-                        match reason {
-                            StopReason::Cancelled => {
-                                end = Some(Settle::Cancelled("cancelled by the client".into()));
-                            }
-                            StopReason::Shutdown => {
-                                let msg = "tasklift shut down while this task was running; the call was cancelled upstream";
-                                end = Some(failed(RpcError::new(INTERNAL_ERROR, msg)));
-                            }
-                            StopReason::Superseded => {
-                                lost = true;
-                                break;
-                            }
-                            StopReason::Expired => {
-                                // Waiting on the client is not the upstream's fault.
-                                let err = match rec.status() {
-                                    TaskStatus::InputRequired => RpcError::new(INTERNAL_ERROR, format!(
-                                        "the task was still waiting for input at its TTL of {} ms; the call to upstream {upstream} was cancelled",
-                                        rec.ttl_ms)),
-                                    _ => RpcError::new(UPSTREAM_ERROR, format!(
-                                        "upstream {upstream} did not answer within the task's TTL of {} ms; the call was cancelled upstream",
-                                        rec.ttl_ms)),
-                                };
-                                end = Some(failed(err));
-                                rec.expires_at_ms = self.clock().now_ms() + self.expired_grace.as_millis() as u64;
-                            }
-                        }
-                        break;
-                    }
+                    Control::Answer(answers, applied) => d.answer(answers, applied).await,
+                    Control::Stop(reason) => d.stop(reason),
                 },
+            };
+            if !goes_on {
+                break;
             }
         }
-        drop(legacy);
-        if lost {
-            // Another replica settled it (a cancellation that landed there, or the
-            // lease lapsed and it was failed): the call stops and nothing is written.
-            if let Some(c) = &mut o.call {
-                c.canceller.cancel();
-            }
-            drop(o.meter.take());
-            drop(o.slot.take());
-            drop(o.active.take());
-            traced.set("tasklift.task.status", "settled_elsewhere");
-            self.settled_elsewhere(
-                &rec.id,
-                "task settled by another replica; its call here was stopped",
-            )
-            .await;
-            return;
-        }
-        rec.input_requests.clear();
-        rec.updated_at_ms = self.clock().now_ms();
-        // Kept unsettled, in case the store cannot take the outcome (see below).
-        let unsettled = rec.clone();
-        let end = end.expect("the driver stops only once the task's end is known");
-        if let Err(e) = rec.settle(end) {
-            // Nothing else settles a task this driver runs; should it happen, the
-            // stored state stands.
-            tracing::error!(error = %e, "a task already settled was settled again");
-            self.running.remove(&rec.id);
-            return;
-        }
-        // Counted before the write that makes the state visible, so a client that
-        // sees the task settled also sees it counted.
-        let how = match rec.status() {
-            TaskStatus::Completed => crate::observe::metrics::Finished::Completed,
-            TaskStatus::Cancelled => crate::observe::metrics::Finished::Cancelled,
-            _ => crate::observe::metrics::Finished::Failed,
-        };
-        self.metrics().task_finished(how);
-        drop(o.meter.take());
-        drop(o.slot.take());
-        drop(o.active.take());
-        let mut stored = self.store().put(&rec).await;
-        if let Err(e) = &stored {
-            if e.is_transient() {
-                stored = self.settle_later(&rec, e).await;
-            }
-        }
-        if let Err(e) = stored {
-            if let StoreError::Conflict { .. } = e {
-                self.settled_elsewhere(&rec.id, "task was settled by another replica first")
-                    .await;
-                return;
-            }
-            tracing::error!(error = %e, "could not record the task's final state");
-            // Keep the outcome visible in a smaller form if the full one did not fit:
-            // the settled state above was never stored.
-            rec = unsettled;
-            let _ = rec.settle(failed(RpcError::new(
-                INTERNAL_ERROR,
-                format!("tasklift could not store this task's outcome: {e}"),
-            )));
-            let _ = self.store().put(&rec).await;
-        }
-        self.publish(&rec);
-        if traced.is_recording() {
-            traced.set("tasklift.task.status", rec.status().as_str());
-            match &rec.outcome {
-                Some(crate::store::TaskOutcome::Error(e)) => traced.fail(
-                    e.get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("failed")
-                        .to_string(),
-                ),
-                Some(crate::store::TaskOutcome::Result(r))
-                    if r.get("isError").and_then(Value::as_bool) == Some(true) =>
-                {
-                    traced.set("error.type", "tool_error");
-                    traced.fail("the tool answered isError: true");
+        d.finish(traced).await;
+    }
+
+    /// A task's end from the upstream's answer: its result, within the result
+    /// size limit, or its error.
+    fn outcome(&self, outcome: Outcome) -> Settle {
+        match finalize_result(outcome) {
+            Ok(r) => match self.gate().check_result(&r) {
+                Ok(()) => Settle::Completed(r),
+                Err(e) => {
+                    self.metrics().limit_hit(e.setting());
+                    failed(e.into())
                 }
-                _ => {}
-            }
+            },
+            Err(e) => failed(e),
         }
-        tracing::info!(status = rec.status().as_str(), "task settled");
-        self.running.remove(&rec.id);
     }
 
     /// The final write failed because the database is out of space or out of
@@ -368,30 +162,385 @@ impl Drivers {
         self.publish(rec);
         true
     }
+}
 
-    /// Retry the original call upstream with a round's answers and `requestState`.
-    async fn retry(&self, o: &mut RunningCall, round: &mut Round) -> Result<(), RpcError> {
-        let origin = o.origin.as_ref().expect("rounds need the original request");
+/// One task's driver while it runs: what the events it meets change.
+struct Driver {
+    drivers: Drivers,
+    rec: TaskRecord,
+    o: RunningCall,
+    /// A legacy upstream's requests waiting for the client's answers, by our key.
+    legacy: HashMap<String, ServerRequest>,
+    /// A modern upstream's input round.
+    round: Round,
+    /// Progress is written at most every PROGRESS_EVERY; a newer message waiting
+    /// to be written is flushed when that time comes (or with the next change).
+    last_progress_write: tokio::time::Instant,
+    progress_due: Option<tokio::time::Instant>,
+    /// Set when the task stopped being this process's to settle (shared store).
+    lost: bool,
+    /// How the task ends, once known (the loop then stops).
+    end: Option<Settle>,
+}
+
+impl Driver {
+    fn new(drivers: Drivers, rec: TaskRecord, o: RunningCall) -> Self {
+        Self {
+            drivers,
+            rec,
+            o,
+            legacy: HashMap::new(),
+            round: Round::default(),
+            last_progress_write: tokio::time::Instant::now() - PROGRESS_EVERY,
+            progress_due: None,
+            lost: false,
+            end: None,
+        }
+    }
+
+    /// Store a non-terminal change; false (the task is lost) when it is no longer
+    /// this process's.
+    async fn record(&mut self) -> bool {
+        if self.drivers.record(&mut self.rec).await {
+            return true;
+        }
+        self.lost = true;
+        false
+    }
+
+    /// Write the latest progress now.
+    async fn write_progress(&mut self) -> bool {
+        self.progress_due = None;
+        self.last_progress_write = tokio::time::Instant::now();
+        self.record().await
+    }
+
+    /// A notification: progress under the call's token becomes the status message,
+    /// written now or when PROGRESS_EVERY has passed since the last write.
+    async fn progress(&mut self, n: Value) -> bool {
+        if !is_progress_for(&n, &self.o.token) {
+            return true;
+        }
+        let Some(m) = n.get("params").and_then(progress_message) else {
+            return true;
+        };
+        self.rec.status_message = Some(m);
+        let due = self.last_progress_write + PROGRESS_EVERY;
+        if tokio::time::Instant::now() >= due {
+            return self.write_progress().await;
+        }
+        self.progress_due.get_or_insert(due);
+        true
+    }
+
+    /// A legacy upstream's request: the task asks the client (`input_required`).
+    async fn input_request(&mut self, r: ServerRequest) -> bool {
+        let mut admitted = Vec::new();
+        admit_request(&self.o.caps, r, &mut admitted);
+        for r in admitted {
+            let key = self.o.input_keys.next(&r);
+            self.rec
+                .input_requests
+                .insert(key.clone(), r.as_input_request());
+            self.legacy.insert(key, r);
+        }
+        if self.legacy.is_empty() {
+            return true;
+        }
+        let _ = self.rec.ask();
+        self.record().await
+    }
+
+    /// The upstream answered: a modern upstream's `InputRequiredResult` opens a
+    /// round; any other answer is the task's end.
+    async fn upstream_done(&mut self, outcome: Outcome) -> bool {
+        if let Some(c) = &mut self.o.call {
+            c.canceller.disarm();
+        }
+        self.o.call = None;
+        match outcome {
+            Ok(r)
+                if r.get("resultType").and_then(Value::as_str) == Some("input_required")
+                    && self.o.origin.is_some() =>
+            {
+                self.open_round(r).await
+            }
+            outcome => {
+                self.end = Some(self.drivers.outcome(outcome));
+                false
+            }
+        }
+    }
+
+    /// The call's events ended without an answer.
+    fn upstream_gone(&mut self) -> bool {
+        self.end = Some(failed(broken(&self.rec.upstream)));
+        false
+    }
+
+    /// A modern upstream's input requests, asked under keys of this round; with
+    /// none to ask, the call is retried at once.
+    async fn open_round(&mut self, r: Value) -> bool {
+        let round = &mut self.round;
+        round.n += 1;
+        round.state = r
+            .get("requestState")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        round.answers = Map::new();
+        let reqs = r
+            .get("inputRequests")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for (k, entry) in reqs {
+            let key = format!("round{}-{k}", round.n);
+            self.rec.input_requests.insert(key.clone(), entry);
+            round.waiting.insert(key, k);
+        }
+        if self.round.waiting.is_empty() {
+            return self.retry().await;
+        }
+        let _ = self.rec.ask();
+        self.record().await
+    }
+
+    /// `tasks/update`: answers go to the requests outstanding (the legacy
+    /// upstream's, or the round's, retried once complete), then the record.
+    /// `_applied` lives to the end: the caller of tasks/update hears back once
+    /// the record is written.
+    async fn answer(
+        &mut self,
+        answers: Map<String, Value>,
+        _applied: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> bool {
+        if !self.take_answers(answers) {
+            return true;
+        }
+        if self.round.n > 0
+            && self.round.waiting.is_empty()
+            && self.o.call.is_none()
+            && !self.retry().await
+        {
+            return false;
+        }
+        if self.rec.input_requests.is_empty() {
+            let _ = self.rec.resume();
+        }
+        self.record().await
+    }
+
+    /// Give each outstanding request its answer; answers to nothing outstanding
+    /// are ignored. Whether any was outstanding.
+    fn take_answers(&mut self, answers: Map<String, Value>) -> bool {
+        let mut changed = false;
+        for (k, v) in answers {
+            if let Some(r) = self.legacy.remove(&k) {
+                r.answer(Ok(v));
+            } else if let Some(uk) = self.round.waiting.remove(&k) {
+                self.round.answers.insert(uk, v);
+            } else {
+                continue;
+            }
+            self.rec.input_requests.remove(&k);
+            changed = true;
+        }
+        changed
+    }
+
+    /// Retry the original call upstream with a round's answers and `requestState`;
+    /// false (the task failed) when the upstream cannot be called.
+    async fn retry(&mut self) -> bool {
+        let origin = self
+            .o
+            .origin
+            .as_ref()
+            .expect("rounds need the original request");
         let mut r = origin.request();
         r.params.insert(
             "inputResponses".into(),
-            Value::Object(std::mem::take(&mut round.answers)),
+            Value::Object(std::mem::take(&mut self.round.answers)),
         );
-        match round.state.take() {
+        match self.round.state.take() {
             Some(s) => r.params.insert("requestState".into(), json!(s)),
             None => r.params.remove("requestState"),
         };
         tracing::info!(
-            round = round.n,
+            round = self.round.n,
             "retrying the call upstream with the client's answers"
         );
-        o.call = Some(
-            origin
-                .upstream
-                .call(&r, &origin.ctx)
-                .await
-                .map_err(|e| e.to_rpc())?,
-        );
-        Ok(())
+        match origin.upstream.call(&r, &origin.ctx).await {
+            Ok(call) => {
+                self.o.call = Some(call);
+                true
+            }
+            Err(e) => {
+                self.end = Some(failed(e.to_rpc()));
+                false
+            }
+        }
+    }
+
+    /// Stop the call (cancelled, expired, shutdown, or settled by another replica).
+    fn stop(&mut self, reason: StopReason) -> bool {
+        if let Some(c) = &mut self.o.call {
+            c.canceller.cancel();
+        }
+        self.legacy.clear(); // unanswered requests get an error upstream
+        match reason {
+            StopReason::Cancelled => {
+                self.end = Some(Settle::Cancelled("cancelled by the client".into()));
+            }
+            StopReason::Shutdown => {
+                let msg = "tasklift shut down while this task was running; the call was cancelled upstream";
+                self.end = Some(failed(RpcError::new(INTERNAL_ERROR, msg)));
+            }
+            StopReason::Superseded => self.lost = true,
+            StopReason::Expired => {
+                self.end = Some(failed(self.expired()));
+                self.rec.expires_at_ms =
+                    self.drivers.clock().now_ms() + self.drivers.expired_grace.as_millis() as u64;
+            }
+        }
+        false
+    }
+
+    /// Why a task stopped at its TTL: waiting on the client is not the upstream's
+    /// fault.
+    fn expired(&self) -> RpcError {
+        let (upstream, ttl) = (&self.rec.upstream, self.rec.ttl_ms);
+        match self.rec.status() {
+            TaskStatus::InputRequired => RpcError::new(INTERNAL_ERROR, format!(
+                "the task was still waiting for input at its TTL of {ttl} ms; the call to upstream {upstream} was cancelled")),
+            _ => RpcError::new(UPSTREAM_ERROR, format!(
+                "upstream {upstream} did not answer within the task's TTL of {ttl} ms; the call was cancelled upstream")),
+        }
+    }
+
+    /// After the loop: let the task go if it was lost, or settle it.
+    async fn finish(mut self, traced: Span) {
+        self.legacy.clear();
+        if self.lost {
+            self.let_go(traced).await;
+        } else {
+            self.settle(traced).await;
+        }
+    }
+
+    /// Another replica settled it (a cancellation that landed there, or the lease
+    /// lapsed and it was failed): the call stops and nothing is written.
+    async fn let_go(mut self, mut traced: Span) {
+        if let Some(c) = &mut self.o.call {
+            c.canceller.cancel();
+        }
+        self.release();
+        traced.set("tasklift.task.status", "settled_elsewhere");
+        self.drivers
+            .settled_elsewhere(
+                &self.rec.id,
+                "task settled by another replica; its call here was stopped",
+            )
+            .await;
+    }
+
+    /// The task's call slot, its count against its principal's limit and its
+    /// call's meter go.
+    fn release(&mut self) {
+        drop(self.o.meter.take());
+        drop(self.o.slot.take());
+        drop(self.o.active.take());
+    }
+
+    /// Settle the task with its end: counted, stored, published, traced.
+    async fn settle(mut self, mut traced: Span) {
+        self.rec.input_requests.clear();
+        self.rec.updated_at_ms = self.drivers.clock().now_ms();
+        // Kept unsettled, in case the store cannot take the outcome (see store).
+        let unsettled = self.rec.clone();
+        let end = self
+            .end
+            .take()
+            .expect("the driver stops only once the task's end is known");
+        if let Err(e) = self.rec.settle(end) {
+            // Nothing else settles a task this driver runs; should it happen, the
+            // stored state stands.
+            tracing::error!(error = %e, "a task already settled was settled again");
+            self.drivers.running.remove(&self.rec.id);
+            return;
+        }
+        // Counted before the write that makes the state visible, so a client that
+        // sees the task settled also sees it counted.
+        self.drivers.metrics().task_finished(finished(&self.rec));
+        self.release();
+        if !self.store(unsettled).await {
+            return;
+        }
+        self.drivers.publish(&self.rec);
+        trace_end(&mut traced, &self.rec);
+        tracing::info!(status = self.rec.status().as_str(), "task settled");
+        self.drivers.running.remove(&self.rec.id);
+    }
+
+    /// Write the settled record, again while the store is out of space or out of
+    /// reach. False when another replica settled the task first (its state
+    /// stands); a failure in a smaller form when the outcome could not be stored.
+    async fn store(&mut self, unsettled: TaskRecord) -> bool {
+        let mut stored = self.drivers.store().put(&self.rec).await;
+        if let Err(e) = &stored {
+            if e.is_transient() {
+                stored = self.drivers.settle_later(&self.rec, e).await;
+            }
+        }
+        let Err(e) = stored else {
+            return true;
+        };
+        if let StoreError::Conflict { .. } = e {
+            self.drivers
+                .settled_elsewhere(&self.rec.id, "task was settled by another replica first")
+                .await;
+            return false;
+        }
+        tracing::error!(error = %e, "could not record the task's final state");
+        // Keep the outcome visible in a smaller form if the full one did not fit:
+        // the settled state above was never stored.
+        self.rec = unsettled;
+        let _ = self.rec.settle(failed(RpcError::new(
+            INTERNAL_ERROR,
+            format!("tasklift could not store this task's outcome: {e}"),
+        )));
+        let _ = self.drivers.store().put(&self.rec).await;
+        true
+    }
+}
+
+/// How a settled task is counted.
+fn finished(rec: &TaskRecord) -> crate::observe::metrics::Finished {
+    match rec.status() {
+        TaskStatus::Completed => crate::observe::metrics::Finished::Completed,
+        TaskStatus::Cancelled => crate::observe::metrics::Finished::Cancelled,
+        _ => crate::observe::metrics::Finished::Failed,
+    }
+}
+
+/// End the task's span with its status, and its error if it failed.
+fn trace_end(traced: &mut Span, rec: &TaskRecord) {
+    if !traced.is_recording() {
+        return;
+    }
+    traced.set("tasklift.task.status", rec.status().as_str());
+    match &rec.outcome {
+        Some(crate::store::TaskOutcome::Error(e)) => traced.fail(
+            e.get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("failed")
+                .to_string(),
+        ),
+        Some(crate::store::TaskOutcome::Result(r))
+            if r.get("isError").and_then(Value::as_bool) == Some(true) =>
+        {
+            traced.set("error.type", "tool_error");
+            traced.fail("the tool answered isError: true");
+        }
+        _ => {}
     }
 }
