@@ -34,6 +34,5 @@ pub mod serving;
 pub mod store;
 pub mod tasks;
 pub mod tls;
-pub mod tools;
 pub mod upstream;
 pub mod workers;

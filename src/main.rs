@@ -86,17 +86,17 @@ fn main() -> ExitCode {
         }
         Command::Store { cmd } => {
             init_tracing(cli.log_format, "warn");
-            tasklift::tools::store::run(cmd)
+            tasklift::cli::store::run(cmd)
         }
         Command::Call(args) => {
             init_tracing(cli.log_format, "warn");
-            tasklift::tools::call::run(args)
+            tasklift::cli::call::run(args)
         }
-        Command::Health(args) => tasklift::tools::health::run(args),
+        Command::Health(args) => tasklift::cli::health::run(args),
         #[cfg(feature = "demo")]
         Command::Demo { keep_data } => {
             init_tracing(cli.log_format, "warn");
-            report(runtime().block_on(tasklift::tools::demo::run(keep_data)))
+            report(runtime().block_on(tasklift::cli::demo::run(keep_data)))
         }
         #[cfg(feature = "demo")]
         Command::DemoServer(tasklift_fixture::ServeArgs {

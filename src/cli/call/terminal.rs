@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use super::exit::{fail, Fail, EXIT_FAILED, EXIT_INTERRUPTED};
 use super::form;
 use super::status::Status;
-use crate::tools::client::Client;
+use crate::cli::client::Client;
 
 /// Ctrl-C, listened for from the start (so it never kills the process mid-call).
 pub(super) struct Interrupt {

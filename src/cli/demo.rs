@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
+use crate::cli::client::Client;
 use crate::config::{RawConfig, RawUpstream};
-use crate::tools::client::Client;
 use tasklift_fixture::FixtureServer;
 
 /// Run the demo.

@@ -51,13 +51,13 @@ pub enum Command {
     Store {
         /// What to do with it.
         #[command(subcommand)]
-        cmd: crate::tools::store::StoreCmd,
+        cmd: crate::cli::store::StoreCmd,
     },
     /// Call a tool on any 2026-07-28 MCP endpoint, following a task to its result.
-    Call(crate::tools::call::CallArgs),
+    Call(crate::cli::call::CallArgs),
     /// Check that a running tasklift answers /healthz (exit 0) or not (exit 1): a
     /// container's health check.
-    Health(crate::tools::health::HealthArgs),
+    Health(crate::cli::health::HealthArgs),
     /// Run the bundled slow MCP server (legacy 2025-11-25 Streamable HTTP, or stdio) for trying tasklift.
     #[cfg(feature = "demo")]
     DemoServer(tasklift_fixture::ServeArgs),

@@ -33,7 +33,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::{json, Map, Value};
 
-use crate::tools::client::{Client, ClientError};
+use crate::cli::client::{Client, ClientError};
 use args::parse_header;
 use exit::{client_fail, fail, no_prompt_hint, Fail};
 use follow::follow_task;

@@ -2,7 +2,7 @@
 //! with the code it exits with (a JSON-RPC error's code decides between a usage
 //! error and a failure).
 
-use crate::tools::client::ClientError;
+use crate::cli::client::ClientError;
 
 /// Completed, not `isError`.
 pub const EXIT_OK: u8 = 0;
