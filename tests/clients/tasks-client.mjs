@@ -5,7 +5,7 @@
 // Usage: node tasks-client.mjs http://127.0.0.1:PORT/mcp
 //
 // tasklift must front the bundled fixture (`tasklift demo-server`) with the rules
-// tests/it/ts_clients.rs sets: `confirm_delete` in mode "always" (a task at once, so
+// tests/it/peers/ts_clients.rs sets: `confirm_delete` in mode "always" (a task at once, so
 // its elicitation turns the task input_required), `greet` in mode "never", the other
 // tools on a threshold under a second. Checks, in order:
 //   - connect: server/discover pinned to 2026-07-28, the tasks extension advertised

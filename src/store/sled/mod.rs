@@ -22,7 +22,7 @@
 //! (about 9% of everything written: 114 MiB on disk for 1.3 MiB live after 1,000
 //! rounds of 50 tasks, see `examples/store_churn.rs`). With records of at most
 //! 6 KiB a leaf stays near 100 KiB, no blob is written, and sled's own log recycles
-//! its segments: 2.5 MiB however long the churn. `tests/it/disk.rs` measures it.
+//! its segments: 2.5 MiB however long the churn. `tests/it/store/disk.rs` measures it.
 //!
 //! Files a crash can leave behind (`*.tmp` from an interrupted write, a result whose
 //! record never became durable or was deleted just before) are removed at open.

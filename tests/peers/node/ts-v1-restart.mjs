@@ -1,5 +1,5 @@
 // A 2025-era client written with the TypeScript SDK v1 (@modelcontextprotocol/sdk
-// 1.29) across a tasklift restart, as tests/it/peers_node.rs drives it:
+// 1.29) across a tasklift restart, as tests/it/store/session_restart.rs drives it:
 // it opens a session, calls `echo`, starts the gated `job` and prints
 // `in flight <session id>` once the call's stream can be resumed (the test then
 // restarts tasklift on the same address), waits for that call to end, and calls

@@ -7,7 +7,7 @@
 //
 // Usage: node ts-v2-tasks-client.mjs http://127.0.0.1:PORT/mcp
 //
-// tasklift must front ts-v1-server.mjs with the rules tests/it/peers_clients.rs
+// tasklift must front ts-v1-server.mjs with the rules tests/it/peers/clients.rs
 // sets: `ask` in mode "always" (a task at once, so its elicitation turns the task
 // input_required), `echo` and `stats` in mode "never", `slow` on a threshold under
 // a second. Checks, in order:

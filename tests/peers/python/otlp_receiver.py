@@ -1,4 +1,4 @@
-"""A small OTLP/HTTP traces receiver for tasklift's tests (tests/it/otlp.rs).
+"""A small OTLP/HTTP traces receiver for tasklift's tests (tests/it/ops/otlp.rs).
 
 It decodes each POST to /v1/traces with the OpenTelemetry project's own protobuf
 classes (opentelemetry-proto), so what tasklift's hand-written encoder sends is

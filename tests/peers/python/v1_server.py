@@ -1,7 +1,7 @@
 """A legacy (2025-era) MCP server written with the Python SDK, mcp==1.30 FastMCP.
 
 The SDK does the protocol; this file only declares tools, the way a user of the SDK
-would. tasklift's integration tests (tests/it/peers_python.rs) put it behind tasklift.
+would. tasklift's integration tests (tests/it/peers/python.rs) put it behind tasklift.
 
     python v1_server.py [--mode http|stateless|json|stdio|h2] [--port N]
 

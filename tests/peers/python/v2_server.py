@@ -1,7 +1,7 @@
 """A modern (2026-07-28) MCP server written with the Python SDK, mcp==2.3 MCPServer.
 
 The SDK does the protocol; this file only declares tools, the way a user of the SDK
-would. tasklift's integration tests (tests/it/peers_python.rs) put it behind tasklift.
+would. tasklift's integration tests (tests/it/peers/python.rs) put it behind tasklift.
 
     python v2_server.py [--mode http|stdio] [--port N]
 
