@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use super::core::{part, Parts};
@@ -39,27 +39,33 @@ part!(
 impl Listen {
     /// Open a task-status stream for the caller's tasks among `taskIds`.
     pub async fn listen(&self, up: Arc<dyn Upstream>, req: &Request, ctx: &CallContext) -> Reply {
-        let (owner, upstream) = (ctx.principal.as_str(), up.name().to_string());
-        let upstream = upstream.as_str();
         let sub = req.id.clone().unwrap_or(Value::Null);
-        let wanted: Vec<String> = req
-            .params
-            .get("notifications")
-            .and_then(|n| n.get("taskIds"))
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let wanted = wanted_tasks(req);
         if !wanted.is_empty() && !mcp::declares_tasks(&req.params) {
             let e = mcp::missing_tasks_capability("task status notifications");
             return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
         }
         // Subscribe before reading current states, so no change falls in between.
-        let mut changes = self.subscribe();
+        let changes = self.subscribe();
+        let owned = self.owned(wanted, &ctx.principal, up.name()).await;
+        let ids: HashSet<String> = owned.iter().map(|r| r.id.clone()).collect();
+        let listening = upstream_listening(&*up, req, ctx).await;
+        let ack = acknowledgement(&listening, &ids, &sub);
+        let (tx, rx) = mpsc::channel(64);
+        let feed = Feed {
+            listen: self.clone(),
+            tx,
+            sub,
+            ids,
+            listening,
+            changes,
+        };
+        tokio::spawn(feed.run(ack, owned));
+        Reply::Stream(rx)
+    }
+
+    /// The records of the tasks among `wanted` that `owner` may see on `upstream`.
+    async fn owned(&self, wanted: Vec<String>, owner: &str, upstream: &str) -> Vec<TaskRecord> {
         let mut owned = Vec::new();
         for id in wanted {
             let who = super::Caller {
@@ -70,99 +76,153 @@ impl Listen {
                 owned.push(rec);
             }
         }
-        let ids: HashSet<String> = owned.iter().map(|r| r.id.clone()).collect();
-        let mut others = req
-            .params
-            .get("notifications")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        others.remove("taskIds");
-        let listening = if others.is_empty() {
+        owned
+    }
+}
+
+/// The task ids a listen request names.
+fn wanted_tasks(req: &Request) -> Vec<String> {
+    req.params
+        .get("notifications")
+        .and_then(|n| n.get("taskIds"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The upstream's side of the stream: the notification types other than task
+/// status, as it agreed to send them (none asked, or none available: nothing).
+async fn upstream_listening(up: &dyn Upstream, req: &Request, ctx: &CallContext) -> Listening {
+    let mut others: Map<String, Value> = req
+        .params
+        .get("notifications")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    others.remove("taskIds");
+    if others.is_empty() {
+        return Listening::none();
+    }
+    match up.listen(&others, req, ctx).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "the upstream's change notifications are unavailable");
             Listening::none()
-        } else {
-            match up.listen(&others, req, ctx).await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(error = %e, "the upstream's change notifications are unavailable");
-                    Listening::none()
-                }
-            }
-        };
-        let mut agreed = listening.agreed.clone();
-        if !ids.is_empty() {
-            agreed.insert("taskIds".into(), json!(ids.iter().collect::<Vec<_>>()));
         }
-        let (tx, rx) = mpsc::channel(64);
-        let ack = jsonrpc::notification(
-            "notifications/subscriptions/acknowledged",
-            json!({"_meta": { SUBSCRIPTION_ID: sub }, "notifications": agreed}),
-        );
-        let engine = self.clone();
-        tokio::spawn(async move {
-            // Own the whole value: dropping its canceller would end the upstream side.
-            let mut listening = listening;
-            if tx.send(StreamItem::Message(ack)).await.is_err() {
+    }
+}
+
+/// The acknowledgement: what the upstream agreed to, and the task ids followed.
+fn acknowledgement(listening: &Listening, ids: &HashSet<String>, sub: &Value) -> Value {
+    let mut agreed = listening.agreed.clone();
+    if !ids.is_empty() {
+        agreed.insert("taskIds".into(), json!(ids.iter().collect::<Vec<_>>()));
+    }
+    jsonrpc::notification(
+        "notifications/subscriptions/acknowledged",
+        json!({"_meta": { SUBSCRIPTION_ID: sub }, "notifications": agreed}),
+    )
+}
+
+/// One listen stream, fed until its client goes away or tasklift shuts down. Not
+/// `Sync` (a `Listening` is not): its steps take it by `&mut`, so the stream's
+/// future stays `Send`.
+struct Feed {
+    listen: Listen,
+    tx: mpsc::Sender<StreamItem>,
+    /// The subscription id notifications carry.
+    sub: Value,
+    /// The tasks followed.
+    ids: HashSet<String>,
+    /// Owned whole: dropping its canceller would end the upstream side.
+    listening: Listening,
+    changes: broadcast::Receiver<TaskRecord>,
+}
+
+impl Feed {
+    /// The acknowledgement, the current state of each task, then every change
+    /// and the upstream's notifications, with keep-alives between.
+    async fn run(mut self, ack: Value, owned: Vec<TaskRecord>) {
+        if self.tx.send(StreamItem::Message(ack)).await.is_err() {
+            return;
+        }
+        for rec in &owned {
+            if !self.send_task(rec).await {
                 return;
             }
-            // The current state first, then every change.
-            for rec in &owned {
-                if tx
-                    .send(StreamItem::Message(task_notification(rec, &sub)))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            let mut closing = engine.closing.subscribe();
-            let mut tick = tokio::time::interval(engine.keepalive);
-            tick.tick().await;
-            loop {
-                let item = tokio::select! {
-                    _ = tx.closed() => return,
-                    _ = closing.changed() => {
-                        // Graceful closure: the response to the listen request ends it.
-                        let done = jsonrpc::response(Some(&sub), &Ok(json!({
-                            "resultType": "complete", "_meta": { SUBSCRIPTION_ID: sub.clone() }})));
-                        let _ = tx.send(StreamItem::Message(done)).await;
-                        return;
+        }
+        let mut closing = self.listen.closing.subscribe();
+        let mut tick = tokio::time::interval(self.listen.keepalive);
+        tick.tick().await;
+        loop {
+            let item = tokio::select! {
+                _ = self.tx.closed() => return,
+                _ = closing.changed() => return self.close().await,
+                _ = tick.tick() => StreamItem::KeepAlive,
+                Some(n) = self.listening.events.recv() => match self.upstream_notification(n) {
+                    Some(n) => StreamItem::Message(n),
+                    None => continue,
+                },
+                r = self.changes.recv() => match r {
+                    Ok(rec) if self.ids.contains(&rec.id) => {
+                        StreamItem::Message(task_notification(&rec, &self.sub))
                     }
-                    _ = tick.tick() => StreamItem::KeepAlive,
-                    Some(mut n) = listening.events.recv() => {
-                        if !notification_wanted(&listening.agreed, &n) {
-                            continue;
-                        }
-                        if let Some(Value::Object(p)) = n.get_mut("params") {
-                            let meta = p.entry("_meta").or_insert_with(|| json!({}));
-                            if let Value::Object(m) = meta {
-                                m.insert(SUBSCRIPTION_ID.into(), sub.clone());
-                            }
-                        } else {
-                            n["params"] = json!({"_meta": { SUBSCRIPTION_ID: sub }});
-                        }
-                        StreamItem::Message(n)
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        self.resend_tasks().await;
+                        continue;
                     }
-                    r = changes.recv() => match r {
-                        Ok(rec) if ids.contains(&rec.id) => StreamItem::Message(task_notification(&rec, &sub)),
-                        Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            // Missed some changes: send the current state of every task.
-                            for id in &ids {
-                                if let Ok(Some(rec)) = engine.store().get(id).await {
-                                    let _ = tx.send(StreamItem::Message(task_notification(&rec, &sub))).await;
-                                }
-                            }
-                            continue;
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    },
-                };
-                if tx.send(item).await.is_err() {
-                    return;
-                }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            if self.tx.send(item).await.is_err() {
+                return;
             }
-        });
-        Reply::Stream(rx)
+        }
+    }
+
+    /// A task's state; false once the client went away.
+    async fn send_task(&mut self, rec: &TaskRecord) -> bool {
+        let n = task_notification(rec, &self.sub);
+        self.tx.send(StreamItem::Message(n)).await.is_ok()
+    }
+
+    /// Missed some changes: the current state of every task.
+    async fn resend_tasks(&mut self) {
+        for id in &self.ids {
+            if let Ok(Some(rec)) = self.listen.store().get(id).await {
+                let n = task_notification(&rec, &self.sub);
+                let _ = self.tx.send(StreamItem::Message(n)).await;
+            }
+        }
+    }
+
+    /// An upstream's notification the client agreed to, tagged with the
+    /// subscription; `None` for any other.
+    fn upstream_notification(&self, mut n: Value) -> Option<Value> {
+        if !notification_wanted(&self.listening.agreed, &n) {
+            return None;
+        }
+        if let Some(Value::Object(p)) = n.get_mut("params") {
+            let meta = p.entry("_meta").or_insert_with(|| json!({}));
+            if let Value::Object(m) = meta {
+                m.insert(SUBSCRIPTION_ID.into(), self.sub.clone());
+            }
+        } else {
+            n["params"] = json!({"_meta": { SUBSCRIPTION_ID: self.sub }});
+        }
+        Some(n)
+    }
+
+    /// Graceful closure: the response to the listen request ends the stream.
+    async fn close(&mut self) {
+        let result = json!({"resultType": "complete", "_meta": { SUBSCRIPTION_ID: self.sub }});
+        let done = jsonrpc::response(Some(&self.sub), &Ok(result));
+        let _ = self.tx.send(StreamItem::Message(done)).await;
     }
 }
