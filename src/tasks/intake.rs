@@ -12,11 +12,12 @@ use serde_json::{json, Value};
 use super::core::{part, Parts};
 use super::handles::{Handle, Waiter};
 use super::input::STATE_PREFIX;
+use super::limits::LimitError;
 use super::phases::{SyncCall, TaskSpec};
 use crate::config::{NonTaskClients, OnDisconnect, ToolMode, ToolPolicy};
 use crate::reply::Reply;
 use crate::upstream::{CallContext, Upstream};
-use tasklift_protocol::jsonrpc::{self, Request};
+use tasklift_protocol::jsonrpc::{self, Request, RpcError};
 use tasklift_protocol::mcp;
 
 part!(
@@ -25,7 +26,9 @@ part!(
 );
 
 impl Intake {
-    /// Handle `tools/call`.
+    /// Handle `tools/call`: the handle its client may get, an answer it already
+    /// has (to questions asked while it waited, or a detached call's replay), room
+    /// for a task, then the call itself.
     pub async fn call_tool(
         &self,
         upstream: Arc<dyn Upstream>,
@@ -42,69 +45,30 @@ impl Intake {
         let replay = (!declares && policy.on_disconnect == OnDisconnect::Detach)
             .then(|| super::detach::replay_key(&ctx, upstream.name(), &req))
             .flatten();
-        // A client without the extension never gets a CreateTaskResult: past the
-        // threshold it gets a tool-level handle, or waits on the task (detach).
-        let handle = if declares {
-            Handle::Extension
-        } else if policy.non_task_clients == NonTaskClients::ToolHandles {
-            Handle::Tool
-        } else if replay.is_some() && policy.mode != ToolMode::Required {
-            Handle::Join
-        } else if policy.mode == ToolMode::Required {
-            let tool = req.str_param("name").unwrap_or_default();
-            let err = mcp::missing_tasks_capability(&format!("tool {tool:?}"));
-            return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(err)));
-        } else {
-            Handle::Extension
+        let handle = match handle_for(declares, policy, replay.is_some()) {
+            Some(h) => h,
+            None => return refuse(&req, mcp::missing_tasks_capability(&tool_named(&req))),
         };
         let mut eligible =
             (declares || handle != Handle::Extension) && policy.mode != ToolMode::Never;
-        let waiter = || Waiter::new(&req, &ctx, upstream.name());
-        let who = super::Caller {
-            principal: &ctx.principal,
-            upstream: upstream.name(),
-        };
-        // An answer to questions asked while the caller waited on the task.
         if handle != Handle::Extension {
-            match self.handles().answer_waited(&req, who).await {
-                Ok(None) => {}
-                Ok(Some(id)) => return self.detach().join(id, waiter(), Duration::ZERO),
-                Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into()))),
+            if let Some(reply) = self.answered(&req, &ctx, &upstream).await {
+                return reply;
             }
         }
         // The retry of an identical call that became a task: that task's answer.
         let replay = replay.filter(|_| eligible);
         if let Some(key) = &replay {
-            if let Some(rec) = self.detach().replayable(key, who).await {
-                return self.detach().replay(rec, waiter(), handle);
+            if let Some(rec) = self.detach().replayable(key, caller(&ctx, &upstream)).await {
+                let w = Waiter::new(&req, &ctx, upstream.name());
+                return self.detach().replay(rec, w, handle);
             }
-        }
-        let low = self.disk.as_ref().filter(|d| eligible && d.is_low());
-        if let Some(d) = low {
-            // No room to store a new task: a tool that runs only as a task is
-            // refused before anything runs; any other runs synchronously.
-            let e = if d.store_unreachable() {
-                super::limits::LimitError::StoreUnreachable
-            } else if d.store_refused() {
-                super::limits::LimitError::StoreFull
-            } else {
-                super::limits::LimitError::LowDisk {
-                    free: d.free_bytes().unwrap_or(0),
-                    min: d.min_free(),
-                }
-            };
-            self.metrics.limit_hit(e.setting());
-            if policy.mode == ToolMode::Required {
-                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into())));
-            }
-            eligible = false;
         }
         if eligible {
-            // Refused before any work starts: a call that may become a task needs room.
-            if let Err(e) = self.gate.may_start_task(&ctx.principal) {
-                self.metrics.limit_hit(e.setting());
-                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into())));
-            }
+            eligible = match self.room_for_task(policy, &req, &ctx.principal) {
+                Ok(room) => room,
+                Err(reply) => return reply,
+            };
         }
         let task = eligible.then(|| TaskSpec {
             tool: req.str_param("name").unwrap_or_default().to_string(),
@@ -120,21 +84,69 @@ impl Intake {
             let state = state.to_string();
             return self.race().resume(&req, &state, &ctx, task).await;
         }
-        // tasklift follows progress under its own token when the client gave none.
-        let client_token = req
-            .meta()
-            .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
-            .is_some();
-        let token = match req.meta().and_then(|m| m.get(mcp::META_PROGRESS_TOKEN)) {
-            Some(t) => t.clone(),
-            None => {
-                let t = json!(progress_token());
-                mcp::meta_mut(&mut req.params).insert(mcp::META_PROGRESS_TOKEN.into(), t.clone());
-                t
-            }
-        };
-        self.start(upstream, req, ctx, (Some(token), client_token), task, None)
+        let progress = follow_progress(&mut req);
+        self.start(upstream, req, ctx, progress, task, None).await
+    }
+
+    /// An answer to questions asked while the caller waited on the task: the
+    /// caller waits on it again (or hears why the answer went nowhere).
+    async fn answered(
+        &self,
+        req: &Request,
+        ctx: &CallContext,
+        upstream: &Arc<dyn Upstream>,
+    ) -> Option<Reply> {
+        match self
+            .handles()
+            .answer_waited(req, caller(ctx, upstream))
             .await
+        {
+            Ok(None) => None,
+            Ok(Some(id)) => {
+                let w = Waiter::new(req, ctx, upstream.name());
+                Some(self.detach().join(id, w, Duration::ZERO))
+            }
+            Err(e) => Some(refuse(req, e.into())),
+        }
+    }
+
+    /// Whether the call may still become a task: not with the store low on space
+    /// (a tool that runs only as a task is then refused before anything runs; any
+    /// other runs synchronously), nor past the caller's task limit (refused).
+    fn room_for_task(
+        &self,
+        policy: &ToolPolicy,
+        req: &Request,
+        principal: &str,
+    ) -> Result<bool, Reply> {
+        if let Some(e) = self.low_disk() {
+            self.metrics.limit_hit(e.setting());
+            if policy.mode == ToolMode::Required {
+                return Err(refuse(req, e.into()));
+            }
+            return Ok(false);
+        }
+        // Refused before any work starts: a call that may become a task needs room.
+        if let Err(e) = self.gate.may_start_task(principal) {
+            self.metrics.limit_hit(e.setting());
+            return Err(refuse(req, e.into()));
+        }
+        Ok(true)
+    }
+
+    /// No room to store a new task: why.
+    fn low_disk(&self) -> Option<LimitError> {
+        let d = self.disk.as_ref().filter(|d| d.is_low())?;
+        Some(if d.store_unreachable() {
+            LimitError::StoreUnreachable
+        } else if d.store_refused() {
+            LimitError::StoreFull
+        } else {
+            LimitError::LowDisk {
+                free: d.free_bytes().unwrap_or(0),
+                min: d.min_free(),
+            }
+        })
     }
 
     /// Forward any other request and relay its answer (notifications stream over SSE).
@@ -224,6 +236,54 @@ impl Intake {
         };
         self.race().drive(sc, task).await
     }
+}
+
+/// The handle a client may get past the threshold: a client without the
+/// extension never gets a CreateTaskResult, but a tool-level handle, or it waits
+/// on the task (detach). `None`: the tool runs only as a task, and this client
+/// could hold none (the call is refused).
+fn handle_for(declares: bool, policy: &ToolPolicy, detaches: bool) -> Option<Handle> {
+    Some(if declares {
+        Handle::Extension
+    } else if policy.non_task_clients == NonTaskClients::ToolHandles {
+        Handle::Tool
+    } else if detaches && policy.mode != ToolMode::Required {
+        Handle::Join
+    } else if policy.mode == ToolMode::Required {
+        return None;
+    } else {
+        Handle::Extension
+    })
+}
+
+/// Who calls, as the stored tasks know their owner.
+fn caller<'a>(ctx: &'a CallContext, upstream: &'a Arc<dyn Upstream>) -> super::Caller<'a> {
+    super::Caller {
+        principal: &ctx.principal,
+        upstream: upstream.name(),
+    }
+}
+
+/// What a refusal names the tool as.
+fn tool_named(req: &Request) -> String {
+    format!("tool {:?}", req.str_param("name").unwrap_or_default())
+}
+
+/// The error answer to `req`.
+fn refuse(req: &Request, e: RpcError) -> Reply {
+    Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)))
+}
+
+/// The progress token the upstream reports under, and whether the client gave
+/// it (progress is then relayed): tasklift follows progress under its own token
+/// when the client gave none.
+fn follow_progress(req: &mut Request) -> (Option<Value>, bool) {
+    if let Some(t) = req.meta().and_then(|m| m.get(mcp::META_PROGRESS_TOKEN)) {
+        return (Some(t.clone()), true);
+    }
+    let t = json!(progress_token());
+    mcp::meta_mut(&mut req.params).insert(mcp::META_PROGRESS_TOKEN.into(), t.clone());
+    (Some(t), false)
 }
 
 /// A progress token of tasklift's own: unique in this process and across restarts
