@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use http::{header, HeaderValue};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::observe::error_chain as chain;
@@ -94,9 +95,29 @@ impl Client {
     pub async fn request_streaming(
         &self,
         method: &str,
-        mut params: Value,
+        params: Value,
         mut on_notification: impl FnMut(&Value),
     ) -> Result<Value, ClientError> {
+        let body = self.envelope(method, params)?;
+        let resp = self.post(method, &body).await?;
+        let status = resp.status();
+        let sse = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if sse {
+            self.read_sse(resp.into_body(), status, &mut on_notification)
+                .await
+        } else {
+            self.read_json(resp.into_body(), status, &mut on_notification)
+                .await
+        }
+    }
+
+    /// The JSON-RPC request: `params` with this client's `_meta` (protocol version,
+    /// client info, capabilities), and the next id.
+    fn envelope(&self, method: &str, mut params: Value) -> Result<Value, ClientError> {
         let mut caps = Value::Object(self.capabilities.clone());
         if self.tasks {
             caps["extensions"] = json!({TASKS_EXTENSION: {}});
@@ -112,7 +133,16 @@ impl Client {
         );
         meta.insert(mcp::META_CLIENT_CAPABILITIES.into(), caps);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        Ok(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+    }
+
+    /// POST the request with the headers Streamable HTTP asks for (and `mcp-name`
+    /// when the method names a tool, prompt or resource) and this client's own.
+    async fn post(
+        &self,
+        method: &str,
+        body: &Value,
+    ) -> Result<http::Response<Incoming>, ClientError> {
         let mut req = http::Request::post(self.url.clone())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json, text/event-stream")
@@ -130,68 +160,66 @@ impl Client {
         let req = req
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| ClientError::Http(e.to_string()))?;
-        let resp = self
-            .http
+        self.http
             .request(req)
             .await
-            .map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))?;
-        let sse = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        let status = resp.status();
-        let mut body = resp.into_body();
-        // What one message means: the answer, or a notification to hand on.
-        let mut take = |m: &str| -> Option<Result<Value, ClientError>> {
-            match serde_json::from_str::<Value>(m)
-                .ok()
-                .and_then(Msg::classify)
-            {
-                Some(Msg::Response { outcome, .. }) => Some(outcome.map_err(ClientError::Rpc)),
-                Some(Msg::Notification { method, params }) => {
-                    on_notification(&json!({"method": method, "params": params}));
-                    None
-                }
-                _ => None,
-            }
-        };
-        let mut text = String::new();
-        if sse {
-            let mut p = SseParser::default();
-            while let Some(frame) = body.frame().await {
-                let frame =
-                    frame.map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))?;
-                if let Ok(d) = frame.into_data() {
-                    for m in p.feed(&d) {
-                        if let Some(answer) = take(&m) {
-                            return answer;
-                        }
+            .map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))
+    }
+
+    /// The answer on an SSE stream, handing on the notifications before it.
+    async fn read_sse(
+        &self,
+        mut body: Incoming,
+        status: http::StatusCode,
+        on_notification: &mut impl FnMut(&Value),
+    ) -> Result<Value, ClientError> {
+        let mut p = SseParser::default();
+        while let Some(frame) = body.frame().await {
+            let frame =
+                frame.map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))?;
+            if let Ok(d) = frame.into_data() {
+                for m in p.feed(&d) {
+                    if let Some(answer) = take(&m, on_notification) {
+                        return answer;
                     }
                 }
             }
-            if let Some(answer) = p.finish().as_deref().and_then(&mut take) {
-                return answer;
-            }
-        } else {
-            let b = body
-                .collect()
-                .await
-                .map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))?
-                .to_bytes();
-            text = String::from_utf8_lossy(&b).into_owned();
-            if let Some(answer) = take(&text) {
-                return answer;
-            }
         }
+        if let Some(answer) = p.finish().and_then(|m| take(&m, on_notification)) {
+            return answer;
+        }
+        Err(self.no_answer(status, ""))
+    }
+
+    /// The answer in a JSON body.
+    async fn read_json(
+        &self,
+        body: Incoming,
+        status: http::StatusCode,
+        on_notification: &mut impl FnMut(&Value),
+    ) -> Result<Value, ClientError> {
+        let b = body
+            .collect()
+            .await
+            .map_err(|e| ClientError::Http(format!("{}: {}", self.url, chain(&e))))?
+            .to_bytes();
+        let text = String::from_utf8_lossy(&b);
+        if let Some(answer) = take(&text, on_notification) {
+            return answer;
+        }
+        Err(self.no_answer(status, &text))
+    }
+
+    /// A body without the response, quoting its start (what a non-MCP endpoint said).
+    fn no_answer(&self, status: http::StatusCode, text: &str) -> ClientError {
         let mut snippet: String = text.trim().chars().take(200).collect();
         if !snippet.is_empty() {
             snippet = format!(" ({snippet})");
         }
-        Err(ClientError::Http(format!(
+        ClientError::Http(format!(
             "{}: HTTP {status}: no JSON-RPC response in the body{snippet}",
             self.url
-        )))
+        ))
     }
 
     /// `tools/call`.
@@ -229,5 +257,21 @@ impl Client {
             .request("tasks/cancel", json!({"taskId": task_id}))
             .await?
             .result)
+    }
+}
+
+/// What one message means: the answer, or (`None`) a notification handed on or
+/// something else skipped.
+fn take(m: &str, on_notification: &mut impl FnMut(&Value)) -> Option<Result<Value, ClientError>> {
+    match serde_json::from_str::<Value>(m)
+        .ok()
+        .and_then(Msg::classify)
+    {
+        Some(Msg::Response { outcome, .. }) => Some(outcome.map_err(ClientError::Rpc)),
+        Some(Msg::Notification { method, params }) => {
+            on_notification(&json!({"method": method, "params": params}));
+            None
+        }
+        _ => None,
     }
 }
