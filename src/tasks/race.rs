@@ -23,7 +23,7 @@ use crate::store::{NewTask, TaskRecord};
 use crate::upstream::{
     broken, CallContext, CallEvent, ClientPeer, Next, ServerRequest, UpstreamCall,
 };
-use tasklift_protocol::jsonrpc::{self, RpcError};
+use tasklift_protocol::jsonrpc::{self, Outcome, RpcError};
 
 /// How long a call parked for input waits for the client's retry.
 pub const PARK_TTL: Duration = Duration::from_secs(600);
@@ -215,64 +215,11 @@ impl Race {
             };
             tokio::select! {
                 biased;
-                ev = Self::next_event(sc, raw) => match ev {
-                    Some(Next::Raw(r)) => {
-                        sc.call.canceller.disarm();
-                        return Step::FinalRaw(r.response(sc.id.as_ref()));
+                ev = Self::next_event(sc, raw) => {
+                    if let Some(step) = self.event(sc, ev).await {
+                        return step;
                     }
-                    Some(Next::Event(CallEvent::Done(outcome))) => {
-                        sc.call.canceller.disarm();
-                        if let Ok(r) = &outcome {
-                            self.upstream_tasks
-                                .note(r, &sc.upstream, &sc.owner, self.clock.now_ms());
-                        }
-                        let mut outcome = finalize_result(outcome);
-                        if let (Ok(Value::Object(r)), Some((ttl, scope))) = (&mut outcome, &sc.cache_hint) {
-                            r.entry("ttlMs").or_insert_with(|| json!(ttl));
-                            r.entry("cacheScope").or_insert_with(|| json!(scope));
-                        }
-                        let status = outcome.as_ref().err().and_then(|e| e.http_status);
-                        return Step::Final(jsonrpc::response_from(sc.id.as_ref(), outcome), status);
-                    }
-                    Some(Next::Event(CallEvent::Notification(n))) => {
-                        if is_progress_for(&n, &sc.token) {
-                            sc.last_progress = n.get("params").and_then(progress_message).or(sc.last_progress.take());
-                            if sc.relay_progress {
-                                return Step::Relay(n);
-                            }
-                        } else if n.get("method").and_then(Value::as_str) == Some("notifications/message") {
-                            // Logs only for requests that set a level, and at or above it.
-                            let level = n.get("params").and_then(|p| p.get("level")).and_then(Value::as_str);
-                            if sc.log_level.as_deref().is_some_and(|min| level_rank(level) >= level_rank(Some(min))) {
-                                return Step::Relay(n);
-                            }
-                        }
-                    }
-                    Some(Next::Event(CallEvent::Input(r))) => {
-                        let mut reqs = Vec::new();
-                        admit_request(&sc.caps, r, &mut reqs);
-                        // Several requests may be outstanding at once: a server asking them
-                        // together sends them one after another, so take those that follow closely.
-                        while let Ok(Some(ev)) =
-                            tokio::time::timeout(INPUT_GATHER, sc.call.events.recv()).await
-                        {
-                            match ev {
-                                CallEvent::Input(r) => admit_request(&sc.caps, r, &mut reqs),
-                                other => {
-                                    sc.backlog.push_back(other);
-                                    break;
-                                }
-                            }
-                        }
-                        if !reqs.is_empty() {
-                            return Step::Input(reqs);
-                        }
-                    }
-                    None => {
-                        sc.call.canceller.disarm();
-                        return Step::Final(jsonrpc::response(sc.id.as_ref(), &Err(broken(&sc.upstream))), None);
-                    }
-                },
+                }
                 _ = towards_threshold => match write_at {
                     Some((_, spec, t)) => {
                         let rec = self.new_record(sc, spec, t);
@@ -283,6 +230,48 @@ impl Race {
                 _ = tokio::time::sleep_until(keepalive_at) => return Step::KeepAlive,
             }
         }
+    }
+
+    /// What an upstream event means for the synchronous phase: a step to act on,
+    /// or `None` (nothing for the caller: wait on).
+    async fn event(&self, sc: &mut SyncCall, ev: Option<Next>) -> Option<Step> {
+        match ev {
+            Some(Next::Raw(r)) => {
+                sc.call.canceller.disarm();
+                Some(Step::FinalRaw(r.response(sc.id.as_ref())))
+            }
+            Some(Next::Event(CallEvent::Done(outcome))) => Some(self.final_answer(sc, outcome)),
+            Some(Next::Event(CallEvent::Notification(n))) => relayed(sc, n).map(Step::Relay),
+            Some(Next::Event(CallEvent::Input(r))) => {
+                let reqs = gather_input(sc, r).await;
+                (!reqs.is_empty()).then_some(Step::Input(reqs))
+            }
+            None => {
+                sc.call.canceller.disarm();
+                let e = broken(&sc.upstream);
+                Some(Step::Final(
+                    jsonrpc::response(sc.id.as_ref(), &Err(e)),
+                    None,
+                ))
+            }
+        }
+    }
+
+    /// The upstream's answer, as the caller gets it: an upstream's own task id is
+    /// noted, a cacheable result gets its hints, an error keeps its HTTP status.
+    fn final_answer(&self, sc: &mut SyncCall, outcome: Outcome) -> Step {
+        sc.call.canceller.disarm();
+        if let Ok(r) = &outcome {
+            self.upstream_tasks
+                .note(r, &sc.upstream, &sc.owner, self.clock.now_ms());
+        }
+        let mut outcome = finalize_result(outcome);
+        if let (Ok(Value::Object(r)), Some((ttl, scope))) = (&mut outcome, &sc.cache_hint) {
+            r.entry("ttlMs").or_insert_with(|| json!(ttl));
+            r.entry("cacheScope").or_insert_with(|| json!(scope));
+        }
+        let status = outcome.as_ref().err().and_then(|e| e.http_status);
+        Step::Final(jsonrpc::response_from(sc.id.as_ref(), outcome), status)
     }
 
     /// Park a call whose upstream asked for input and answer the client with an
@@ -550,6 +539,50 @@ fn forward_input(s: &ClientPeer, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
             StreamItem::Message(s.ask(&method, params, Box::new(move |o| r.answer(o))))
         })
         .collect()
+}
+
+/// A notification the caller is shown, if any: progress (remembered for the
+/// task's first statusMessage) when the client asked for it, and log messages at
+/// or above the level the request set.
+fn relayed(sc: &mut SyncCall, n: Value) -> Option<Value> {
+    if is_progress_for(&n, &sc.token) {
+        sc.last_progress = n
+            .get("params")
+            .and_then(progress_message)
+            .or(sc.last_progress.take());
+        return sc.relay_progress.then_some(n);
+    }
+    if n.get("method").and_then(Value::as_str) != Some("notifications/message") {
+        return None;
+    }
+    // Logs only for requests that set a level, and at or above it.
+    let level = n
+        .get("params")
+        .and_then(|p| p.get("level"))
+        .and_then(Value::as_str);
+    let shown = sc
+        .log_level
+        .as_deref()
+        .is_some_and(|min| level_rank(level) >= level_rank(Some(min)));
+    shown.then_some(n)
+}
+
+/// The upstream's input request, with those that follow closely: a server asking
+/// several at once sends them one after another, and they belong in the same
+/// `InputRequiredResult`. Only those the caller may be shown are kept.
+async fn gather_input(sc: &mut SyncCall, first: ServerRequest) -> Vec<ServerRequest> {
+    let mut reqs = Vec::new();
+    admit_request(&sc.caps, first, &mut reqs);
+    while let Ok(Some(ev)) = tokio::time::timeout(INPUT_GATHER, sc.call.events.recv()).await {
+        match ev {
+            CallEvent::Input(r) => admit_request(&sc.caps, r, &mut reqs),
+            other => {
+                sc.backlog.push_back(other);
+                break;
+            }
+        }
+    }
+    reqs
 }
 
 /// Severity order of MCP log levels (RFC 5424); unknown levels rank lowest.
