@@ -27,6 +27,7 @@ mod status;
 mod terminal;
 
 use std::io::{IsTerminal, Write};
+use std::ops::ControlFlow;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -97,9 +98,38 @@ pub fn run(args: CallArgs) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Call the tool until it answers: a result, a task handle to follow, or questions
+/// answered before calling again.
 async fn call(a: CallArgs) -> Result<u8, Fail> {
     let arguments =
         parse_arguments(&a.args, a.args_json.as_deref()).map_err(|m| fail(EXIT_USAGE, m))?;
+    let mut cx = context(&a)?;
+    let token = format!("tasklift-call-{}", uuid::Uuid::new_v4());
+    let mut params =
+        json!({"name": a.tool, "arguments": arguments, "_meta": {"progressToken": token}});
+    let mut label = format!("calling {}", a.tool);
+    loop {
+        let result = match send_call(&mut cx, &params, &label).await? {
+            ControlFlow::Continue(result) => result,
+            ControlFlow::Break(code) => return Ok(code),
+        };
+        match result["resultType"].as_str() {
+            Some("task") => return follow_task(&mut cx, result).await,
+            Some("input_required") => {
+                answer_before_handle(&mut cx, &mut params, &result).await?;
+                label = format!("calling {} again with the answers", a.tool);
+            }
+            _ => {
+                cx.status.pause();
+                return Ok(finish(&cx, &result));
+            }
+        }
+    }
+}
+
+/// The call's `Cx`: the client with the flags' headers and capabilities, whether
+/// someone can answer questions, the status line, and Ctrl-C watched from now on.
+fn context(a: &CallArgs) -> Result<Cx, Fail> {
     let mut client = Client::new(&a.url).map_err(|e| fail(EXIT_USAGE, e.to_string()))?;
     for h in &a.headers {
         client
@@ -117,7 +147,7 @@ async fn call(a: CallArgs) -> Result<u8, Fail> {
     }
     let interrupt =
         Interrupt::new().map_err(|e| fail(EXIT_USAGE, format!("cannot watch Ctrl-C: {e}")))?;
-    let mut cx = Cx {
+    Ok(Cx {
         client,
         url: a.url.clone(),
         tool: a.tool.clone(),
@@ -126,66 +156,65 @@ async fn call(a: CallArgs) -> Result<u8, Fail> {
         status: Status::new(stderr_tty, a.json),
         interrupt,
         stdin: Stdin { lines: None },
-    };
-    let token = format!("tasklift-call-{}", uuid::Uuid::new_v4());
-    let mut params =
-        json!({"name": a.tool, "arguments": arguments, "_meta": {"progressToken": token}});
-    let mut label = format!("calling {}", a.tool);
-    loop {
-        cx.status.set(&label, None);
-        let result = {
-            let status = &cx.status;
-            let label = &label;
-            let req = cx
-                .client
-                .request_streaming("tools/call", params.clone(), |n| {
-                    if n["method"] == "notifications/progress" {
-                        let m = crate::tasks::progress_message(&n["params"]);
-                        status.set(label, m.as_deref());
-                    }
-                });
-            tokio::select! {
-                r = req => r,
-                _ = cx.interrupt.recv() => {
-                    cx.status.pause();
-                    eprintln!("tasklift call: interrupted before the server answered; the request was abandoned (no task existed yet)");
-                    return Ok(EXIT_INTERRUPTED);
+    })
+}
+
+/// One `tools/call`, its progress notifications shown on the status line; `Break`
+/// with the exit code on Ctrl-C, which abandons it.
+async fn send_call(
+    cx: &mut Cx,
+    params: &Value,
+    label: &str,
+) -> Result<ControlFlow<u8, Value>, Fail> {
+    cx.status.set(label, None);
+    let result = {
+        let status = &cx.status;
+        let req = cx
+            .client
+            .request_streaming("tools/call", params.clone(), |n| {
+                if n["method"] == "notifications/progress" {
+                    let m = crate::tasks::progress_message(&n["params"]);
+                    status.set(label, m.as_deref());
                 }
-            }
-        };
-        let result = result.map_err(|e| {
-            let hint = match &e {
-                ClientError::Rpc(e) => no_prompt_hint(e.code, cx.interactive),
-                ClientError::Http(_) => "",
-            };
-            let f = client_fail(&format!("tools/call {}", a.tool), e);
-            fail(f.code, format!("{}{hint}", f.message))
-        })?;
-        match result["resultType"].as_str() {
-            Some("task") => return follow_task(&mut cx, result).await,
-            Some("input_required") => {
+            });
+        tokio::select! {
+            r = req => r,
+            _ = cx.interrupt.recv() => {
                 cx.status.pause();
-                let empty = Map::new();
-                let requests = result["inputRequests"].as_object().unwrap_or(&empty);
-                let p = params.as_object_mut().expect("object");
-                p.remove("inputResponses");
-                if !requests.is_empty() {
-                    let answers = ask(&mut cx, requests).await?;
-                    p.insert("inputResponses".into(), Value::Object(answers));
-                } else {
-                    // Only state to hand back (e.g. the server shedding load): retry soon.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                match result.get("requestState") {
-                    Some(s) => p.insert("requestState".into(), s.clone()),
-                    None => p.remove("requestState"),
-                };
-                label = format!("calling {} again with the answers", a.tool);
-            }
-            _ => {
-                cx.status.pause();
-                return Ok(finish(&cx, &result));
+                eprintln!("tasklift call: interrupted before the server answered; the request was abandoned (no task existed yet)");
+                return Ok(ControlFlow::Break(EXIT_INTERRUPTED));
             }
         }
+    };
+    result.map(ControlFlow::Continue).map_err(|e| {
+        let hint = match &e {
+            ClientError::Rpc(e) => no_prompt_hint(e.code, cx.interactive),
+            ClientError::Http(_) => "",
+        };
+        let f = client_fail(&format!("tools/call {}", cx.tool), e);
+        fail(f.code, format!("{}{hint}", f.message))
+    })
+}
+
+/// An `InputRequiredResult` before any handle: the next call's `params` carry the
+/// answers asked at the terminal (or, with nothing to ask, wait a little) and the
+/// server's `requestState`.
+async fn answer_before_handle(cx: &mut Cx, params: &mut Value, result: &Value) -> Result<(), Fail> {
+    cx.status.pause();
+    let empty = Map::new();
+    let requests = result["inputRequests"].as_object().unwrap_or(&empty);
+    let p = params.as_object_mut().expect("object");
+    p.remove("inputResponses");
+    if !requests.is_empty() {
+        let answers = ask(cx, requests).await?;
+        p.insert("inputResponses".into(), Value::Object(answers));
+    } else {
+        // Only state to hand back (e.g. the server shedding load): retry soon.
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    match result.get("requestState") {
+        Some(s) => p.insert("requestState".into(), s.clone()),
+        None => p.remove("requestState"),
+    };
+    Ok(())
 }
