@@ -18,6 +18,7 @@ use super::phases::{
     Parked, RunningCall, SyncCall, TaskSpec, WRITE_AHEAD,
 };
 use super::{create_task_result, progress_message};
+use crate::observe::spans::Span;
 use crate::reply::{Reply, StreamItem};
 use crate::store::{NewTask, TaskRecord};
 use crate::upstream::{
@@ -398,76 +399,98 @@ impl Race {
     /// caller's wait on the task (detach). `None` if the task could not be stored:
     /// the caller then keeps waiting synchronously, so nothing is lost.
     pub(super) async fn create_task(&self, sc: &mut SyncCall, spec: &TaskSpec) -> Option<Reply> {
-        let tool = &spec.tool;
         sc.threshold_at = None;
-        // No handle once the disk is below the watermark, measured now (a
-        // statvfs): a disk can fill faster than the once-a-second watch sees.
-        if self.disk().is_some_and(|d| d.low_now()) {
-            // The record written ahead goes with it.
-            drop(sc.ahead.take());
-            tracing::warn!(
-                "the task store is low on space at the threshold; the call stays synchronous"
-            );
+        if self.low_on_space(sc) {
             return None;
         }
+        let rec = self.stored_record(sc, spec).await?;
+        let control = self.register(&rec, spec).await;
+        let answer = self.handle_result(&rec, spec.handle);
+        let waiter = waiter(sc, spec.handle);
+        tracing::info!(task.id = %rec.id, tool = %spec.tool, upstream = %sc.upstream, handle = ?spec.handle, "call became a task");
+        let owner = self.hand_over(sc, &rec);
+        let traced = self.task_span(&owner, &rec, spec, &sc.upstream);
+        let id = rec.id.clone();
+        self.spawn_driver(rec, owner, control, traced, &spec.tool);
+        Some(match answer {
+            Some(a) => Reply::Json(jsonrpc::response(sc.id.as_ref(), &Ok(a))),
+            None => self.detach().join(id, waiter, spec.policy.threshold),
+        })
+    }
+
+    /// No handle once the disk is below the watermark, measured now (a statvfs):
+    /// a disk can fill faster than the once-a-second watch sees. The record
+    /// written ahead goes with it.
+    fn low_on_space(&self, sc: &mut SyncCall) -> bool {
+        if !self.disk().is_some_and(|d| d.low_now()) {
+            return false;
+        }
+        drop(sc.ahead.take());
+        tracing::warn!(
+            "the task store is low on space at the threshold; the call stays synchronous"
+        );
+        true
+    }
+
+    /// The task's record, durable: the one written ahead (with the progress that
+    /// came meanwhile), or one created now. `None` if the store refused it.
+    async fn stored_record(&self, sc: &mut SyncCall, spec: &TaskSpec) -> Option<TaskRecord> {
         let ahead = match sc.ahead.take() {
             Some(a) => a.written().await,
             None => None,
         };
-        let rec = match ahead {
-            Some(mut rec) => {
-                // Progress that came while the record was written ahead.
-                if rec.status_message != sc.last_progress {
-                    rec.status_message = sc.last_progress.clone();
-                    if let Err(e) = self.store().put(&rec).await {
-                        tracing::warn!(task.id = %rec.id, error = %e, "could not store the task's latest progress");
-                    }
+        if let Some(mut rec) = ahead {
+            // Progress that came while the record was written ahead.
+            if rec.status_message != sc.last_progress {
+                rec.status_message = sc.last_progress.clone();
+                if let Err(e) = self.store().put(&rec).await {
+                    tracing::warn!(task.id = %rec.id, error = %e, "could not store the task's latest progress");
                 }
-                rec
             }
-            None => {
-                let rec = self.new_record(sc, spec, tokio::time::Instant::now());
-                if let Err(e) = self.store().create(&rec).await {
-                    tracing::error!(error = %e, "cannot store a new task; the call stays synchronous");
-                    return None;
-                }
-                rec
-            }
-        };
+            return Some(rec);
+        }
+        let rec = self.new_record(sc, spec, tokio::time::Instant::now());
+        if let Err(e) = self.store().create(&rec).await {
+            tracing::error!(error = %e, "cannot store a new task; the call stays synchronous");
+            return None;
+        }
+        Some(rec)
+    }
+
+    /// The task runs here from now on: it is reachable for control messages,
+    /// counted, published, and remembered for a detached call's retry.
+    async fn register(&self, rec: &TaskRecord, spec: &TaskSpec) -> mpsc::Receiver<Control> {
         let (control_tx, control_rx) = mpsc::channel::<Control>(16);
         self.running.insert(rec.id.clone(), control_tx);
         self.metrics().task_created();
-        self.publish(&rec);
+        self.publish(rec);
         if let Some(key) = &spec.replay {
             self.detach()
-                .remember_call(key, &rec, spec.policy.replay_window)
+                .remember_call(key, rec, spec.policy.replay_window)
                 .await;
         }
-        let answer = match spec.handle {
-            Handle::Extension => Some(create_task_result(&rec)),
+        control_rx
+    }
+
+    /// The result the caller is answered with; `None` for a caller that waits on
+    /// the task (detach).
+    fn handle_result(&self, rec: &TaskRecord, handle: Handle) -> Option<Value> {
+        match handle {
+            Handle::Extension => Some(create_task_result(rec)),
             Handle::Tool => {
                 self.metrics().tool_handle();
-                Some(still_running(&rec, 1, None))
+                Some(still_running(rec, 1, None))
             }
             Handle::Join => {
                 self.metrics().detached();
                 None
             }
-        };
-        let waiter = Waiter {
-            principal: sc.owner.clone(),
-            upstream: sc.upstream.clone(),
-            id: sc.id.clone(),
-            peer: sc.session.clone(),
-            caps: sc.caps.clone(),
-            // Only a caller that keeps waiting (detach) is learned from.
-            client: match (&sc.origin, spec.handle) {
-                (Some((_, req, ctx)), Handle::Join) => super::handles::client_key(req, ctx),
-                _ => String::new(),
-            },
-        };
-        tracing::info!(task.id = %rec.id, tool = %tool, upstream = %sc.upstream, handle = ?spec.handle, "call became a task");
-        let owner = RunningCall {
+        }
+    }
+
+    /// What the background driver takes over from the call.
+    fn hand_over(&self, sc: &mut SyncCall, rec: &TaskRecord) -> RunningCall {
+        RunningCall {
             slot: sc.slot.take(),
             active: Some(self.gate().task_started(&rec.owner)),
             meter: sc.meter.take(),
@@ -480,26 +503,59 @@ impl Race {
                 .origin
                 .take()
                 .map(|(up, req, ctx)| Origin::new(up, &req, ctx)),
-        };
-        // The task's own span, a child of the request that became it (its trace
-        // is the caller's, and a `tasks/get` with the same traceparent lands beside it).
+        }
+    }
+
+    /// The task's own span, a child of the request that became it (its trace is
+    /// the caller's, and a `tasks/get` with the same traceparent lands beside it).
+    fn task_span(
+        &self,
+        owner: &RunningCall,
+        rec: &TaskRecord,
+        spec: &TaskSpec,
+        upstream: &str,
+    ) -> Span {
+        let tool = &spec.tool;
         let hop = owner.origin.as_ref().and_then(|o| o.ctx.trace.as_ref());
         let mut traced = self.tracer().task_span(hop, || format!("task {tool}"));
         if traced.is_recording() {
             traced.set("tasklift.task.id", rec.id.clone());
             traced.set("gen_ai.tool.name", tool.to_string());
-            traced.set("tasklift.upstream", sc.upstream.clone());
+            traced.set("tasklift.upstream", upstream.to_string());
             traced.set("tasklift.handle", handle_name(spec.handle));
         }
+        traced
+    }
+
+    /// Start the task's background driver, in the `task` span of its logs.
+    fn spawn_driver(
+        &self,
+        rec: TaskRecord,
+        owner: RunningCall,
+        control: mpsc::Receiver<Control>,
+        traced: Span,
+        tool: &str,
+    ) {
         let drivers = self.drivers();
         let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
-        let id = rec.id.clone();
         self.driver_tasks
-            .spawn(drivers.own(rec, owner, control_rx, traced).instrument(span));
-        Some(match answer {
-            Some(a) => Reply::Json(jsonrpc::response(sc.id.as_ref(), &Ok(a))),
-            None => self.detach().join(id, waiter, spec.policy.threshold),
-        })
+            .spawn(drivers.own(rec, owner, control, traced).instrument(span));
+    }
+}
+
+/// Who waits on the task, should the caller keep waiting: only a caller that
+/// keeps waiting (detach) is learned from.
+fn waiter(sc: &SyncCall, handle: Handle) -> Waiter {
+    Waiter {
+        principal: sc.owner.clone(),
+        upstream: sc.upstream.clone(),
+        id: sc.id.clone(),
+        peer: sc.session.clone(),
+        caps: sc.caps.clone(),
+        client: match (&sc.origin, handle) {
+            (Some((_, req, ctx)), Handle::Join) => super::handles::client_key(req, ctx),
+            _ => String::new(),
+        },
     }
 }
 
