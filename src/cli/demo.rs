@@ -74,11 +74,24 @@ fn text_of(result: &Value) -> String {
         .to_string()
 }
 
+/// The client's side of the demo: each step of the lifecycle, printed as it goes.
 async fn walk(url: &str) -> anyhow::Result<()> {
     let mut client = Client::new(url)?;
     // It can show the user a form (elicitation), so servers may ask it for input.
     client.capabilities.insert("elicitation".into(), json!({}));
+    fast_call(&client).await?;
+    slow_call(&client).await?;
+    cancelled_task(&client).await?;
+    failed_task(&client).await?;
+    input_required(&client).await?;
+    tool_handles(url).await?;
+    println!("Done: fast calls stay synchronous, slow calls become durable tasks you can poll, answer or cancel,");
+    println!("      and clients that never heard of tasks follow a tool-level handle to the same result.");
+    Ok(())
+}
 
+/// Step 1: under the threshold, tasklift changes nothing.
+async fn fast_call(client: &Client) -> anyhow::Result<()> {
     println!("1. A fast call is answered directly");
     println!("   → tools/call greet {{\"name\": \"tasklift\"}}");
     let a = client
@@ -89,7 +102,11 @@ async fn walk(url: &str) -> anyhow::Result<()> {
         text_of(&a.result),
         a.result["resultType"]
     );
+    Ok(())
+}
 
+/// Step 2: past the threshold, a handle, then polling to the result.
+async fn slow_call(client: &Client) -> anyhow::Result<()> {
     println!("2. A slow call becomes a task");
     println!("   → tools/call generate_report {{\"pages\": 4}}");
     let a = client
@@ -103,47 +120,52 @@ async fn walk(url: &str) -> anyhow::Result<()> {
         "   ← task {id} is {} (ttlMs {}, pollIntervalMs {})",
         a.result["status"], a.result["ttlMs"], a.result["pollIntervalMs"]
     );
-    let done = poll(&client, &id, "   ").await?;
+    let done = poll(client, &id, "   ").await?;
     println!("   ← completed: {}\n", text_of(&done["result"]));
+    Ok(())
+}
 
+/// Step 3: `tasks/cancel` reaches the upstream call.
+async fn cancelled_task(client: &Client) -> anyhow::Result<()> {
     println!("3. A task can be cancelled");
     println!("   → tools/call slow_compute {{\"seconds\": 30}}");
     let a = client
         .call_tool("slow_compute", json!({"seconds": 30, "label": "demo"}))
         .await?;
-    let id = a.result["taskId"]
-        .as_str()
-        .context("expected a task handle")?
-        .to_string();
+    let id = handle_id(&a.result)?;
     println!("   ← task {id} is {}", a.result["status"]);
     println!("   → tasks/cancel");
     let ack = client.cancel_task(&id).await?;
     println!("   ← acknowledged ({ack})");
-    let t = poll(&client, &id, "   ").await?;
+    let t = poll(client, &id, "   ").await?;
     println!("   ← final status: {}\n", t["status"]);
+    Ok(())
+}
 
+/// Step 4: a JSON-RPC error from the upstream is the task's `error`.
+async fn failed_task(client: &Client) -> anyhow::Result<()> {
     println!("4. A call that fails at the protocol level ends as a failed task");
     println!(
         "   → tools/call protocol_error_job (configured as mode = \"always\": a task at once)"
     );
     let a = client.call_tool("protocol_error_job", json!({})).await?;
-    let id = a.result["taskId"]
-        .as_str()
-        .context("expected a task handle")?
-        .to_string();
+    let id = handle_id(&a.result)?;
     println!("   ← task {id} is {}", a.result["status"]);
-    let t = poll(&client, &id, "   ").await?;
+    let t = poll(client, &id, "   ").await?;
     println!("   ← failed with JSON-RPC error {}\n", t["error"]);
+    Ok(())
+}
+
+/// Step 5: the upstream's elicitation becomes the task's `inputRequests`, answered
+/// with `tasks/update`.
+async fn input_required(client: &Client) -> anyhow::Result<()> {
     println!("5. A task that needs an answer from the user goes input_required");
     println!("   → tools/call confirm_delete {{\"filename\": \"report.pdf\"}} (the server asks for confirmation)");
     let a = client
         .call_tool("confirm_delete", json!({"filename": "report.pdf"}))
         .await?;
-    let id = a.result["taskId"]
-        .as_str()
-        .context("expected a task handle")?
-        .to_string();
-    let t = poll_until(&client, &id, "   ", |s| s == "input_required").await?;
+    let id = handle_id(&a.result)?;
+    let t = poll_until(client, &id, "   ", |s| s == "input_required").await?;
     let (key, request) = t["inputRequests"]
         .as_object()
         .and_then(|m| m.iter().next())
@@ -155,12 +177,17 @@ async fn walk(url: &str) -> anyhow::Result<()> {
     println!("   → tasks/update {{\"{key}\": accept, confirm = true}}");
     let answer = json!({"taskId": id, "inputResponses": {key: {"action": "accept", "content": {"confirm": true}}}});
     client.request("tasks/update", answer).await?;
-    let t = poll(&client, &id, "   ").await?;
+    let t = poll(client, &id, "   ").await?;
     println!("   ← completed: {}\n", text_of(&t["result"]));
-    tool_handles(url).await?;
-    println!("Done: fast calls stay synchronous, slow calls become durable tasks you can poll, answer or cancel,");
-    println!("      and clients that never heard of tasks follow a tool-level handle to the same result.");
     Ok(())
+}
+
+/// The `taskId` of a call's answer, which must be a task handle.
+fn handle_id(result: &Value) -> anyhow::Result<String> {
+    Ok(result["taskId"]
+        .as_str()
+        .context("expected a task handle")?
+        .to_string())
 }
 
 /// Step 6: a client without the tasks extension (most clients today), and a
