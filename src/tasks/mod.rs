@@ -16,6 +16,7 @@ mod patience;
 mod phases;
 mod race;
 pub mod replicas;
+mod streamed;
 pub mod sweeper;
 mod upstream_tasks;
 

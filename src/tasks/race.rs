@@ -1,7 +1,8 @@
 //! The synchronous phase of a request: the race between the upstream and the
 //! threshold, keep-alives and relayed progress, parking a call whose legacy upstream
 //! asked for input (answered with an MRTR `InputRequiredResult`), resuming it on the
-//! client's retry, and handing a slow call to a background driver as a task.
+//! client's retry, and handing a slow call to a background driver as a task. Once
+//! the answer streams, `streamed.rs` carries it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use super::phases::{
     admit_request, finalize_result, is_progress_for, sleep_until_precisely, Ahead, Control, Origin,
     Parked, RunningCall, SyncCall, TaskSpec, WRITE_AHEAD,
 };
+use super::streamed::Streamed;
 use super::{create_task_result, progress_message};
 use crate::observe::spans::Span;
 use crate::reply::{Reply, StreamItem};
@@ -80,85 +82,7 @@ impl Race {
             Step::KeepAlive => vec![StreamItem::KeepAlive],
         };
         // Phase 2: something must be streamed (progress or keep-alives).
-        let (tx, rx) = mpsc::channel(32);
-        let engine = self.clone();
-        tokio::spawn(
-            async move {
-                for item in first {
-                    if tx.send(item).await.is_err() {
-                        return;
-                    }
-                }
-                let mut last_send = tokio::time::Instant::now();
-                loop {
-                    let step = tokio::select! {
-                        _ = tx.closed() => {
-                            tracing::debug!("client went away; cancelling the upstream call");
-                            return; // dropping `sc` cancels upstream
-                        }
-                        step = engine.step(&mut sc, Some(last_send), task.as_ref()) => step,
-                    };
-                    let item = match step {
-                        // A stream's status went out with its first byte.
-                        Step::Final(v, _) => StreamItem::Message(v),
-                        // A stream asks for parsed answers (`raw` is false here).
-                        Step::FinalRaw(b) => StreamItem::Message(crate::reply::raw_message(&b)),
-                        Step::Relay(n) => StreamItem::Message(n),
-                        Step::KeepAlive => StreamItem::KeepAlive,
-                        Step::Threshold => {
-                            match engine
-                                .create_task(
-                                    &mut sc,
-                                    task.as_ref().expect("threshold implies task"),
-                                )
-                                .await
-                            {
-                                Some(Reply::Stream(mut joined)) => {
-                                    // The caller now waits on the task: pass its stream on.
-                                    while let Some(item) = joined.recv().await {
-                                        if tx.send(item).await.is_err() {
-                                            return;
-                                        }
-                                    }
-                                    return;
-                                }
-                                Some(reply) => match reply.parsed() {
-                                    Reply::Json(v) => StreamItem::Message(v),
-                                    _ => return,
-                                },
-                                None => continue,
-                            }
-                        }
-                        Step::Input(reqs) => match sc.session.clone() {
-                            Some(s) => {
-                                for item in forward_input(&s, reqs) {
-                                    if tx.send(item).await.is_err() {
-                                        return;
-                                    }
-                                }
-                                last_send = tokio::time::Instant::now();
-                                continue;
-                            }
-                            None => {
-                                let msg = engine.park(sc, task, reqs);
-                                let _ = tx.send(StreamItem::Message(msg)).await;
-                                return;
-                            }
-                        },
-                    };
-                    let last = matches!(&item, StreamItem::Message(m) if m.get("method").is_none());
-                    if tx.send(item).await.is_err() {
-                        return;
-                    }
-                    last_send = tokio::time::Instant::now();
-                    if last {
-                        return;
-                    }
-                }
-            }
-            .in_current_span(),
-        );
-        Reply::Stream(rx)
+        Streamed::start(self.clone(), sc, task, first)
     }
 
     /// The next event: from the read-ahead backlog first, then the upstream (a
@@ -588,7 +512,7 @@ impl Race {
 
 /// Send the upstream's requests to a legacy client on its response stream; its
 /// answers come back as POSTed responses and go upstream.
-fn forward_input(s: &ClientPeer, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
+pub(super) fn forward_input(s: &ClientPeer, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
     reqs.into_iter()
         .map(|r| {
             let (method, params) = (r.method.clone(), r.params.clone());
