@@ -21,6 +21,7 @@ use super::api::{Caller, TaskError};
 use super::core::{part, Parts};
 use super::input::check_allowed;
 pub(super) use super::phases::Handle;
+use super::tool_wait::ToolWait;
 use crate::config::UpstreamConfig;
 use crate::reply::{Reply, StreamItem};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
@@ -222,7 +223,7 @@ pub(super) fn finished_result(rec: &TaskRecord) -> Value {
 }
 
 /// The questions of an `input_required` task, in words.
-fn questions(rec: &TaskRecord) -> String {
+pub(super) fn questions(rec: &TaskRecord) -> String {
     let asks: Vec<String> = rec
         .input_requests
         .values()
@@ -388,7 +389,8 @@ impl Handles {
     /// to wait ([`super::patience`]: the tool's threshold in `cfg`, what the client
     /// showed; at most `waitSeconds` and `tasks.max_wait`), and answer its result,
     /// a tool error saying how it failed, or the still-running answer again. A
-    /// client that gives up on the wait teaches tasklift to answer it sooner.
+    /// client that gives up on the wait teaches tasklift to answer it sooner. The
+    /// wait itself is a `ToolWait` (tool_wait.rs).
     pub async fn tool_wait(&self, req: Request, ctx: &CallContext, cfg: &UpstreamConfig) -> Reply {
         let started = Instant::now();
         let w = Waiter::new(&req, ctx, &cfg.name);
@@ -423,59 +425,20 @@ impl Handles {
             Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, Some(&id))))),
         };
         let threshold = cfg.policy(&rec.tool).threshold;
-        let mut seen = Some(rec);
         let wait = self
             .patience
             .wait_for(&w.client, threshold, requested, self.max_wait);
-        let deadline = started + wait;
         let (tx, rx) = mpsc::channel(32);
-        let engine = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let until = deadline.min(Instant::now() + engine.keepalive);
-                let waited = tokio::select! {
-                    _ = tx.closed() => {
-                        engine.patience.gave_up(&w.client, started.elapsed());
-                        return;
-                    }
-                    w = engine.wait_on(&id, w.who(), until, seen.take()) => w,
-                };
-                let result = match waited {
-                    Ok(Waited::Running(_)) if Instant::now() < deadline => {
-                        if tx.send(StreamItem::KeepAlive).await.is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    Ok(Waited::Running(rec)) => still_running(&rec, poll + 1, None),
-                    Ok(Waited::Done(rec)) => finished_result(&rec),
-                    Ok(Waited::Input(rec)) => match &w.peer {
-                        Some(peer) => match engine.ask_peer(peer, &rec, &w, &tx).await {
-                            Ok(()) => continue,
-                            Err(e) => still_running(
-                                &rec,
-                                poll + 1,
-                                Some(&format!(
-                                    "{} (asking the client failed: {})",
-                                    questions(&rec),
-                                    e.message
-                                )),
-                            ),
-                        },
-                        None if Self::mrtr_possible(&w, &rec) => {
-                            let _ = tx
-                                .send(StreamItem::Message(Self::input_required(&w, &rec)))
-                                .await;
-                            return;
-                        }
-                        None => still_running(&rec, poll + 1, Some(&questions(&rec))),
-                    },
-                    Err(e) => unknown(&e, Some(&id)),
-                };
-                let _ = tx.send(StreamItem::Message(w.answer(Ok(result)))).await;
-                return;
-            }
-        });
+        let waiting = ToolWait {
+            handles: self.clone(),
+            w,
+            id,
+            poll,
+            started,
+            deadline: started + wait,
+            tx,
+        };
+        tokio::spawn(waiting.run(rec));
         Reply::Stream(rx)
     }
 
@@ -525,7 +488,7 @@ pub fn input_responses(req: &Request) -> Map<String, Value> {
 
 /// A tool error for a task the caller cannot see (unknown, another caller's, or
 /// expired) or a store that cannot be read.
-fn unknown(e: &TaskError, id: Option<&str>) -> Value {
+pub(super) fn unknown(e: &TaskError, id: Option<&str>) -> Value {
     let id = id.unwrap_or("?");
     let text = match e {
         TaskError::NotFound => format!("Unknown taskId {id}: no such job for this caller. Use the taskId a still-running answer gave."),

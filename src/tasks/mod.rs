@@ -18,6 +18,7 @@ mod race;
 pub mod replicas;
 mod streamed;
 pub mod sweeper;
+mod tool_wait;
 mod upstream_tasks;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
