@@ -2,17 +2,19 @@
 //! (reopened with `Last-Event-ID`), its requests routed to the call they are
 //! proven to belong to, its other notifications to `subscriptions/listen`.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::session::InFlight;
-use super::{Session, Shared, MAX_RESUME_DELAY_MS};
+use super::{Answer, Session, Shared, MAX_RESUME_DELAY_MS};
 use crate::upstream::router::{self, Channel, Route};
 use crate::upstream::{
     agreed_by_capabilities, CallContext, CallEvent, Canceller, Listening, UpstreamError,
@@ -101,106 +103,175 @@ impl Shared {
         if s.id.is_none() {
             return; // no session, no standalone stream
         }
-        let me = self.clone();
-        let weak = Arc::downgrade(s);
-        let (opened, is_open) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let name = me.cfg.name.clone();
-            let mut opened = Some(opened);
-            let mut last: Option<String> = None;
-            let mut retry_ms: Option<u64> = None;
-            let mut failures = 0u32;
-            loop {
-                let Some(sess) = weak.upgrade() else { return };
-                let mut h = sess.headers();
-                h.insert(
-                    header::ACCEPT,
-                    HeaderValue::from_static("text/event-stream"),
-                );
-                if let Some(v) = last.as_deref().and_then(|l| HeaderValue::from_str(l).ok()) {
-                    h.insert(HeaderName::from_static("last-event-id"), v);
-                }
-                let opener = sess.opener.clone();
-                drop(sess);
-                let sent = me.send(Method::GET, None, h, &opener).await;
-                if let Some(o) = opened.take() {
-                    let _ = o.send(());
-                }
-                let ans = match sent {
-                    Ok(a) if a.status.is_success() => a,
-                    // Gone (404), never offered (405), or refused (4xx): the
-                    // session has no GET stream; nothing to retry.
-                    Ok(a)
-                        if a.status.is_client_error()
-                            && a.status != StatusCode::CONFLICT
-                            && a.status != StatusCode::TOO_MANY_REQUESTS =>
-                    {
-                        tracing::debug!(upstream = %name, status = %a.status, "the legacy upstream offers no GET stream on this session");
-                        return;
-                    }
-                    Ok(a) => {
-                        tracing::debug!(upstream = %name, status = %a.status, "the session's GET stream was refused for now; retrying");
-                        failures += 1;
-                        tokio::time::sleep(get_backoff(retry_ms, failures)).await;
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::debug!(upstream = %name, error = %e, "could not open the session's GET stream; retrying");
-                        failures += 1;
-                        tokio::time::sleep(get_backoff(retry_ms, failures)).await;
-                        continue;
-                    }
-                };
-                let mut parser = SseParser::default();
-                parser.last_event_id = last.clone();
-                let mut body = ans.body;
-                let mut got_data = false;
-                while let Some(Ok(frame)) = body.frame().await {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    got_data = true;
-                    for ev in parser.feed(&data) {
-                        let Some(msg) = router::parse(&ev) else {
-                            continue;
-                        };
-                        let Some(sess) = weak.upgrade() else { return };
-                        let stream = SessionStream {
-                            shared: &me,
-                            session: &sess,
-                        };
-                        match router::route(&stream, msg, &name) {
-                            Route::Call(to, ev) => {
-                                if let Err(e) = to.send(ev).await {
-                                    drop(e); // the call just ended: dropping a request answers it
-                                }
-                            }
-                            Route::Unrelated(message) => {
-                                let _ = sess.changes.send(message);
-                            }
-                            Route::Ping(id) => {
-                                if let Some(answer) = stream.responder(&id) {
-                                    answer(Ok(json!({})));
-                                }
-                            }
-                            Route::Stray | Route::Refused | Route::Parked | Route::Forbidden(_) => {
-                            }
-                        }
-                    }
-                }
-                // The server ended it (idle timeouts, SSE polling): reopen where it
-                // left off, after the `retry` it asked for.
-                last = parser.last_event_id.clone();
-                retry_ms = parser.retry_ms.or(retry_ms);
-                if got_data {
-                    failures = 0; // it was serving: a plain reopen
-                }
-                failures += 1;
-                tokio::time::sleep(get_backoff(retry_ms, failures)).await;
-            }
-        });
+        let (opened, is_open) = oneshot::channel::<()>();
+        let stream = GetStream {
+            shared: self.clone(),
+            session: Arc::downgrade(s),
+            opened: Some(opened),
+            last: None,
+            retry_ms: None,
+            failures: 0,
+        };
+        let task = tokio::spawn(stream.run());
         *s.get_stream.lock().expect("get stream lock") = Some(task.abort_handle());
         let _ = tokio::time::timeout(self.cfg.connect_timeout, is_open).await;
+    }
+}
+
+/// What the server made of a GET for the session's stream.
+enum Opened {
+    Stream(Answer),
+    /// Refused for now, or not sent: try again later.
+    Retry,
+    /// The session has no GET stream.
+    Never,
+}
+
+/// A session's standalone GET stream, reopened for as long as the session lives.
+struct GetStream {
+    shared: Arc<Shared>,
+    session: Weak<Session>,
+    /// Told once the first GET has been answered (or could not be).
+    opened: Option<oneshot::Sender<()>>,
+    /// Where the stream left off, for `Last-Event-ID`.
+    last: Option<String>,
+    /// The `retry` the server asked for.
+    retry_ms: Option<u64>,
+    /// Opens that failed (or streams that ended) in a row.
+    failures: u32,
+}
+
+impl GetStream {
+    /// Open the stream, read it, and reopen it, until the session or its stream is gone.
+    async fn run(mut self) {
+        loop {
+            let Some((headers, opener)) = self.request() else {
+                return;
+            };
+            let sent = self.shared.send(Method::GET, None, headers, &opener).await;
+            if let Some(o) = self.opened.take() {
+                let _ = o.send(());
+            }
+            let ans = match self.opened(sent) {
+                Opened::Stream(ans) => ans,
+                Opened::Retry => {
+                    self.back_off().await;
+                    continue;
+                }
+                Opened::Never => return,
+            };
+            if self.read(ans.body).await.is_break() {
+                return;
+            }
+            self.back_off().await;
+        }
+    }
+
+    /// The GET's headers and the context it goes with; `None` once the session is gone.
+    fn request(&self) -> Option<(HeaderMap, CallContext)> {
+        let sess = self.session.upgrade()?;
+        let mut h = sess.headers();
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        if let Some(v) = self
+            .last
+            .as_deref()
+            .and_then(|l| HeaderValue::from_str(l).ok())
+        {
+            h.insert(HeaderName::from_static("last-event-id"), v);
+        }
+        Some((h, sess.opener.clone()))
+    }
+
+    fn opened(&self, sent: Result<Answer, UpstreamError>) -> Opened {
+        let name = &self.shared.cfg.name;
+        match sent {
+            Ok(a) if a.status.is_success() => Opened::Stream(a),
+            // Gone (404), never offered (405), or refused (4xx): the
+            // session has no GET stream; nothing to retry.
+            Ok(a)
+                if a.status.is_client_error()
+                    && a.status != StatusCode::CONFLICT
+                    && a.status != StatusCode::TOO_MANY_REQUESTS =>
+            {
+                tracing::debug!(upstream = %name, status = %a.status, "the legacy upstream offers no GET stream on this session");
+                Opened::Never
+            }
+            Ok(a) => {
+                tracing::debug!(upstream = %name, status = %a.status, "the session's GET stream was refused for now; retrying");
+                Opened::Retry
+            }
+            Err(e) => {
+                tracing::debug!(upstream = %name, error = %e, "could not open the session's GET stream; retrying");
+                Opened::Retry
+            }
+        }
+    }
+
+    /// Wait before the next GET, longer after each failure in a row.
+    async fn back_off(&mut self) {
+        self.failures += 1;
+        tokio::time::sleep(get_backoff(self.retry_ms, self.failures)).await;
+    }
+
+    /// Read the stream until the server ends it, noting where it left off;
+    /// `Break` once the session is gone.
+    async fn read(&mut self, mut body: Incoming) -> ControlFlow<()> {
+        let mut parser = SseParser::default();
+        parser.last_event_id = self.last.clone();
+        let mut got_data = false;
+        while let Some(Ok(frame)) = body.frame().await {
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            got_data = true;
+            for ev in parser.feed(&data) {
+                if self.deliver(&ev).await.is_break() {
+                    return ControlFlow::Break(());
+                }
+            }
+        }
+        // The server ended it (idle timeouts, SSE polling): reopen where it
+        // left off, after the `retry` it asked for.
+        self.last = parser.last_event_id.clone();
+        self.retry_ms = parser.retry_ms.or(self.retry_ms);
+        if got_data {
+            self.failures = 0; // it was serving: a plain reopen
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Route one event of the stream; `Break` once the session is gone.
+    async fn deliver(&self, ev: &str) -> ControlFlow<()> {
+        let Some(msg) = router::parse(ev) else {
+            return ControlFlow::Continue(());
+        };
+        let Some(sess) = self.session.upgrade() else {
+            return ControlFlow::Break(());
+        };
+        let stream = SessionStream {
+            shared: &self.shared,
+            session: &sess,
+        };
+        match router::route(&stream, msg, &self.shared.cfg.name) {
+            Route::Call(to, ev) => {
+                if let Err(e) = to.send(ev).await {
+                    drop(e); // the call just ended: dropping a request answers it
+                }
+            }
+            Route::Unrelated(message) => {
+                let _ = sess.changes.send(message);
+            }
+            Route::Ping(id) => {
+                if let Some(answer) = stream.responder(&id) {
+                    answer(Ok(json!({})));
+                }
+            }
+            Route::Stray | Route::Refused | Route::Parked | Route::Forbidden(_) => {}
+        }
+        ControlFlow::Continue(())
     }
 }
 
