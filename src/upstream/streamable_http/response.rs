@@ -2,6 +2,7 @@
 //! the router delivers (everything on a call's own stream is that call's), with
 //! broken legacy streams resumed by `Last-Event-ID`.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,85 +156,49 @@ impl Shared {
             tx: &tx,
             session,
         };
-        let mut parser = SseParser::default();
-        let mut body = ans.body;
-        let mut resumes = 0;
-        // Why the stream last broke, if it did not simply end.
-        let mut broke: Option<String> = None;
+        let mut reading = Reading {
+            parser: SseParser::default(),
+            body: ans.body,
+            resumes: 0,
+            broke: None,
+        };
         loop {
-            let (events, ended) = match body.frame().await {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => (parser.feed(&data), false),
-                    Err(_) => continue,
-                },
-                Some(Err(e)) => {
-                    let cause = crate::upstream::chain(&e);
-                    tracing::warn!(upstream = %name, error = %cause, "upstream stream broke");
-                    broke = Some(cause);
-                    (Vec::new(), true)
-                }
-                None => (parser.finish().into_iter().collect(), true),
+            let Some((events, ended)) = reading.next(name).await else {
+                continue;
             };
-            if events.iter().any(|d| !d.trim().is_empty()) {
-                resumes = 0; // the server is making progress
+            if reading.deliver(&stream, events, name).await.is_break() {
+                return;
             }
-            for data in events {
-                // A priming event (an id, no data) only sets the resumption point.
-                if data.trim().is_empty() {
-                    continue;
-                }
-                let Some(msg) = router::parse(&data) else {
-                    tracing::warn!(upstream = %name, "skipping an SSE event that is not JSON-RPC");
-                    continue;
-                };
-                match router::route(&stream, msg, name) {
-                    Route::Call(to, ev) => {
-                        let done = matches!(ev, CallEvent::Done(_));
-                        let _ = to.send(ev).await;
-                        if done {
-                            return;
-                        }
-                    }
-                    Route::Stray => {
-                        tracing::warn!(upstream = %name, "response for another request on this stream; ignored")
-                    }
-                    Route::Forbidden(method) => tracing::warn!(upstream = %name, %method,
-                        "a modern upstream sent a request on a response stream, which 2026-07-28 forbids; ignored"),
-                    // Everything on a call's own stream is that call's.
-                    Route::Unrelated(_) | Route::Ping(_) | Route::Refused | Route::Parked => {}
-                }
-            }
-            if ended {
-                // A legacy server may close a response stream mid-call and expect the
-                // client to resume it with `Last-Event-ID` on a GET (2025-11-25 SSE polling).
-                match (session, parser.last_event_id.clone()) {
-                    (Some(s), Some(last)) if resumes < MAX_RESUMES => {
-                        resumes += 1;
-                        let delay = parser.retry_ms.unwrap_or(0).min(MAX_RESUME_DELAY_MS);
-                        tokio::time::sleep(Duration::from_millis(delay)).await;
-                        match self.resume_stream(s, &last).await {
-                            Some(b) => {
-                                tracing::debug!(upstream = %name, last_event_id = %last, "resumed the upstream's response stream");
-                                body = b;
-                                broke = None;
-                                let retry = parser.retry_ms;
-                                parser = SseParser::default();
-                                parser.last_event_id = Some(last);
-                                parser.retry_ms = retry;
-                                continue;
-                            }
-                            None => break,
-                        }
-                    }
-                    _ => break,
-                }
+            if ended && !self.resume(&mut reading, session).await {
+                break;
             }
         }
-        let error = match broke {
-            Some(cause) => broken_by(name, &cause),
-            None => broken(name),
+        let _ = tx.send(CallEvent::Done(Err(reading.error(name)))).await;
+    }
+
+    /// A legacy server may close a response stream mid-call and expect the
+    /// client to resume it with `Last-Event-ID` on a GET (2025-11-25 SSE polling):
+    /// whether `reading` goes on, on the resumed stream.
+    async fn resume(self: &Arc<Self>, reading: &mut Reading, session: Option<&Session>) -> bool {
+        let (Some(s), Some(last)) = (session, reading.parser.last_event_id.clone()) else {
+            return false;
         };
-        let _ = tx.send(CallEvent::Done(Err(error))).await;
+        if reading.resumes >= MAX_RESUMES {
+            return false;
+        }
+        reading.resumes += 1;
+        let delay = reading
+            .parser
+            .retry_ms
+            .unwrap_or(0)
+            .min(MAX_RESUME_DELAY_MS);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let Some(body) = self.resume_stream(s, &last).await else {
+            return false;
+        };
+        tracing::debug!(upstream = %self.cfg.name, last_event_id = %last, "resumed the upstream's response stream");
+        reading.restart(body, last);
+        true
     }
 
     /// `pump` for a request that starts or ends an upstream task: a
@@ -310,6 +275,93 @@ fn retry_note(headers: &http::HeaderMap) -> String {
         .and_then(|v| v.to_str().ok())
         .map(|v| format!(" (Retry-After: {})", v.trim()))
         .unwrap_or_default()
+}
+
+/// A response stream being read, across its resumptions.
+struct Reading {
+    parser: SseParser,
+    body: Incoming,
+    /// Resumptions since the server last made progress.
+    resumes: u32,
+    /// Why the stream last broke, if it did not simply end.
+    broke: Option<String>,
+}
+
+impl Reading {
+    /// The events of the next frame, and whether the stream ended with it;
+    /// `None` for a frame that carries no data.
+    async fn next(&mut self, name: &str) -> Option<(Vec<String>, bool)> {
+        match self.body.frame().await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => Some((self.parser.feed(&data), false)),
+                Err(_) => None,
+            },
+            Some(Err(e)) => {
+                let cause = crate::upstream::chain(&e);
+                tracing::warn!(upstream = %name, error = %cause, "upstream stream broke");
+                self.broke = Some(cause);
+                Some((Vec::new(), true))
+            }
+            None => Some((self.parser.finish().into_iter().collect(), true)),
+        }
+    }
+
+    /// Route `events` to their calls; `Break` once the call's own answer is delivered.
+    async fn deliver(
+        &mut self,
+        stream: &OwnStream<'_>,
+        events: Vec<String>,
+        name: &str,
+    ) -> ControlFlow<()> {
+        if events.iter().any(|d| !d.trim().is_empty()) {
+            self.resumes = 0; // the server is making progress
+        }
+        for data in events {
+            // A priming event (an id, no data) only sets the resumption point.
+            if data.trim().is_empty() {
+                continue;
+            }
+            let Some(msg) = router::parse(&data) else {
+                tracing::warn!(upstream = %name, "skipping an SSE event that is not JSON-RPC");
+                continue;
+            };
+            match router::route(stream, msg, name) {
+                Route::Call(to, ev) => {
+                    let done = matches!(ev, CallEvent::Done(_));
+                    let _ = to.send(ev).await;
+                    if done {
+                        return ControlFlow::Break(());
+                    }
+                }
+                Route::Stray => {
+                    tracing::warn!(upstream = %name, "response for another request on this stream; ignored")
+                }
+                Route::Forbidden(method) => tracing::warn!(upstream = %name, %method,
+                    "a modern upstream sent a request on a response stream, which 2026-07-28 forbids; ignored"),
+                // Everything on a call's own stream is that call's.
+                Route::Unrelated(_) | Route::Ping(_) | Route::Refused | Route::Parked => {}
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Go on reading `body`, the stream resumed after `last`.
+    fn restart(&mut self, body: Incoming, last: String) {
+        self.body = body;
+        self.broke = None;
+        let retry = self.parser.retry_ms;
+        self.parser = SseParser::default();
+        self.parser.last_event_id = Some(last);
+        self.parser.retry_ms = retry;
+    }
+
+    /// The call's error when the stream ended without its answer.
+    fn error(&self, name: &str) -> RpcError {
+        match &self.broke {
+            Some(cause) => broken_by(name, cause),
+            None => broken(name),
+        }
+    }
 }
 
 /// A call's own response stream, for the router: everything on it is that call's.
