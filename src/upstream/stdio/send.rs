@@ -120,55 +120,7 @@ fn after_answers(
         written: Instant::now(),
         resent: false,
     };
-    let stop = cancelled.clone();
-    tokio::spawn(async move {
-        let mut answered = Vec::new();
-        for q in parked {
-            let (done, wait) = oneshot::channel::<()>();
-            answered.push(wait);
-            let q = q.then(move || {
-                let _ = done.send(());
-            });
-            if tx.send(CallEvent::Input(q)).await.is_err() {
-                conn.forget(id);
-                return;
-            }
-        }
-        for wait in answered {
-            tokio::select! {
-                _ = wait => {}
-                _ = tx.closed() => {
-                    conn.forget(id);
-                    return;
-                }
-            }
-        }
-        if stop.load(Ordering::Relaxed) {
-            conn.forget(id);
-            return;
-        }
-        let events = match write(
-            &relay.req,
-            &relay.caller,
-            true,
-            relay.task.as_deref(),
-            &conn,
-            id,
-        )
-        .await
-        {
-            Ok(events) => events,
-            Err(why) => {
-                let _ = tx
-                    .send(CallEvent::Done(Err(failed_error(&relay.pool, &why))))
-                    .await;
-                return;
-            }
-        };
-        let mut relay = relay;
-        relay.written = Instant::now();
-        relay.run(events, tx).await;
-    });
+    tokio::spawn(relay.after_answers(parked, conn, id, cancelled.clone(), tx));
     let forget = canceller(current);
     UpstreamCall {
         events: rx.into(),
@@ -235,6 +187,50 @@ impl Relay {
         }
     }
 
+    /// Carry the child's `parked` questions to the client, wait for the answers,
+    /// then write call `id` to `conn` and relay it; forget the call if it ends
+    /// (`stop`: it was cancelled) before it is written.
+    async fn after_answers(
+        mut self,
+        parked: Vec<ServerRequest>,
+        conn: Arc<Conn>,
+        id: u64,
+        stop: Arc<AtomicBool>,
+        tx: mpsc::Sender<CallEvent>,
+    ) {
+        let answered = match ask_parked(parked, &tx).await {
+            Some(answered) => answered,
+            None => {
+                conn.forget(id);
+                return;
+            }
+        };
+        if !await_answers(answered, &tx).await || stop.load(Ordering::Relaxed) {
+            conn.forget(id);
+            return;
+        }
+        let events = match write(
+            &self.req,
+            &self.caller,
+            true,
+            self.task.as_deref(),
+            &conn,
+            id,
+        )
+        .await
+        {
+            Ok(events) => events,
+            Err(why) => {
+                let _ = tx
+                    .send(CallEvent::Done(Err(failed_error(&self.pool, &why))))
+                    .await;
+                return;
+            }
+        };
+        self.written = Instant::now();
+        self.run(events, tx).await;
+    }
+
     /// Write the call to the next child: its events, if it took them.
     async fn again(&mut self) -> Option<mpsc::Receiver<CallEvent>> {
         let (conn, id) = self.pool.pick(self.asks).await.ok()?;
@@ -254,6 +250,37 @@ impl Relay {
         self.written = Instant::now();
         Some(events)
     }
+}
+
+/// Send the `parked` questions as the call's input requests: a receiver for each
+/// one's answer, or `None` when the call was dropped.
+async fn ask_parked(
+    parked: Vec<ServerRequest>,
+    tx: &mpsc::Sender<CallEvent>,
+) -> Option<Vec<oneshot::Receiver<()>>> {
+    let mut answered = Vec::new();
+    for q in parked {
+        let (done, wait) = oneshot::channel::<()>();
+        answered.push(wait);
+        let q = q.then(move || {
+            let _ = done.send(());
+        });
+        if tx.send(CallEvent::Input(q)).await.is_err() {
+            return None;
+        }
+    }
+    Some(answered)
+}
+
+/// Wait for every question to be answered: `false` when the call was dropped first.
+async fn await_answers(answered: Vec<oneshot::Receiver<()>>, tx: &mpsc::Sender<CallEvent>) -> bool {
+    for wait in answered {
+        tokio::select! {
+            _ = wait => {}
+            _ = tx.closed() => return false,
+        }
+    }
+    true
 }
 
 /// Write call `id` of `caller` to `conn`: its events, or why its line did not
