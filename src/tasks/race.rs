@@ -18,14 +18,12 @@ use super::phases::{
     admit_request, finalize_result, is_progress_for, sleep_until_precisely, Ahead, Control, Origin,
     Parked, RunningCall, SyncCall, TaskSpec, WRITE_AHEAD,
 };
-use super::streamed::Streamed;
+use super::streamed::{forward_input, Streamed};
 use super::{create_task_result, progress_message};
 use crate::observe::spans::Span;
 use crate::reply::{Reply, StreamItem};
 use crate::store::{NewTask, TaskRecord};
-use crate::upstream::{
-    broken, CallContext, CallEvent, ClientPeer, Next, ServerRequest, UpstreamCall,
-};
+use crate::upstream::{broken, CallContext, CallEvent, Next, ServerRequest, UpstreamCall};
 use tasklift_protocol::jsonrpc::{self, Outcome, RpcError};
 
 /// How long a call parked for input waits for the client's retry.
@@ -114,11 +112,7 @@ impl Race {
             {
                 return Step::Threshold;
             }
-            let keepalive_at = match (last_send, sc.threshold_at) {
-                (Some(t), _) => t + self.keepalive,
-                (None, Some(t)) => t + self.keepalive,
-                (None, None) => tokio::time::Instant::now() + self.keepalive,
-            };
+            let keepalive_at = self.keepalive_at(sc, last_send);
             let threshold_at = sc.threshold_at;
             // A plain result goes to a modern caller's JSON answer as the bytes it
             // came in; a stream's last message, a legacy session's answer (rewritten
@@ -126,12 +120,7 @@ impl Race {
             let raw = last_send.is_none() && sc.session.is_none() && sc.cache_hint.is_none();
             // One timer towards the threshold: first to write the task's record
             // WRITE_AHEAD before it, then the threshold itself, on time.
-            let write_at = match (threshold_at, task) {
-                (Some(t), Some(spec)) if sc.ahead.is_none() => {
-                    Some((t.checked_sub(WRITE_AHEAD).unwrap_or(t), spec, t))
-                }
-                _ => None,
-            };
+            let write_at = write_ahead_at(sc, task);
             let towards_threshold = async {
                 match write_at {
                     Some((w, _, _)) => tokio::time::sleep_until(w).await,
@@ -154,6 +143,19 @@ impl Race {
                 },
                 _ = tokio::time::sleep_until(keepalive_at) => return Step::KeepAlive,
             }
+        }
+    }
+
+    /// When the next keep-alive is due (see [`Race::step`]).
+    fn keepalive_at(
+        &self,
+        sc: &SyncCall,
+        last_send: Option<tokio::time::Instant>,
+    ) -> tokio::time::Instant {
+        match (last_send, sc.threshold_at) {
+            (Some(t), _) => t + self.keepalive,
+            (None, Some(t)) => t + self.keepalive,
+            (None, None) => tokio::time::Instant::now() + self.keepalive,
         }
     }
 
@@ -510,15 +512,18 @@ impl Race {
     }
 }
 
-/// Send the upstream's requests to a legacy client on its response stream; its
-/// answers come back as POSTed responses and go upstream.
-pub(super) fn forward_input(s: &ClientPeer, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
-    reqs.into_iter()
-        .map(|r| {
-            let (method, params) = (r.method.clone(), r.params.clone());
-            StreamItem::Message(s.ask(&method, params, Box::new(move |o| r.answer(o))))
-        })
-        .collect()
+/// When to write the task's record ahead of the threshold, with the spec it is
+/// written from and the threshold; `None` once written, or with no threshold.
+fn write_ahead_at<'a>(
+    sc: &SyncCall,
+    task: Option<&'a TaskSpec>,
+) -> Option<(tokio::time::Instant, &'a TaskSpec, tokio::time::Instant)> {
+    match (sc.threshold_at, task) {
+        (Some(t), Some(spec)) if sc.ahead.is_none() => {
+            Some((t.checked_sub(WRITE_AHEAD).unwrap_or(t), spec, t))
+        }
+        _ => None,
+    }
 }
 
 /// A notification the caller is shown, if any: progress (remembered for the

@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::phases::{SyncCall, TaskSpec};
-use super::race::{forward_input, Race, Step};
+use super::race::{Race, Step};
 use crate::reply::{Reply, StreamItem};
 use crate::upstream::{ClientPeer, ServerRequest};
 
@@ -142,4 +142,15 @@ impl Streamed {
         let msg = self.race.park(self.sc, self.task, reqs);
         let _ = self.tx.send(StreamItem::Message(msg)).await;
     }
+}
+
+/// Send the upstream's requests to a legacy client on its response stream; its
+/// answers come back as POSTed responses and go upstream.
+pub(super) fn forward_input(s: &ClientPeer, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
+    reqs.into_iter()
+        .map(|r| {
+            let (method, params) = (r.method.clone(), r.params.clone());
+            StreamItem::Message(s.ask(&method, params, Box::new(move |o| r.answer(o))))
+        })
+        .collect()
 }
