@@ -37,14 +37,7 @@ impl Intake {
         ctx: CallContext,
     ) -> Reply {
         let declares = mcp::declares_tasks(&req.params);
-        // The retry of a detached call is found by this key; a call without one
-        // (no principal, legacy session or idempotency key tells its caller apart)
-        // is never detached: its retry would run the tool a second time.
-        // (`serve` and `check-config` say so at start for auth none, the only
-        // mode where a call can lack all three.)
-        let replay = (!declares && policy.on_disconnect == OnDisconnect::Detach)
-            .then(|| super::detach::replay_key(&ctx, upstream.name(), &req))
-            .flatten();
+        let replay = detach_key(declares, policy, &ctx, upstream.name(), &req);
         let handle = match handle_for(declares, policy, replay.is_some()) {
             Some(h) => h,
             None => return refuse(&req, mcp::missing_tasks_capability(&tool_named(&req))),
@@ -236,6 +229,23 @@ impl Intake {
         };
         self.race().drive(sc, task).await
     }
+}
+
+/// The key a detached call's retry is found by. A call without one (no
+/// principal, legacy session or idempotency key tells its caller apart) is never
+/// detached: its retry would run the tool a second time. (`serve` and
+/// `check-config` say so at start for auth none, the only mode where a call can
+/// lack all three.)
+fn detach_key(
+    declares: bool,
+    policy: &ToolPolicy,
+    ctx: &CallContext,
+    upstream: &str,
+    req: &Request,
+) -> Option<String> {
+    (!declares && policy.on_disconnect == OnDisconnect::Detach)
+        .then(|| super::detach::replay_key(ctx, upstream, req))
+        .flatten()
 }
 
 /// The handle a client may get past the threshold: a client without the
