@@ -1,7 +1,8 @@
 //! What every part of the engine shares ([`Core`]): the store, the limits, the
 //! clock, the counters, the tracer, and the tables of calls and tasks in flight
 //! here. The parts ([`part!`]) are cheap handles on it, each a type of its own in
-//! the file that owns its behaviour; `Engine` (engine.rs) is the façade over them.
+//! the file that owns its behaviour, reached as `Drivers::of(self)`; `Engine`
+//! (engine.rs) is the façade over them. This file imports none of them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,41 +128,23 @@ macro_rules! part {
                 &self.0
             }
         }
+
+        impl $name {
+            /// This part, over the core `p` holds.
+            #[allow(dead_code)]
+            pub(super) fn of(p: &impl super::core::Parts) -> Self {
+                Self(p.core().clone())
+            }
+        }
     };
 }
 pub(super) use part;
 
-/// The parts, reached from any part (or the façade) by name.
+/// What holds the shared core: the façade and every part. A part is reached
+/// from another as `Drivers::of(self)`.
 pub(super) trait Parts {
     /// The shared core.
     fn core(&self) -> &Arc<Core>;
-    fn stored(&self) -> super::api::Stored {
-        super::api::Stored(self.core().clone())
-    }
-    fn intake(&self) -> super::intake::Intake {
-        super::intake::Intake(self.core().clone())
-    }
-    fn race(&self) -> super::race::Race {
-        super::race::Race(self.core().clone())
-    }
-    fn drivers(&self) -> super::driver::Drivers {
-        super::driver::Drivers(self.core().clone())
-    }
-    fn handles(&self) -> super::handles::Handles {
-        super::handles::Handles(self.core().clone())
-    }
-    fn detach(&self) -> super::detach::Detach {
-        super::detach::Detach(self.core().clone())
-    }
-    fn listening(&self) -> super::listen::Listen {
-        super::listen::Listen(self.core().clone())
-    }
-    fn replicas(&self) -> super::replicas::Replicas {
-        super::replicas::Replicas(self.core().clone())
-    }
-    fn sweeper(&self) -> super::sweeper::Sweeper {
-        super::sweeper::Sweeper(self.core().clone())
-    }
 }
 
 impl Parts for Arc<Core> {

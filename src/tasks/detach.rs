@@ -13,7 +13,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::api::Caller;
-use super::core::{part, Parts};
+use super::api::Stored;
+use super::core::part;
+use super::handles::Handles;
 use super::handles::{finished_result, still_running, Waited, Waiter};
 use super::phases::Handle;
 use crate::observe::metrics::Replay;
@@ -101,7 +103,7 @@ impl Detach {
         let engine = self.clone();
         let started = Instant::now();
         tokio::spawn(async move {
-            let handles = engine.handles();
+            let handles = Handles::of(&engine);
             loop {
                 let until = Instant::now() + engine.keepalive;
                 let waited = tokio::select! {
@@ -164,7 +166,7 @@ impl Detach {
                 return None;
             }
         };
-        let rec = self.stored().get(&id, who).await.ok()?;
+        let rec = Stored::of(self).get(&id, who).await.ok()?;
         match rec.status() {
             TaskStatus::Failed | TaskStatus::Cancelled => None,
             _ => Some(rec),

@@ -25,9 +25,15 @@ use dashmap::DashMap;
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
+use super::api::Stored;
 use super::api::{Caller, TaskError};
 use super::core::{Core, Parts};
+use super::driver::Drivers;
+use super::handles::Handles;
 use super::input::StateSealer;
+use super::intake::Intake;
+use super::listen::Listen;
+use super::sweeper::Sweeper;
 use super::Clock;
 use crate::config::{ToolPolicy, UpstreamConfig};
 use crate::reply::Reply;
@@ -157,7 +163,7 @@ impl Engine {
         req: Request,
         ctx: CallContext,
     ) -> Reply {
-        self.intake().call_tool(upstream, policy, req, ctx).await
+        Intake::of(self).call_tool(upstream, policy, req, ctx).await
     }
 
     /// Forward any other request and relay its answer (intake.rs).
@@ -168,7 +174,7 @@ impl Engine {
         ctx: CallContext,
         cache_hint: Option<(u64, String)>,
     ) -> Reply {
-        self.intake().relay(upstream, req, ctx, cache_hint).await
+        Intake::of(self).relay(upstream, req, ctx, cache_hint).await
     }
 
     /// Remember a task id an upstream created itself (upstream_tasks.rs).
@@ -187,17 +193,17 @@ impl Engine {
 
     /// A stored task, for its owner (api.rs).
     pub async fn get(&self, task_id: &str, who: Caller<'_>) -> Result<TaskRecord, TaskError> {
-        self.stored().get(task_id, who).await
+        Stored::of(self).get(task_id, who).await
     }
 
     /// A task for `tasks/get`, within the poll limits (api.rs).
     pub async fn poll(&self, task_id: &str, who: Caller<'_>) -> Result<TaskRecord, TaskError> {
-        self.stored().poll(task_id, who).await
+        Stored::of(self).poll(task_id, who).await
     }
 
     /// Cancel a task (api.rs).
     pub async fn cancel(&self, task_id: &str, who: Caller<'_>) -> Result<(), TaskError> {
-        self.stored().cancel(task_id, who).await
+        Stored::of(self).cancel(task_id, who).await
     }
 
     /// Answer a task's input requests (api.rs).
@@ -207,27 +213,27 @@ impl Engine {
         who: Caller<'_>,
         answers: Map<String, Value>,
     ) -> Result<(), TaskError> {
-        self.stored().update(task_id, who, answers).await
+        Stored::of(self).update(task_id, who, answers).await
     }
 
     /// A caller's tasks, or every task (api.rs).
     pub async fn list(&self, who: Option<Caller<'_>>) -> Result<Vec<TaskRecord>, TaskError> {
-        self.stored().list(who).await
+        Stored::of(self).list(who).await
     }
 
     /// Tasks by status (api.rs).
     pub async fn counts(&self) -> Result<Vec<(TaskStatus, u64)>, StoreError> {
-        self.stored().counts().await
+        Stored::of(self).counts().await
     }
 
     /// The store's figures (api.rs).
     pub async fn health(&self) -> Result<StoreStats, StoreError> {
-        self.stored().health().await
+        Stored::of(self).health().await
     }
 
     /// Make every write durable (api.rs).
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.stored().flush().await
+        Stored::of(self).flush().await
     }
 
     /// Now, in unix milliseconds, on the engine's clock.
@@ -237,7 +243,7 @@ impl Engine {
 
     /// `subscriptions/listen` (listen.rs).
     pub async fn listen(&self, up: Arc<dyn Upstream>, req: &Request, ctx: &CallContext) -> Reply {
-        self.listening().listen(up, req, ctx).await
+        Listen::of(self).listen(up, req, ctx).await
     }
 
     /// End every `subscriptions/listen` stream with its completion response (at
@@ -248,32 +254,32 @@ impl Engine {
 
     /// `tasklift_wait`, for clients given tool-level handles (handles.rs).
     pub async fn tool_wait(&self, req: Request, ctx: &CallContext, cfg: &UpstreamConfig) -> Reply {
-        self.handles().tool_wait(req, ctx, cfg).await
+        super::tool_wait::tool_wait(&Handles::of(self), req, ctx, cfg).await
     }
 
     /// `tasklift_cancel`, for clients given tool-level handles (handles.rs).
     pub async fn tool_cancel(&self, req: Request, ctx: &CallContext, upstream: &str) -> Reply {
-        self.handles().tool_cancel(req, ctx, upstream).await
+        Handles::of(self).tool_cancel(req, ctx, upstream).await
     }
 
     /// At start: fail the tasks a previous process left running (sweeper.rs).
     pub async fn recover(&self) -> Result<usize, StoreError> {
-        self.sweeper().recover().await
+        Sweeper::of(self).recover().await
     }
 
     /// Fail running tasks past their TTL, delete expired ones (sweeper.rs).
     pub async fn sweep(&self) -> Result<usize, StoreError> {
-        self.sweeper().sweep().await
+        Sweeper::of(self).sweep().await
     }
 
     /// At shutdown, after the grace period: stop every task still running here
     /// (driver.rs).
     pub async fn stop_all(&self, wait: Duration) -> usize {
-        self.drivers().stop_all(wait).await
+        Drivers::of(self).stop_all(wait).await
     }
 
     /// Wait until no task's driver runs here, or `limit` passes (driver.rs).
     pub async fn settled_within(&self, limit: Duration) -> bool {
-        self.drivers().settled_within(limit).await
+        Drivers::of(self).settled_within(limit).await
     }
 }

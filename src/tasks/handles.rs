@@ -17,12 +17,11 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::api::Stored;
 use super::api::{Caller, TaskError};
-use super::core::{part, Parts};
+use super::core::part;
 use super::input::check_allowed;
 pub(super) use super::phases::Handle;
-use super::tool_wait::ToolWait;
-use crate::config::UpstreamConfig;
 use crate::reply::{Reply, StreamItem};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
 use crate::upstream::{CallContext, ClientPeer};
@@ -143,7 +142,7 @@ pub fn listed_tools(max_wait: Duration) -> [Value; 2] {
 
 /// A tool result with this text and nothing else. `resultType` is there for
 /// 2026-07-28 clients (the legacy door removes it, as from any result).
-fn text_result(text: String, error: bool) -> Value {
+pub(super) fn text_result(text: String, error: bool) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": error, "resultType": "complete"})
 }
 
@@ -273,7 +272,7 @@ impl Handles {
         loop {
             let rec = match seen.take() {
                 Some(rec) => rec,
-                None => self.stored().get(id, who).await?,
+                None => Stored::of(self).get(id, who).await?,
             };
             match rec.status() {
                 s if s.is_terminal() => return Ok(Waited::Done(rec)),
@@ -338,7 +337,7 @@ impl Handles {
                 }
             }
         }
-        self.stored()
+        Stored::of(self)
             .update(&rec.id, w.who(), answers)
             .await
             .map_err(RpcError::from)
@@ -381,65 +380,10 @@ impl Handles {
         else {
             return Ok(None);
         };
-        self.stored().update(id, who, input_responses(req)).await?;
+        Stored::of(self)
+            .update(id, who, input_responses(req))
+            .await?;
         Ok(Some(id.to_string()))
-    }
-
-    /// `tasklift_wait`: wait for the caller's task as long as its client is known
-    /// to wait ([`super::patience`]: the tool's threshold in `cfg`, what the client
-    /// showed; at most `waitSeconds` and `tasks.max_wait`), and answer its result,
-    /// a tool error saying how it failed, or the still-running answer again. A
-    /// client that gives up on the wait teaches tasklift to answer it sooner. The
-    /// wait itself is a `ToolWait` (tool_wait.rs).
-    pub async fn tool_wait(&self, req: Request, ctx: &CallContext, cfg: &UpstreamConfig) -> Reply {
-        let started = Instant::now();
-        let w = Waiter::new(&req, ctx, &cfg.name);
-        let args = req.params.get("arguments").cloned().unwrap_or_default();
-        let answered = match self.answer_waited(&req, w.who()).await {
-            Ok(id) => id,
-            Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, None)))),
-        };
-        let Some(id) = answered.or_else(|| {
-            args.get("taskId")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        }) else {
-            return Reply::Json(w.answer(Ok(text_result(
-                format!("{WAIT_TOOL} needs the taskId a still-running answer gave, as {{\"taskId\": \"...\"}}."),
-                true,
-            ))));
-        };
-        let requested = args
-            .get("waitSeconds")
-            .and_then(Value::as_f64)
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(|s| Duration::from_secs_f64(s.min(86_400.0)));
-        let poll = args
-            .get("poll")
-            .and_then(Value::as_u64)
-            .unwrap_or(1)
-            .min(1 << 32);
-        // The record read here for the tool's threshold is the wait's first look.
-        let rec = match self.stored().get(&id, w.who()).await {
-            Ok(rec) => rec,
-            Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, Some(&id))))),
-        };
-        let threshold = cfg.policy(&rec.tool).threshold;
-        let wait = self
-            .patience
-            .wait_for(&w.client, threshold, requested, self.max_wait);
-        let (tx, rx) = mpsc::channel(32);
-        let waiting = ToolWait {
-            handles: self.clone(),
-            w,
-            id,
-            poll,
-            started,
-            deadline: started + wait,
-            tx,
-        };
-        tokio::spawn(waiting.run(rec));
-        Reply::Stream(rx)
     }
 
     /// `tasklift_cancel`: stop the caller's task.
@@ -452,7 +396,7 @@ impl Handles {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let result = match self.stored().get(&id, w.who()).await {
+        let result = match Stored::of(self).get(&id, w.who()).await {
             Ok(rec) if rec.status().is_terminal() => text_result(
                 format!(
                     "The job `{}` (taskId {id}) had already ended ({}); nothing to stop.",
@@ -461,7 +405,7 @@ impl Handles {
                 ),
                 false,
             ),
-            Ok(rec) => match self.stored().cancel(&id, w.who()).await {
+            Ok(rec) => match Stored::of(self).cancel(&id, w.who()).await {
                 Ok(()) => text_result(
                     format!(
                         "Stopping the job `{}` (taskId {id}): it was cancelled upstream.",

@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::core::{part, Parts};
-use super::handles::{Handle, Waiter};
+use super::core::part;
+use super::detach::Detach;
+use super::handles::{Handle, Handles, Waiter};
 use super::input::STATE_PREFIX;
 use super::limits::LimitError;
 use super::phases::{SyncCall, TaskSpec};
+use super::race::Race;
 use crate::config::{NonTaskClients, OnDisconnect, ToolMode, ToolPolicy};
 use crate::reply::Reply;
 use crate::upstream::{CallContext, Upstream};
@@ -52,9 +54,12 @@ impl Intake {
         // The retry of an identical call that became a task: that task's answer.
         let replay = replay.filter(|_| eligible);
         if let Some(key) = &replay {
-            if let Some(rec) = self.detach().replayable(key, caller(&ctx, &upstream)).await {
+            if let Some(rec) = Detach::of(self)
+                .replayable(key, caller(&ctx, &upstream))
+                .await
+            {
                 let w = Waiter::new(&req, &ctx, upstream.name());
-                return self.detach().replay(rec, w, handle);
+                return Detach::of(self).replay(rec, w, handle);
             }
         }
         if eligible {
@@ -75,7 +80,7 @@ impl Intake {
             .filter(|s| s.starts_with(STATE_PREFIX))
         {
             let state = state.to_string();
-            return self.race().resume(&req, &state, &ctx, task).await;
+            return super::streamed::resume(&Race::of(self), &req, &state, &ctx, task).await;
         }
         let progress = follow_progress(&mut req);
         self.start(upstream, req, ctx, progress, task, None).await
@@ -89,15 +94,14 @@ impl Intake {
         ctx: &CallContext,
         upstream: &Arc<dyn Upstream>,
     ) -> Option<Reply> {
-        match self
-            .handles()
+        match Handles::of(self)
             .answer_waited(req, caller(ctx, upstream))
             .await
         {
             Ok(None) => None,
             Ok(Some(id)) => {
                 let w = Waiter::new(req, ctx, upstream.name());
-                Some(self.detach().join(id, w, Duration::ZERO))
+                Some(Detach::of(self).join(id, w, Duration::ZERO))
             }
             Err(e) => Some(refuse(req, e.into())),
         }
@@ -160,7 +164,7 @@ impl Intake {
             .filter(|s| s.starts_with(STATE_PREFIX))
         {
             let state = state.to_string();
-            return self.race().resume(&req, &state, &ctx, None).await;
+            return super::streamed::resume(&Race::of(self), &req, &state, &ctx, None).await;
         }
         let relay_progress = token.is_some();
         self.start(
@@ -227,7 +231,7 @@ impl Intake {
             session: ctx.session.clone(),
             origin: Some((upstream, req, ctx)),
         };
-        self.race().drive(sc, task).await
+        super::streamed::drive(&Race::of(self), sc, task).await
     }
 }
 

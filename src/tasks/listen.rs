@@ -11,7 +11,8 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, mpsc};
 
-use super::core::{part, Parts};
+use super::api::Stored;
+use super::core::part;
 use super::detailed_task;
 use crate::reply::{Reply, StreamItem};
 use crate::store::TaskRecord;
@@ -72,7 +73,7 @@ impl Listen {
                 principal: owner,
                 upstream,
             };
-            if let Ok(rec) = self.stored().get(&id, who).await {
+            if let Ok(rec) = Stored::of(self).get(&id, who).await {
                 owned.push(rec);
             }
         }

@@ -11,20 +11,21 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::core::{part, Parts};
+use super::core::part;
+use super::detach::Detach;
+use super::driver::Drivers;
 use super::handles::{still_running, Handle, Waiter};
 use super::input::{askable, request_binding, StateClaims};
 use super::phases::{
     admit_request, finalize_result, is_progress_for, sleep_until_precisely, Ahead, Control, Origin,
     Parked, RunningCall, SyncCall, TaskSpec, WRITE_AHEAD,
 };
-use super::streamed::{forward_input, Streamed};
 use super::{create_task_result, progress_message};
 use crate::observe::spans::Span;
-use crate::reply::{Reply, StreamItem};
+use crate::reply::Reply;
 use crate::store::{NewTask, TaskRecord};
-use crate::upstream::{broken, CallContext, CallEvent, Next, ServerRequest, UpstreamCall};
-use tasklift_protocol::jsonrpc::{self, Outcome, RpcError};
+use crate::upstream::{broken, CallEvent, Next, ServerRequest, UpstreamCall};
+use tasklift_protocol::jsonrpc::{self, Outcome};
 
 /// How long a call parked for input waits for the client's retry.
 pub const PARK_TTL: Duration = Duration::from_secs(600);
@@ -56,33 +57,6 @@ part!(
 );
 
 impl Race {
-    /// Carry a started call through its synchronous phase: a JSON answer, or an SSE
-    /// stream once there is something to stream.
-    pub(super) async fn drive(&self, mut sc: SyncCall, task: Option<TaskSpec>) -> Reply {
-        // Phase 1 runs in the request's own future: if the client goes away, hyper
-        // drops it, and dropping the call cancels it upstream.
-        let first = match self.step(&mut sc, None, task.as_ref()).await {
-            Step::Final(v, None) => return Reply::Json(v),
-            Step::Final(v, Some(status)) => return Reply::UpstreamError(status, v),
-            Step::FinalRaw(b) => return Reply::Raw(b),
-            Step::Threshold => match self
-                .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
-                .await
-            {
-                Some(reply) => return reply,
-                None => vec![],
-            },
-            Step::Input(reqs) => match sc.session.clone() {
-                Some(s) => forward_input(&s, reqs),
-                None => return Reply::Json(self.park(sc, task, reqs)),
-            },
-            Step::Relay(n) => vec![StreamItem::Message(n)],
-            Step::KeepAlive => vec![StreamItem::KeepAlive],
-        };
-        // Phase 2: something must be streamed (progress or keep-alives).
-        Streamed::start(self.clone(), sc, task, first)
-    }
-
     /// The next event: from the read-ahead backlog first, then the upstream (a
     /// plain final result as bytes when `raw`).
     async fn next_event(sc: &mut SyncCall, raw: bool) -> Option<Next> {
@@ -221,7 +195,7 @@ impl Race {
         self.park_waiting(Parked { sc, task, waiting }, id)
     }
 
-    fn park_waiting(&self, p: Parked, id: Option<Value>) -> Value {
+    pub(super) fn park_waiting(&self, p: Parked, id: Option<Value>) -> Value {
         let park = uuid::Uuid::new_v4().to_string();
         let exp = self.clock().now_ms() + PARK_TTL.as_millis() as u64;
         let state = self.sealer().seal(&StateClaims {
@@ -258,67 +232,6 @@ impl Race {
         )
     }
 
-    /// A retry carrying tasklift's `requestState`: answer the parked upstream requests
-    /// and resume the race.
-    pub(super) async fn resume(
-        &self,
-        req: &tasklift_protocol::jsonrpc::Request,
-        state: &str,
-        ctx: &CallContext,
-        task: Option<TaskSpec>,
-    ) -> Reply {
-        let binding = request_binding(&req.method, &req.params);
-        let claims =
-            match self
-                .sealer()
-                .open(state, &ctx.principal, &binding, self.clock().now_ms())
-            {
-                Ok(c) => c,
-                Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e))),
-            };
-        let Some(mut p) = self
-            .parked
-            .remove(&claims.park)
-            .map(|(_, p)| p.into_inner().expect("parked lock"))
-        else {
-            let e = RpcError::new(
-                jsonrpc::INVALID_PARAMS,
-                "Invalid requestState: the call it resumes is no longer waiting (already resumed, or it expired); call the tool again",
-            );
-            return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
-        };
-        let empty = Map::new();
-        let answers = req
-            .params
-            .get("inputResponses")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        let keys: Vec<String> = p.waiting.keys().cloned().collect();
-        for k in keys {
-            if let Some(v) = answers.get(&k) {
-                let (_, r) = p.waiting.remove(&k).expect("listed");
-                r.answer(Ok(v.clone()));
-            }
-        }
-        p.sc.id = req.id.clone();
-        p.sc.caps = req
-            .meta()
-            .and_then(|m| m.get(tasklift_protocol::mcp::META_CLIENT_CAPABILITIES))
-            .cloned()
-            .unwrap_or_default();
-        p.task = task;
-        if !p.waiting.is_empty() {
-            // Some answers are missing: ask again for the rest.
-            let id = req.id.clone();
-            return Reply::Json(self.park_waiting(p, id));
-        }
-        p.sc.threshold_at = p
-            .task
-            .as_ref()
-            .map(|t| tokio::time::Instant::now() + t.policy.threshold);
-        self.drive(p.sc, p.task).await
-    }
-
     /// The threshold passed: persist a task, hand the call to a background driver,
     /// and answer the caller: the `CreateTaskResult` (a client that declared the
     /// extension), the still-running tool result (a tool-level handle), or the
@@ -340,7 +253,7 @@ impl Race {
         self.spawn_driver(rec, owner, control, traced, &spec.tool);
         Some(match answer {
             Some(a) => Reply::Json(jsonrpc::response(sc.id.as_ref(), &Ok(a))),
-            None => self.detach().join(id, waiter, spec.policy.threshold),
+            None => Detach::of(self).join(id, waiter, spec.policy.threshold),
         })
     }
 
@@ -391,7 +304,7 @@ impl Race {
         self.metrics().task_created();
         self.publish(rec);
         if let Some(key) = &spec.replay {
-            self.detach()
+            Detach::of(self)
                 .remember_call(key, rec, spec.policy.replay_window)
                 .await;
         }
@@ -462,7 +375,7 @@ impl Race {
         traced: Span,
         tool: &str,
     ) {
-        let drivers = self.drivers();
+        let drivers = Drivers::of(self);
         let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
         self.driver_tasks
             .spawn(drivers.own(rec, owner, control, traced).instrument(span));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::core::{part, Parts};
+use super::core::part;
 use super::phases::{Control, StopReason};
 use super::Engine;
 use crate::store::{Change, SharedStore};
@@ -23,7 +23,7 @@ pub async fn run(
     mut changes: mpsc::Receiver<Change>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let engine = engine.replicas();
+    let engine = Replicas::of(&*engine);
     let Some(shared) = engine.store().shared() else {
         return;
     };

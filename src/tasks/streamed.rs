@@ -1,15 +1,108 @@
 //! Phase 2 of a call's synchronous phase, once something must be streamed: its
 //! answer goes out as an SSE stream (relayed progress and logs, keep-alives, a
 //! legacy client's questions, then the final message, the task's handle or the
-//! caller's wait on the task). The race itself is `Race::step` (race.rs).
+//! caller's wait on the task); and the phase's entries, `drive` and `resume`
+//! (a retry with tasklift's `requestState`). The race's steps are `Race`'s
+//! (race.rs), which imports nothing of this file.
 
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use serde_json::{Map, Value};
+
+use super::input::request_binding;
 use super::phases::{SyncCall, TaskSpec};
 use super::race::{Race, Step};
 use crate::reply::{Reply, StreamItem};
-use crate::upstream::{ClientPeer, ServerRequest};
+use crate::upstream::{CallContext, ClientPeer, ServerRequest};
+use tasklift_protocol::jsonrpc::{self, RpcError};
+
+/// Carry a started call through its synchronous phase: a JSON answer, or an SSE
+/// stream once there is something to stream.
+pub(super) async fn drive(race: &Race, mut sc: SyncCall, task: Option<TaskSpec>) -> Reply {
+    // Phase 1 runs in the request's own future: if the client goes away, hyper
+    // drops it, and dropping the call cancels it upstream.
+    let first = match race.step(&mut sc, None, task.as_ref()).await {
+        Step::Final(v, None) => return Reply::Json(v),
+        Step::Final(v, Some(status)) => return Reply::UpstreamError(status, v),
+        Step::FinalRaw(b) => return Reply::Raw(b),
+        Step::Threshold => match race
+            .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
+            .await
+        {
+            Some(reply) => return reply,
+            None => vec![],
+        },
+        Step::Input(reqs) => match sc.session.clone() {
+            Some(s) => forward_input(&s, reqs),
+            None => return Reply::Json(race.park(sc, task, reqs)),
+        },
+        Step::Relay(n) => vec![StreamItem::Message(n)],
+        Step::KeepAlive => vec![StreamItem::KeepAlive],
+    };
+    // Phase 2: something must be streamed (progress or keep-alives).
+    Streamed::start(race.clone(), sc, task, first)
+}
+
+/// A retry carrying tasklift's `requestState`: answer the parked upstream requests
+/// and resume the race.
+pub(super) async fn resume(
+    race: &Race,
+    req: &tasklift_protocol::jsonrpc::Request,
+    state: &str,
+    ctx: &CallContext,
+    task: Option<TaskSpec>,
+) -> Reply {
+    let binding = request_binding(&req.method, &req.params);
+    let claims = match race
+        .sealer()
+        .open(state, &ctx.principal, &binding, race.clock().now_ms())
+    {
+        Ok(c) => c,
+        Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e))),
+    };
+    let Some(mut p) = race
+        .parked
+        .remove(&claims.park)
+        .map(|(_, p)| p.into_inner().expect("parked lock"))
+    else {
+        let e = RpcError::new(
+            jsonrpc::INVALID_PARAMS,
+            "Invalid requestState: the call it resumes is no longer waiting (already resumed, or it expired); call the tool again",
+        );
+        return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+    };
+    let empty = Map::new();
+    let answers = req
+        .params
+        .get("inputResponses")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let keys: Vec<String> = p.waiting.keys().cloned().collect();
+    for k in keys {
+        if let Some(v) = answers.get(&k) {
+            let (_, r) = p.waiting.remove(&k).expect("listed");
+            r.answer(Ok(v.clone()));
+        }
+    }
+    p.sc.id = req.id.clone();
+    p.sc.caps = req
+        .meta()
+        .and_then(|m| m.get(tasklift_protocol::mcp::META_CLIENT_CAPABILITIES))
+        .cloned()
+        .unwrap_or_default();
+    p.task = task;
+    if !p.waiting.is_empty() {
+        // Some answers are missing: ask again for the rest.
+        let id = req.id.clone();
+        return Reply::Json(race.park_waiting(p, id));
+    }
+    p.sc.threshold_at = p
+        .task
+        .as_ref()
+        .map(|t| tokio::time::Instant::now() + t.policy.threshold);
+    drive(race, p.sc, p.task).await
+}
 
 /// A call whose answer streams, until the final message or until the client goes
 /// away (dropping the call then cancels it upstream).

@@ -1,15 +1,86 @@
-//! One `tasklift_wait` while it waits (handles.rs starts it): keep-alives on its
+//! `tasklift_wait` (for clients given tool-level handles, handles.rs): one wait
+//! while it runs: keep-alives on its
 //! stream until the task ends, asks for input (put to a legacy client on the
 //! stream, or with MRTR), or the wait is up, then the answer.
+
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::api::TaskError;
-use super::handles::{finished_result, questions, still_running, unknown, Handles, Waited, Waiter};
-use crate::reply::StreamItem;
+use super::api::{Stored, TaskError};
+use super::handles::{
+    finished_result, questions, still_running, text_result, unknown, Handles, Waited, Waiter,
+    WAIT_TOOL,
+};
+use crate::config::UpstreamConfig;
+use crate::reply::{Reply, StreamItem};
 use crate::store::TaskRecord;
+use crate::upstream::CallContext;
+use tasklift_protocol::jsonrpc::Request;
+
+/// `tasklift_wait`: wait for the caller's task as long as its client is known
+/// to wait ([`super::patience`]: the tool's threshold in `cfg`, what the client
+/// showed; at most `waitSeconds` and `tasks.max_wait`), and answer its result,
+/// a tool error saying how it failed, or the still-running answer again. A
+/// client that gives up on the wait teaches tasklift to answer it sooner. The
+/// wait itself is a [`ToolWait`].
+pub(super) async fn tool_wait(
+    handles: &Handles,
+    req: Request,
+    ctx: &CallContext,
+    cfg: &UpstreamConfig,
+) -> Reply {
+    let started = Instant::now();
+    let w = Waiter::new(&req, ctx, &cfg.name);
+    let args = req.params.get("arguments").cloned().unwrap_or_default();
+    let answered = match handles.answer_waited(&req, w.who()).await {
+        Ok(id) => id,
+        Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, None)))),
+    };
+    let Some(id) = answered.or_else(|| {
+        args.get("taskId")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }) else {
+        return Reply::Json(w.answer(Ok(text_result(
+            format!("{WAIT_TOOL} needs the taskId a still-running answer gave, as {{\"taskId\": \"...\"}}."),
+            true,
+        ))));
+    };
+    let requested = args
+        .get("waitSeconds")
+        .and_then(Value::as_f64)
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| Duration::from_secs_f64(s.min(86_400.0)));
+    let poll = args
+        .get("poll")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .min(1 << 32);
+    // The record read here for the tool's threshold is the wait's first look.
+    let rec = match Stored::of(handles).get(&id, w.who()).await {
+        Ok(rec) => rec,
+        Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, Some(&id))))),
+    };
+    let threshold = cfg.policy(&rec.tool).threshold;
+    let wait = handles
+        .patience
+        .wait_for(&w.client, threshold, requested, handles.max_wait);
+    let (tx, rx) = mpsc::channel(32);
+    let waiting = ToolWait {
+        handles: handles.clone(),
+        w,
+        id,
+        poll,
+        started,
+        deadline: started + wait,
+        tx,
+    };
+    tokio::spawn(waiting.run(rec));
+    Reply::Stream(rx)
+}
 
 /// A `tasklift_wait` in progress.
 pub(super) struct ToolWait {
