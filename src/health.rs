@@ -17,7 +17,7 @@ use crate::tasks::Engine;
 /// What the health answers read: the engine, the upstreams, the counters, and
 /// how many legacy client sessions are open.
 #[derive(Clone, Copy)]
-pub struct Parts<'a> {
+pub struct Readings<'a> {
     pub engine: &'a Engine,
     pub mounts: &'a HashMap<String, Mount>,
     pub metrics: &'a Metrics,
@@ -25,7 +25,7 @@ pub struct Parts<'a> {
 }
 
 /// What `/metrics` reads from the rest of tasklift at scrape time.
-pub async fn snapshot(state: Parts<'_>) -> crate::observe::metrics::Snapshot {
+pub async fn snapshot(state: Readings<'_>) -> crate::observe::metrics::Snapshot {
     check_upstreams(state.mounts).await;
     let mut snap = crate::observe::metrics::Snapshot::default();
     if let Ok(counts) = state.engine.counts().await {
@@ -61,7 +61,7 @@ pub async fn snapshot(state: Parts<'_>) -> crate::observe::metrics::Snapshot {
 }
 
 /// `/metrics`: Prometheus text format.
-pub async fn metrics(state: Parts<'_>) -> Response<RespBody> {
+pub async fn metrics(state: Readings<'_>) -> Response<RespBody> {
     let text = state.metrics.render(&snapshot(state).await);
     Response::builder()
         .status(StatusCode::OK)
@@ -84,7 +84,7 @@ pub async fn check_upstreams(mounts: &HashMap<String, Mount>) {
 }
 
 /// `/readyz`: 200 when the store is open and every upstream can take calls, else 503.
-pub async fn readyz(state: Parts<'_>) -> Response<RespBody> {
+pub async fn readyz(state: Readings<'_>) -> Response<RespBody> {
     check_upstreams(state.mounts).await;
     // Upstreams that cannot take calls now (e.g. a stdio child that keeps crashing).
     let upstreams: serde_json::Map<String, Value> = state

@@ -19,12 +19,12 @@
 //! to stdout, `results.md`, `throughput.svg` and `latency.svg` in `--out`.
 //! `scripts/bench` installs nginx, builds in release mode and runs this.
 
-mod bench;
 mod crash;
 mod loadgen;
 mod plan;
 mod procs;
 mod report;
+mod scenarios;
 mod upstream;
 mod wire;
 
@@ -204,7 +204,7 @@ fn main() -> ExitCode {
                 .and_then(|rt| {
                     rt.block_on(async {
                         tokio::select! {
-                            r = bench::run(args) => r,
+                            r = scenarios::run(args) => r,
                             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
                         }
                     })

@@ -39,7 +39,7 @@ use args::parse_header;
 use exit::{client_fail, fail, no_prompt_hint, Fail};
 use follow::follow_task;
 use output::finish;
-use status::Status;
+use status::StatusLine;
 use terminal::{ask, Cx, Interrupt, Stdin};
 
 pub use args::parse_arguments;
@@ -153,7 +153,7 @@ fn context(a: &CallArgs) -> Result<Cx, Fail> {
         tool: a.tool.clone(),
         json: a.json,
         interactive,
-        status: Status::new(stderr_tty, a.json),
+        status: StatusLine::new(stderr_tty, a.json),
         interrupt,
         stdin: Stdin { lines: None },
     })

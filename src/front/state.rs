@@ -74,8 +74,8 @@ pub struct State {
 
 impl State {
     /// What `/readyz` and `/metrics` read.
-    pub fn health(&self) -> crate::health::Parts<'_> {
-        crate::health::Parts {
+    pub fn health(&self) -> crate::health::Readings<'_> {
+        crate::health::Readings {
             engine: &self.engine,
             mounts: &self.mounts,
             metrics: &self.metrics,

@@ -123,7 +123,7 @@ macro_rules! part {
             }
         }
 
-        impl super::core::Parts for $name {
+        impl super::core::HoldsCore for $name {
             fn core(&self) -> &std::sync::Arc<super::core::Core> {
                 &self.0
             }
@@ -132,7 +132,7 @@ macro_rules! part {
         impl $name {
             /// This part, over the core `p` holds.
             #[allow(dead_code)]
-            pub(super) fn of(p: &impl super::core::Parts) -> Self {
+            pub(super) fn of(p: &impl super::core::HoldsCore) -> Self {
                 Self(p.core().clone())
             }
         }
@@ -142,12 +142,12 @@ pub(super) use part;
 
 /// What holds the shared core: the façade and every part. A part is reached
 /// from another as `Drivers::of(self)`.
-pub(super) trait Parts {
+pub(super) trait HoldsCore {
     /// The shared core.
     fn core(&self) -> &Arc<Core>;
 }
 
-impl Parts for Arc<Core> {
+impl HoldsCore for Arc<Core> {
     fn core(&self) -> &Arc<Core> {
         self
     }

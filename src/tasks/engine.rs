@@ -27,7 +27,7 @@ use tokio::sync::broadcast;
 
 use super::api::Stored;
 use super::api::{Caller, TaskError};
-use super::core::{Core, Parts};
+use super::core::{Core, HoldsCore};
 use super::driver::Drivers;
 use super::handles::Handles;
 use super::input::StateSealer;
@@ -48,7 +48,7 @@ pub struct Engine {
     core: Arc<Core>,
 }
 
-impl Parts for Engine {
+impl HoldsCore for Engine {
     fn core(&self) -> &Arc<Core> {
         &self.core
     }

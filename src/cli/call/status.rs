@@ -12,7 +12,7 @@ const FRAMES_ASCII: &[&str] = &["|", "/", "-", "\\"];
 const BAR: usize = 20;
 
 /// The status line.
-pub(crate) struct Status {
+pub(crate) struct StatusLine {
     inner: Arc<Mutex<Inner>>,
     drawer: Option<tokio::task::JoinHandle<()>>,
 }
@@ -36,7 +36,7 @@ struct Inner {
     width: usize,
 }
 
-impl Status {
+impl StatusLine {
     /// A status line on stderr; `quiet` silences it when stderr is not a terminal.
     /// Must be made inside a tokio runtime (a terminal's spinner is redrawn by a task).
     pub(crate) fn new(tty: bool, quiet: bool) -> Self {
@@ -125,7 +125,7 @@ impl Status {
     }
 }
 
-impl Drop for Status {
+impl Drop for StatusLine {
     fn drop(&mut self) {
         if let Some(d) = self.drawer.take() {
             d.abort();

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::exit::{fail, Fail, EXIT_FAILED, EXIT_INTERRUPTED};
 use super::form;
-use super::status::Status;
+use super::status::StatusLine;
 use crate::cli::client::Client;
 
 /// Ctrl-C, listened for from the start (so it never kills the process mid-call).
@@ -88,7 +88,7 @@ pub(super) struct Cx {
     pub(super) json: bool,
     /// Someone can answer questions.
     pub(super) interactive: bool,
-    pub(super) status: Status,
+    pub(super) status: StatusLine,
     pub(super) interrupt: Interrupt,
     pub(super) stdin: Stdin,
 }
