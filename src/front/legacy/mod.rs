@@ -57,6 +57,19 @@ fn accepted() -> Response<RespBody> {
         .expect("valid response")
 }
 
+/// A string parameter the method needs, or the answer saying it is missing.
+fn required<'r>(req: &'r Request, name: &str) -> Result<&'r str, Box<Response<RespBody>>> {
+    req.str_param(name).ok_or_else(|| {
+        Box::new(ok(
+            req.id.as_ref(),
+            Err(RpcError::new(
+                INVALID_PARAMS,
+                format!("Invalid params: {name} is required"),
+            )),
+        ))
+    })
+}
+
 fn ok(id: Option<&Value>, outcome: Outcome) -> Response<RespBody> {
     json_response(
         legacy_status_of(&outcome),
@@ -357,16 +370,11 @@ async fn set_level(
         legacy,
         mount,
     } = at;
-    let Some(level) = req.str_param("level") else {
-        return ok(
-            req.id.as_ref(),
-            Err(RpcError::new(
-                INVALID_PARAMS,
-                "Invalid params: level is required",
-            )),
-        );
+    let level = match required(&req, "level") {
+        Ok(v) => v.to_string(),
+        Err(r) => return *r,
     };
-    s.set_log_level(level.to_string());
+    s.set_log_level(level);
     legacy.keep(mount, &s).await;
     match mount.upstream.era(&ctx).await {
         Ok(Era::Legacy) if mount.upstream.session_per_client() => {
@@ -391,21 +399,16 @@ async fn subscribe(
         legacy,
         mount,
     } = at;
-    let Some(uri) = req.str_param("uri") else {
-        return ok(
-            req.id.as_ref(),
-            Err(RpcError::new(
-                INVALID_PARAMS,
-                "Invalid params: uri is required",
-            )),
-        );
+    let uri = match required(&req, "uri") {
+        Ok(v) => v.to_string(),
+        Err(r) => return *r,
     };
     match described(mount, &s, &ctx).await {
         Ok(d) if subscribable(&d) => {}
         Ok(_) => return served::call(state, mount, &s, req, ctx).await,
         Err(e) => return ok(req.id.as_ref(), Err(e)),
     }
-    if s.subscribe(uri, req.method == "resources/subscribe") {
+    if s.subscribe(&uri, req.method == "resources/subscribe") {
         legacy.keep(mount, &s).await;
         listen(mount, &s, &ctx, true);
     }
