@@ -30,6 +30,9 @@ pub struct RawConfig {
     pub telemetry: RawTelemetry,
     /// The servers tasklift fronts, each at its own path.
     pub upstreams: Vec<RawUpstream>,
+    /// Where tasklift POSTs signed events when a task ends or needs input.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<RawWebhook>,
 }
 
 /// `[telemetry]`: OpenTelemetry traces (OTLP over HTTP/protobuf).
@@ -469,4 +472,72 @@ pub struct RawToolRule {
     /// Replay window for this tool (default: the upstream's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_window: Option<String>,
+}
+
+/// `[[webhooks]]`: one destination told when a task ends or needs input.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWebhook {
+    /// The destination's name in logs, metrics and `tasklift store`; empty: the
+    /// URL's host and port.
+    pub name: String,
+    /// Where events are POSTed: `https://`, or `http://` to a loopback address
+    /// (any address with `allow_http`).
+    pub url: String,
+    /// Allow `http://` to an address other than loopback (events and their
+    /// signatures then cross the network in clear).
+    pub allow_http: bool,
+    /// The signing secret, Standard Webhooks format: `whsec_` + base64.
+    pub secret: String,
+    /// A file holding the secret (trailing whitespace ignored).
+    pub secret_file: String,
+    /// Which events are sent: `task.completed`, `task.failed`, `task.cancelled`,
+    /// `task.input_required`.
+    pub events: Vec<String>,
+    /// Only tasks of these upstreams (by name); empty: every upstream.
+    pub upstreams: Vec<String>,
+    /// Only tasks of these tools; empty: every tool.
+    pub tools: Vec<String>,
+    /// Put the tool's result (or the JSON-RPC error) in `data.result`.
+    pub include_result: bool,
+    /// With `include_result`: a larger result is left out (`data.resultOmitted`).
+    pub max_result_bytes: usize,
+    /// An event not delivered within this long after it happened is given up.
+    pub max_age: String,
+    /// Deliveries in flight at once to this destination.
+    pub concurrency: usize,
+    /// Most events waiting for this destination; past it new ones are dropped
+    /// (counted and logged).
+    pub max_pending: usize,
+    /// Time allowed to connect.
+    pub connect_timeout: String,
+    /// Time allowed for the whole response, from sending the request.
+    pub timeout: String,
+}
+
+impl Default for RawWebhook {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            url: String::new(),
+            allow_http: false,
+            secret: String::new(),
+            secret_file: String::new(),
+            events: vec![
+                "task.completed".into(),
+                "task.failed".into(),
+                "task.cancelled".into(),
+                "task.input_required".into(),
+            ],
+            upstreams: Vec::new(),
+            tools: Vec::new(),
+            include_result: false,
+            max_result_bytes: 64 * 1024,
+            max_age: "24h".into(),
+            concurrency: 4,
+            max_pending: 10_000,
+            connect_timeout: "5s".into(),
+            timeout: "10s".into(),
+        }
+    }
 }

@@ -26,6 +26,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Upstreams, each with a distinct path.
     pub upstreams: Vec<UpstreamConfig>,
+    /// Webhook destinations, each with a distinct name.
+    pub webhooks: Vec<WebhookConfig>,
 }
 
 impl Config {
@@ -413,4 +415,98 @@ pub struct LegacyConfig {
     pub sse_retry: Duration,
     /// Longest time one response carries a 2025-11-25 client's stream (zero: no limit).
     pub stream_max: Duration,
+}
+
+/// What a webhook is told about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WebhookEvent {
+    /// A task completed (`completed`).
+    Completed,
+    /// A task failed (`failed`).
+    Failed,
+    /// A task was cancelled (`cancelled`).
+    Cancelled,
+    /// A task waits for its client's input (`input_required`).
+    InputRequired,
+}
+
+impl WebhookEvent {
+    /// Every event.
+    pub const ALL: [WebhookEvent; 4] = [
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+        Self::InputRequired,
+    ];
+
+    /// The event's `type`, as configured and sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "task.completed",
+            Self::Failed => "task.failed",
+            Self::Cancelled => "task.cancelled",
+            Self::InputRequired => "task.input_required",
+        }
+    }
+
+    /// The event a task status reports (`None`: `working` reports none).
+    pub fn of_status(status: &str) -> Option<Self> {
+        match status {
+            "completed" => Some(Self::Completed),
+            "failed" => Some(Self::Failed),
+            "cancelled" => Some(Self::Cancelled),
+            "input_required" => Some(Self::InputRequired),
+            _ => None,
+        }
+    }
+}
+
+/// A webhook's signing key (the secret's base64 decoded); never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookSecret(pub Vec<u8>);
+
+impl std::fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookSecret(<redacted>)")
+    }
+}
+
+/// Validated `[[webhooks]]`: one destination.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// Its name (unique), in logs, metrics and the outbox.
+    pub name: String,
+    /// Where events are POSTed.
+    pub url: http::Uri,
+    /// The signing key.
+    pub secret: WebhookSecret,
+    /// The events it is sent.
+    pub events: Vec<WebhookEvent>,
+    /// Only tasks of these upstreams (empty: all).
+    pub upstreams: Vec<String>,
+    /// Only tasks of these tools (empty: all).
+    pub tools: Vec<String>,
+    /// Whether `data.result` carries the outcome.
+    pub include_result: bool,
+    /// The largest outcome carried in `data.result`.
+    pub max_result_bytes: usize,
+    /// An event older than this is given up.
+    pub max_age: Duration,
+    /// Deliveries in flight at once.
+    pub concurrency: usize,
+    /// Most events waiting; later ones are dropped and counted.
+    pub max_pending: usize,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Response timeout (from sending the request to its last byte read).
+    pub timeout: Duration,
+}
+
+impl WebhookConfig {
+    /// Whether a task of this upstream and tool moving to `event` is sent here.
+    pub fn wants(&self, event: WebhookEvent, upstream: &str, tool: &str) -> bool {
+        self.events.contains(&event)
+            && (self.upstreams.is_empty() || self.upstreams.iter().any(|u| u == upstream))
+            && (self.tools.is_empty() || self.tools.iter().any(|t| t == tool))
+    }
 }

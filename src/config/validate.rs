@@ -1,7 +1,9 @@
 //! `RawConfig` to `Config`: every check, each naming the key that is wrong. One
-//! `[[upstreams]]` table is checked in [`upstream`].
+//! `[[upstreams]]` table is checked in [`upstream`], one `[[webhooks]]` table in
+//! [`webhook`].
 
 mod upstream;
+mod webhook;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +11,7 @@ use std::time::Duration;
 
 use super::*;
 use upstream::validate_upstream;
+use webhook::validate_webhook;
 
 /// The most front-door threads `server.workers` may ask for.
 const MAX_WORKERS: usize = 256;
@@ -32,7 +35,8 @@ impl RawConfig {
     }
 
     /// The effective configuration as TOML (for `check-config`), with secrets (the
-    /// hashing key, static header values, child environment values) redacted.
+    /// hashing key, static header values, child environment values, webhook
+    /// secrets) redacted.
     pub fn to_toml(&self) -> String {
         let mut shown = self.clone();
         if !shown.auth.hash_key.is_empty() {
@@ -52,6 +56,12 @@ impl RawConfig {
             u.url = redact_url_credentials(&u.url);
             u.headers.values_mut().for_each(|v| *v = REDACTED.into());
             u.env.values_mut().for_each(|v| *v = REDACTED.into());
+        }
+        for w in &mut shown.webhooks {
+            w.url = redact_url_credentials(&w.url);
+            if !w.secret.is_empty() {
+                w.secret = REDACTED.into();
+            }
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
     }
@@ -103,6 +113,7 @@ impl RawConfig {
         let telemetry = self.validate_telemetry()?;
         let auth = self.auth_config()?;
         let upstreams = self.validate_upstreams(&tasks)?;
+        let webhooks = self.validate_webhooks(&upstreams)?;
         Ok(Config {
             server: self.server_config(listen, keepalive_interval)?,
             store: self.store_config()?,
@@ -113,7 +124,36 @@ impl RawConfig {
             admin,
             telemetry,
             upstreams,
+            webhooks,
         })
+    }
+
+    /// Every `[[webhooks]]` table, no two with the same name.
+    fn validate_webhooks(
+        &self,
+        upstreams: &[UpstreamConfig],
+    ) -> Result<Vec<WebhookConfig>, ConfigError> {
+        let mut out: Vec<WebhookConfig> = Vec::new();
+        if !self.webhooks.is_empty() && !self.store.url.trim().is_empty() {
+            return Err(invalid(
+                "webhooks",
+                "not yet supported with the PostgreSQL store (store.url): use the embedded store, or leave webhooks out",
+            ));
+        }
+        for (i, w) in self.webhooks.iter().enumerate() {
+            let hook = validate_webhook(i, w, upstreams)?;
+            if out.iter().any(|o| o.name == hook.name) {
+                return Err(invalid(
+                    format!("webhooks[{i}].name"),
+                    format!(
+                        "{:?} is used twice: give each destination its own name",
+                        hook.name
+                    ),
+                ));
+            }
+            out.push(hook);
+        }
+        Ok(out)
     }
 
     fn listen_address(&self) -> Result<SocketAddr, ConfigError> {

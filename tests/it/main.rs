@@ -11,7 +11,8 @@
 //! - `store`: what the store keeps, on a full disk, through `kill -9` and restarts,
 //!   across replicas;
 //! - `front`: the front door, ownership, security, the messages' schemas;
-//! - `ops`: the binary's commands, metrics, health, the admin listener, traces.
+//! - `ops`: the binary's commands, metrics, health, the admin listener, traces;
+//! - `webhooks`: signed events sent when a task ends or needs input.
 
 mod support;
 
@@ -24,3 +25,4 @@ mod stdio;
 mod store;
 mod tasks;
 mod upstreams;
+mod webhooks;
