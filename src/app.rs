@@ -6,7 +6,8 @@
 //!    finish; then open calls are dropped (cancelled upstream) and running tasks are
 //!    cancelled upstream and marked `failed` (the proxy shut down); the admin
 //!    listener closes;
-//! 2. stop the sweeper and the session reaper;
+//! 2. stop the sweeper, the session reaper and the webhook worker (events not yet
+//!    delivered stay in the store's outbox and are sent after the restart);
 //! 3. close legacy upstream sessions (DELETE) and stop stdio children (stdin closed,
 //!    then SIGTERM, then SIGKILL);
 //! 4. flush the store.
@@ -24,7 +25,7 @@ use crate::config::{Config, Transport};
 use crate::dispatch::Mount;
 use crate::front::{self, State};
 use crate::store::space::DiskSpace;
-use crate::store::{Change, PgStore, SledStore, StoreError, TaskStore};
+use crate::store::{Change, Outbox, PgStore, SledStore, StoreError, TaskStore};
 use crate::tasks::{sweeper, Engine, EngineSettings};
 use crate::upstream::stdio::StdioUpstream;
 use crate::upstream::streamable_http::HttpUpstream;
@@ -85,7 +86,12 @@ pub struct Running {
 /// front door, the admin listener and the background loops.
 pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let started = std::time::Instant::now();
-    let Opened { store, key, kind } = open_store(&cfg).await?;
+    let Opened {
+        store,
+        key,
+        kind,
+        outbox,
+    } = open_store(&cfg).await?;
     // Detach without a principal, a container's default of 0.0.0.0 with auth none:
     // say what they mean (check-config says the same).
     for w in cfg.warnings() {
@@ -102,11 +108,17 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         None => None,
     };
     let (shutdown, rx) = watch::channel(false);
+    let engine_store = store.clone();
     let (state, legacy) = front_state(&cfg, mounts, &engine, metrics, store, key);
     let server = spawn_front_door(&cfg, listener, addr, &state, &rx)?;
     let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);
     let admin = admin_listener.map(|(l, _)| spawn_admin(&cfg, l, &state, started, &rx));
-    let background = background_loops(&cfg, &engine, kind, &upstreams, state, legacy, &rx);
+    let mut background = background_loops(&cfg, &engine, kind, &upstreams, state, legacy, &rx);
+    if let Some(outbox) = outbox {
+        let stats = Arc::new(crate::webhooks::WebhookStats::default());
+        let worker = crate::webhooks::run(engine_store.clone(), outbox, stats, rx.clone());
+        background.push(tokio::spawn(worker));
+    }
     if let Some(a) = admin_addr {
         tracing::info!(listen = %a, "admin listener (status page, /metrics) is serving");
     }
@@ -131,6 +143,8 @@ struct Opened {
     store: Arc<dyn TaskStore>,
     key: Vec<u8>,
     kind: StoreKind,
+    /// The webhook destinations' outbox, when `[[webhooks]]` names any.
+    outbox: Option<Arc<Outbox>>,
 }
 
 /// What only one kind of store brings to the wiring.
@@ -178,14 +192,19 @@ async fn open_shared(cfg: &Config, url: &str) -> Result<Opened, StartError> {
         store: pg.clone(),
         key,
         kind: StoreKind::Shared { pg, changes },
+        outbox: None,
     })
 }
 
 /// The embedded sled store, watched for free space, and the key kept beside it.
 fn open_embedded(cfg: &Config) -> Result<Opened, StartError> {
     let space = DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes);
-    let store =
+    let mut store =
         SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?.watched(space.clone());
+    let outbox = (!cfg.webhooks.is_empty()).then(|| Arc::new(Outbox::new(cfg.webhooks.clone())));
+    if let Some(o) = &outbox {
+        store = store.with_outbox(o.clone());
+    }
     let key = match &cfg.auth.hash_key {
         Some(k) => k.as_bytes().to_vec(),
         None => load_or_create_key(&cfg.store.data_dir).map_err(|source| StartError::Key {
@@ -197,6 +216,7 @@ fn open_embedded(cfg: &Config) -> Result<Opened, StartError> {
         store: Arc::new(store.clone()),
         key,
         kind: StoreKind::Embedded { space, store },
+        outbox,
     })
 }
 

@@ -35,4 +35,5 @@ pub mod store;
 pub mod tasks;
 pub mod tls;
 pub mod upstream;
+pub mod webhooks;
 pub mod workers;

@@ -75,12 +75,6 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            // Until their delivery is built, webhooks are refused rather than
-            // accepted and never sent.
-            if !cfg.webhooks.is_empty() {
-                eprintln!("tasklift: invalid configuration: invalid value for `webhooks`: not yet supported by this build (no event would be sent)");
-                return ExitCode::from(EXIT_CONFIG);
-            }
             init_tracing(cli.log_format, "info");
             // The front door's other workers are threads of their own (src/workers.rs);
             // this one is worker 0 and runs the rest of tasklift beside it.

@@ -1,5 +1,5 @@
 //! TLS client settings shared by every outgoing connection (HTTP upstreams, the
-//! bundled client, the OTLP exporter, PostgreSQL): rustls with the ring provider,
+//! bundled client, the OTLP exporter, webhooks, PostgreSQL): rustls with the ring provider,
 //! the system's root certificates, and optionally extra roots from a PEM file; and
 //! the plain HTTP/1.1 client of tasklift's own requests ([`http1_client`]).
 
@@ -47,11 +47,19 @@ pub type Http1Client = hyper_util::client::legacy::Client<
 /// stay cheap to make); connections time out after 10 s. HTTP upstreams have their
 /// own (HTTP/2, extra roots, pool settings).
 pub fn http1_client(system_roots: bool) -> Result<Http1Client, String> {
+    http1_client_with(system_roots, std::time::Duration::from_secs(10))
+}
+
+/// [`http1_client`] with its own connect timeout (a webhook destination's).
+pub fn http1_client_with(
+    system_roots: bool,
+    connect_timeout: std::time::Duration,
+) -> Result<Http1Client, String> {
     let tls = client_config(system_roots, None)?;
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    http.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
+    http.set_connect_timeout(Some(connect_timeout));
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()

@@ -2,6 +2,7 @@
 //! implementation lives in `sled/` and is the only place sled appears; the
 //! PostgreSQL store several replicas share (`pg_store/`) implements the same trait.
 
+mod outbox;
 mod pg_store;
 mod record;
 mod replays;
@@ -14,6 +15,7 @@ use std::pin::Pin;
 
 use serde_json::{Map, Value};
 
+pub use outbox::{rfc3339, Delivery, Outbox, OutboxDepth, OutboxStore};
 pub use pg_store::{Change, PgStore};
 pub use record::{NewTask, Settle, Settled, TaskOutcome, TaskRecord, TaskStatus};
 pub use replays::ReplayStore;
@@ -142,6 +144,10 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Where the calls that may be replayed (detached synchronous calls a retry
     /// can join) are indexed, when this store keeps them.
     fn replays(&self) -> Option<&dyn ReplayStore> {
+        None
+    }
+    /// Where webhook events wait for delivery, when this store keeps them.
+    fn outbox(&self) -> Option<&dyn OutboxStore> {
         None
     }
 }

@@ -10,6 +10,8 @@
 //!   task id`: the task a call became and when its replay window closes. `delete`
 //!   leaves it alone; an entry naming a deleted task goes when its window closes
 //!   (`purge_calls`), and whoever recalls it checks that the task still exists.
+//!   Tree `outbox` holds the webhook events waiting for delivery (`outbox.rs`),
+//!   inserted in one transaction with the record whose status change they report.
 //! - `results/<id>.json`: outcomes larger than `large_result_bytes`, and every
 //!   outcome that would make the stored record larger than [`SLED_RECORD_MAX`]. The
 //!   record of such a task is stored without its outcome, and `get` reads the file;
@@ -32,8 +34,8 @@
 //!
 //! Shaped as `pg_store/`, one file per store trait: this file holds the store
 //! and its open database; `task_store.rs` the task records (`TaskStore`),
-//! `sessions.rs` (`SessionStore`) and `replays.rs` (`ReplayStore`) the other two
-//! trees; `files.rs` the result files; `commit.rs` the group commit that makes
+//! `sessions.rs` (`SessionStore`), `replays.rs` (`ReplayStore`) and `outbox.rs`
+//! (`OutboxStore`) the other trees; `files.rs` the result files; `commit.rs` the group commit that makes
 //! writes durable; `reopen.rs` opening sled (and opening it again at once when it
 //! met a full disk); `held.rs` the task changes kept in memory while the disk is
 //! full.
@@ -44,6 +46,7 @@ use std::sync::Arc;
 mod commit;
 mod files;
 mod held;
+mod outbox;
 mod reopen;
 mod replays;
 mod sessions;
@@ -83,6 +86,12 @@ struct Cell {
     healing: std::sync::atomic::AtomicBool,
     /// Counts the checks finished, for readers waiting through one.
     healed: tokio::sync::watch::Sender<u64>,
+    /// The webhook destinations events are derived for (`with_outbox`); none: no events.
+    outbox: std::sync::OnceLock<Arc<super::Outbox>>,
+    /// Events waiting per destination, counted once from the tree, then kept.
+    outbox_counts: dashmap::DashMap<String, u64>,
+    /// Webhook id -> until when (unix ms) the worker holds it (sent or being sent).
+    outbox_leases: dashmap::DashMap<String, u64>,
 }
 
 struct Inner {
@@ -98,6 +107,8 @@ struct Inner {
     sessions: sled::Tree,
     /// Replay key -> `until_ms` (big endian) ++ task id (see [`replay_value`]).
     replays: sled::Tree,
+    /// Webhook events waiting: see `outbox.rs`.
+    outbox: sled::Tree,
     /// Records written but not flushed yet that must not be read before they are
     /// durable (terminal states): a reader waits for the flush.
     flushing: dashmap::DashMap<String, Arc<tokio::sync::Notify>>,
@@ -183,6 +194,9 @@ impl SledStore {
                 held: dashmap::DashMap::new(),
                 healing: std::sync::atomic::AtomicBool::new(false),
                 healed: tokio::sync::watch::Sender::new(0),
+                outbox: std::sync::OnceLock::new(),
+                outbox_counts: dashmap::DashMap::new(),
+                outbox_leases: dashmap::DashMap::new(),
             }),
         };
         store.remove_orphan_files()?;
@@ -196,6 +210,13 @@ impl SledStore {
     /// the store takes writes again), which `space::watch` then probes.
     pub fn watched(self, space: Arc<super::space::DiskSpace>) -> Self {
         let _ = self.cell.space.set(space);
+        self
+    }
+
+    /// Derive webhook events for these destinations from each status change,
+    /// and keep them with it (see `store/outbox.rs`).
+    pub fn with_outbox(self, outbox: Arc<super::Outbox>) -> Self {
+        let _ = self.cell.outbox.set(outbox);
         self
     }
 

@@ -53,6 +53,7 @@ pub(super) fn open_db(data_dir: &Path, cache_bytes: u64) -> Result<Inner, StoreE
         expiry: db.open_tree("expiry").map_err(db_err)?,
         sessions: db.open_tree("sessions").map_err(db_err)?,
         replays: db.open_tree("replays").map_err(db_err)?,
+        outbox: db.open_tree("outbox").map_err(db_err)?,
         db,
         flushing: dashmap::DashMap::new(),
         settled: dashmap::DashMap::new(),

@@ -1,15 +1,17 @@
 //! The embedded store's [`TaskStore`]: task records in sled's `tasks` tree and
-//! the `expiry` index, large outcomes in result files (files.rs), every write
+//! the `expiry` index (with the webhook events a status change reports, in the
+//! same transaction), large outcomes in result files (files.rs), every write
 //! flushed before it returns (commit.rs), and what the disk could not take held
 //! in memory (held.rs).
 
 use std::sync::Arc;
 
 use super::files::{dir_size, write_file_durably};
+use super::outbox::outbox_key;
 use super::{db_err, expiry_key, io_err, Inner, SledStore, Unhide, SLED_RECORD_MAX};
 use crate::store::{
-    ReplayStore, SessionStore, StoreError, StoreFuture, StoreStats, TaskOutcome, TaskRecord,
-    TaskStatus, TaskStore,
+    Delivery, OutboxStore, ReplayStore, SessionStore, StoreError, StoreFuture, StoreStats,
+    TaskOutcome, TaskRecord, TaskStatus, TaskStore,
 };
 
 impl SledStore {
@@ -102,12 +104,13 @@ impl SledStore {
             None => None,
         };
         let old_expiry = old.as_ref().map(|o| o.expires_at_ms);
+        let events = self.events_for(old.as_ref(), rec)?;
         let hidden = hide.then(|| {
             let n = Arc::new(tokio::sync::Notify::new());
             inner.flushing.insert(rec.id.clone(), n.clone());
             Unhide(inner, rec.id.clone(), n)
         });
-        if let Err(e) = Self::insert_durably(inner, rec, json, old_expiry).await {
+        if let Err(e) = Self::insert_durably(inner, rec, json, old_expiry, &events).await {
             if let (Some(before), true) = (old, hide) {
                 // Before the record shows again (`hidden` goes with this return).
                 self.mask(before);
@@ -115,6 +118,7 @@ impl SledStore {
             return Err(e);
         }
         drop(hidden);
+        self.counted(&events);
         self.release(&rec.id);
         if hide && rec.status().is_terminal() && (inline || rec.outcome.is_none()) {
             Self::settle(inner, rec);
@@ -149,30 +153,94 @@ impl SledStore {
         (json, None)
     }
 
-    /// Insert the record and its expiry entry, and flush.
+    /// Insert the record, its expiry entry and the webhook events it reports (in
+    /// one transaction, so a crash keeps all or none), and flush.
     async fn insert_durably(
         inner: &Inner,
         rec: &TaskRecord,
         json: Vec<u8>,
         old_expiry: Option<u64>,
+        events: &[Delivery],
     ) -> Result<(), StoreError> {
-        inner
-            .tasks
-            .insert(rec.id.as_bytes(), json)
-            .map_err(db_err)?;
-        if old_expiry != Some(rec.expires_at_ms) {
-            if let Some(e) = old_expiry {
+        use sled::transaction::{ConflictableTransactionError, TransactionError};
+        use sled::Transactional;
+        let new_expiry = (old_expiry != Some(rec.expires_at_ms)).then_some(rec.expires_at_ms);
+        if events.is_empty() {
+            // The common case, without a transaction's cost.
+            inner
+                .tasks
+                .insert(rec.id.as_bytes(), json)
+                .map_err(db_err)?;
+            if let Some(at) = new_expiry {
+                if let Some(old) = old_expiry {
+                    inner
+                        .expiry
+                        .remove(expiry_key(old, &rec.id))
+                        .map_err(db_err)?;
+                }
                 inner
                     .expiry
-                    .remove(expiry_key(e, &rec.id))
+                    .insert(expiry_key(at, &rec.id), &[])
                     .map_err(db_err)?;
             }
-            inner
-                .expiry
-                .insert(expiry_key(rec.expires_at_ms, &rec.id), &[])
-                .map_err(db_err)?;
+            return inner.commit.commit().await;
+        }
+        let r = (&inner.tasks, &inner.expiry, &inner.outbox).transaction(|(t, e, o)| {
+            t.insert(rec.id.as_bytes(), json.as_slice())?;
+            if let Some(at) = new_expiry {
+                if let Some(old) = old_expiry {
+                    e.remove(expiry_key(old, &rec.id))?;
+                }
+                e.insert(expiry_key(at, &rec.id), &[])?;
+            }
+            for d in events {
+                let v = serde_json::to_vec(d).expect("deliveries serialize");
+                o.insert(outbox_key(d), v)?;
+            }
+            Ok::<_, ConflictableTransactionError<()>>(())
+        });
+        match r {
+            Ok(()) => {}
+            Err(TransactionError::Storage(e)) => return Err(db_err(e)),
+            Err(TransactionError::Abort(())) => unreachable!("the transaction never aborts"),
         }
         inner.commit.commit().await
+    }
+
+    /// The webhook events `rec` reports against the record it replaces, less
+    /// those past their destination's `max_pending` (dropped, counted, logged).
+    fn events_for(
+        &self,
+        old: Option<&TaskRecord>,
+        rec: &TaskRecord,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let Some(outbox) = self.cell.outbox.get() else {
+            return Ok(Vec::new());
+        };
+        let mut kept: Vec<Delivery> = Vec::new();
+        for d in outbox.events(old.map(TaskRecord::status), rec) {
+            let waiting = self.outbox_count(&d.destination)?;
+            if waiting >= outbox.cap(&d.destination) as u64 {
+                outbox.drop_one(&d);
+            } else {
+                kept.push(d);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Events written: counted, and the worker woken.
+    fn counted(&self, events: &[Delivery]) {
+        for d in events {
+            *self
+                .cell
+                .outbox_counts
+                .entry(d.destination.clone())
+                .or_insert(0) += 1;
+        }
+        if let (Some(outbox), false) = (self.cell.outbox.get(), events.is_empty()) {
+            outbox.wake();
+        }
     }
 
     /// Remove a task's result file, if it has one.
@@ -315,6 +383,10 @@ impl TaskStore for SledStore {
     }
 
     fn replays(&self) -> Option<&dyn ReplayStore> {
+        Some(self)
+    }
+
+    fn outbox(&self) -> Option<&dyn OutboxStore> {
         Some(self)
     }
 }

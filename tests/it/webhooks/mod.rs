@@ -1,7 +1,14 @@
 //! Webhooks: signed events POSTed when a task ends or needs input, from the
-//! store's durable outbox.
+//! store's durable outbox, to a receiver that verifies them with the PyPI
+//! `standardwebhooks` library (`receiver.rs`).
 //!
 //! - `config`: `[[webhooks]]` values refused by `check-config` and `serve`,
-//!   secrets redacted.
+//!   secrets redacted;
+//! - `delivery`: each event type, retries under one `webhook-id`, a hanging
+//!   receiver;
+//! - `restart`: events written while the receiver is down survive a `kill -9`.
 
 mod config;
+mod delivery;
+mod receiver;
+mod restart;
