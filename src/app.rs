@@ -187,13 +187,22 @@ async fn open_shared(cfg: &Config, url: &str) -> Result<Opened, StartError> {
     };
     tracing::info!(replica = pg.replica(), lease = ?cfg.store.lease, "using the shared PostgreSQL task store");
     let changes = pg.take_changes();
-    let pg = Arc::new(pg);
+    let outbox = outbox_of(cfg);
+    let pg = Arc::new(match &outbox {
+        Some(o) => pg.with_outbox(o.clone()),
+        None => pg,
+    });
     Ok(Opened {
         store: pg.clone(),
         key,
         kind: StoreKind::Shared { pg, changes },
-        outbox: None,
+        outbox,
     })
+}
+
+/// The webhook destinations' outbox, when `[[webhooks]]` names any.
+fn outbox_of(cfg: &Config) -> Option<Arc<Outbox>> {
+    (!cfg.webhooks.is_empty()).then(|| Arc::new(Outbox::new(cfg.webhooks.clone())))
 }
 
 /// The embedded sled store, watched for free space, and the key kept beside it.
@@ -201,7 +210,7 @@ fn open_embedded(cfg: &Config) -> Result<Opened, StartError> {
     let space = DiskSpace::new(&cfg.store.data_dir, cfg.store.min_free_bytes);
     let mut store =
         SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?.watched(space.clone());
-    let outbox = (!cfg.webhooks.is_empty()).then(|| Arc::new(Outbox::new(cfg.webhooks.clone())));
+    let outbox = outbox_of(cfg);
     if let Some(o) = &outbox {
         store = store.with_outbox(o.clone());
     }

@@ -134,12 +134,6 @@ impl RawConfig {
         upstreams: &[UpstreamConfig],
     ) -> Result<Vec<WebhookConfig>, ConfigError> {
         let mut out: Vec<WebhookConfig> = Vec::new();
-        if !self.webhooks.is_empty() && !self.store.url.trim().is_empty() {
-            return Err(invalid(
-                "webhooks",
-                "not yet supported with the PostgreSQL store (store.url): use the embedded store, or leave webhooks out",
-            ));
-        }
         for (i, w) in self.webhooks.iter().enumerate() {
             let hook = validate_webhook(i, w, upstreams)?;
             if out.iter().any(|o| o.name == hook.name) {

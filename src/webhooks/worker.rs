@@ -22,6 +22,10 @@ use crate::tls::Http1Client;
 /// coming due; with PostgreSQL, events other replicas wrote).
 const POLL: Duration = Duration::from_millis(500);
 
+/// How much longer than an attempt's `timeout` an event stays leased to the
+/// replica sending it.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
+
 /// Run every destination's loop until `shutdown`; attempts still in flight then
 /// are dropped, and their events sent again after the restart.
 pub async fn run(
@@ -70,9 +74,11 @@ fn now_ms() -> u64 {
 }
 
 impl Destination {
-    /// How long an event is this worker's once taken: longer than an attempt lasts.
+    /// How long an event is this worker's once taken: longer than an attempt
+    /// lasts (its `timeout` bounds it, connecting included). With PostgreSQL,
+    /// another replica takes the event once the lease of a dead one lapses.
     fn lease(&self) -> Duration {
-        self.hook.connect_timeout + self.hook.timeout + Duration::from_secs(30)
+        self.hook.timeout + LEASE_MARGIN
     }
 
     async fn run(self, mut written: watch::Receiver<u64>, mut shutdown: watch::Receiver<bool>) {

@@ -14,6 +14,9 @@
 //!   its replay window closes, so that a retried call joins that task on any
 //!   replica. Not tied to `tasklift_tasks`: a row may name a deleted task (the
 //!   engine checks), and goes when its window closes.
+//! - `tasklift_outbox`: webhook events waiting for delivery, inserted in the
+//!   transaction of the status change they report, each leased to one replica at
+//!   a time while it is sent.
 //!
 //! Writes are conditional. The replica that created a task writes it only while the
 //! row is unfinished and still carries the epoch it created it with; any other
@@ -29,8 +32,8 @@
 //!
 //! This module connects and holds the pool; `schema` has the migrations, `rows`
 //! turns rows into records, `task_store` and `shared` implement the two traits,
-//! `sessions` and `replays` the session and replay indexes, `listen` hears the
-//! other replicas.
+//! `sessions` and `replays` the session and replay indexes, `outbox` the webhook
+//! outbox, `listen` hears the other replicas.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -47,6 +50,7 @@ use crate::observe::error_chain as chain;
 use super::StoreError;
 
 mod listen;
+mod outbox;
 mod replays;
 mod rows;
 mod schema;
@@ -75,6 +79,8 @@ pub struct PgStore {
     listener: tokio::task::JoinHandle<()>,
     /// Whether the database refused a write for lack of space.
     space: std::sync::Arc<crate::store::space::DiskSpace>,
+    /// The webhook destinations events are derived for (`with_outbox`).
+    outbox: std::sync::OnceLock<std::sync::Arc<super::Outbox>>,
 }
 
 fn db(e: impl std::error::Error + 'static) -> StoreError {
@@ -149,6 +155,7 @@ impl PgStore {
             owned: DashMap::new(),
             changes: std::sync::Mutex::new(Some(rx)),
             space: crate::store::space::DiskSpace::database(),
+            outbox: std::sync::OnceLock::new(),
         };
         store.migrate().await.map_err(|e| match e {
             StoreError::Db(m) => StoreError::Db(format!("{} ({})", m, redact_url(url))),
@@ -158,6 +165,13 @@ impl PgStore {
             e => e,
         })?;
         Ok(store)
+    }
+
+    /// Derive webhook events for these destinations from each status change,
+    /// and keep them with it (see `store/outbox.rs`).
+    pub fn with_outbox(self, outbox: std::sync::Arc<super::Outbox>) -> Self {
+        let _ = self.outbox.set(outbox);
+        self
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {

@@ -70,6 +70,24 @@ CREATE TABLE tasklift_replays (
 CREATE INDEX tasklift_replays_until ON tasklift_replays (until_ms);
 "#,
     ),
+    (
+        4,
+        r#"
+CREATE TABLE tasklift_outbox (
+    id             text PRIMARY KEY,
+    destination    text NOT NULL,
+    kind           text NOT NULL,
+    task_id        text NOT NULL,
+    occurred_at_ms bigint NOT NULL,
+    body           text NOT NULL,
+    attempts       int NOT NULL DEFAULT 0,
+    next_at_ms     bigint NOT NULL,
+    leased_by      text,
+    lease_until    timestamptz
+);
+CREATE INDEX tasklift_outbox_due ON tasklift_outbox (destination, next_at_ms);
+"#,
+    ),
 ];
 
 impl PgStore {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::rows::i;
+use super::rows::{i, record, status_of, COLUMNS};
 use super::{db, PgStore, CHANNEL};
 use crate::store::{SharedStore, StoreError, StoreFuture, TaskOutcome};
 
@@ -110,36 +110,51 @@ impl PgStore {
             .unwrap_or("lost")
             .to_string();
         let outcome = serde_json::to_vec(&TaskOutcome::Error(error.clone())).map_err(db)?;
-        let c = self.client().await?;
+        let mut c = self.client().await?;
         let st = c
             .prepare_cached(
                 "WITH lost AS (
-                     SELECT id FROM tasklift_tasks
+                     SELECT id, status FROM tasklift_tasks
                      WHERE status IN ('working', 'input_required') AND lease_expires_at < now()
                      ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED),
                  u AS (
                      UPDATE tasklift_tasks t SET status = 'failed', status_message = $2, outcome = $3,
                          input_requests = '{}', replica = NULL, lease_expires_at = NULL,
                          lease_epoch = t.lease_epoch + 1, updated_at_ms = $4
-                     FROM lost WHERE t.id = lost.id RETURNING t.id)
-                 SELECT id, pg_notify($5, $6 || ' ' || id) FROM u",
+                     FROM lost WHERE t.id = lost.id RETURNING t.id, lost.status)
+                 SELECT id, pg_notify($5, $6 || ' ' || id), status FROM u",
             )
             .await
             .map_err(db)?;
-        let rows = c
-            .query(
-                &st,
-                &[
-                    &(limit as i64),
-                    &message,
-                    &outcome,
-                    &i(now_ms),
-                    &CHANNEL,
-                    &self.replica,
-                ],
-            )
-            .await
-            .map_err(db)?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            &(limit as i64),
+            &message,
+            &outcome,
+            &i(now_ms),
+            &CHANNEL,
+            &self.replica,
+        ];
+        if !self.has_outbox() {
+            let rows = c.query(&st, &params).await.map_err(db)?;
+            return Ok(rows.iter().map(|r| r.get(0)).collect());
+        }
+        // The task.failed events of the reaped tasks, in the same transaction.
+        let tx = c.transaction().await.map_err(db)?;
+        let rows = tx.query(&st, &params).await.map_err(db)?;
+        let mut events = false;
+        for r in &rows {
+            let id: String = r.get(0);
+            let before = status_of(r.get(2));
+            let sql = format!("SELECT {COLUMNS}, outcome FROM tasklift_tasks WHERE id = $1");
+            if let Some(row) = tx.query_opt(&sql, &[&id]).await.map_err(db)? {
+                let rec = record(&row, true)?;
+                events |= self.insert_events(&tx, Some(before), &rec).await?;
+            }
+        }
+        tx.commit().await.map_err(db)?;
+        if events {
+            self.woke();
+        }
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 

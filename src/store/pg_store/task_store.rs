@@ -56,7 +56,7 @@ impl PgStore {
         let outcome = outcome_bytes(rec)?;
         let inputs = Value::Object(rec.input_requests.clone());
         let terminal = rec.status().is_terminal();
-        let c = self.client().await?;
+        let mut c = self.client().await?;
         let held = self.owned.get(&rec.id).map(|e| *e);
         // The owner writes only while the row is unfinished and the epoch is still
         // its own. Anyone else (a cancellation that landed here) writes only an
@@ -78,26 +78,41 @@ impl PgStore {
             )
             .await
             .map_err(db)?;
-        let n = c
-            .query(
-                &st,
-                &[
-                    &rec.id,
-                    &held,
-                    &rec.status().as_str(),
-                    &rec.status_message,
-                    &i(rec.updated_at_ms),
-                    &i(rec.expires_at_ms),
-                    &inputs,
-                    &outcome,
-                    &terminal,
-                    &CHANNEL,
-                    &self.replica,
-                ],
-            )
-            .await
-            .map_err(db)?
-            .len();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+            &rec.id,
+            &held,
+            &rec.status().as_str(),
+            &rec.status_message,
+            &i(rec.updated_at_ms),
+            &i(rec.expires_at_ms),
+            &inputs,
+            &outcome,
+            &terminal,
+            &CHANNEL,
+            &self.replica,
+        ];
+        let n = if self.has_outbox() {
+            // The events this change reports, in its transaction (store/outbox.rs).
+            let tx = c.transaction().await.map_err(db)?;
+            let before: Option<String> = tx
+                .query_opt(
+                    "SELECT status FROM tasklift_tasks WHERE id = $1 FOR UPDATE",
+                    &[&rec.id],
+                )
+                .await
+                .map_err(db)?
+                .map(|r| r.get(0));
+            let n = tx.query(&st, &params).await.map_err(db)?.len();
+            let before = before.as_deref().map(status_of);
+            let events = n > 0 && self.insert_events(&tx, before, rec).await?;
+            tx.commit().await.map_err(db)?;
+            if events {
+                self.woke();
+            }
+            n
+        } else {
+            c.query(&st, &params).await.map_err(db)?.len()
+        };
         if n == 0 {
             self.owned.remove(&rec.id);
             return Err(StoreError::Conflict { id: rec.id.clone() });
@@ -290,6 +305,10 @@ impl TaskStore for PgStore {
     }
 
     fn replays(&self) -> Option<&dyn crate::store::ReplayStore> {
+        Some(self)
+    }
+
+    fn outbox(&self) -> Option<&dyn crate::store::OutboxStore> {
         Some(self)
     }
 }

@@ -6,9 +6,11 @@
 //!   secrets redacted;
 //! - `delivery`: each event type, retries under one `webhook-id`, a hanging
 //!   receiver;
-//! - `restart`: events written while the receiver is down survive a `kill -9`.
+//! - `restart`: events written while the receiver is down survive a `kill -9`;
+//! - `replicas`: three PostgreSQL replicas, one killed while it delivers.
 
 mod config;
 mod delivery;
 mod receiver;
+mod replicas;
 mod restart;

@@ -8,12 +8,15 @@ prints one JSON line per request on stdout:
      "status": the status answered, "verified": bool, "payload": the body,
      "error": why it did not verify}
 
-    python webhook_receiver.py --secret whsec_... [--port P] [--refuse-first N] [--hang]
+    python webhook_receiver.py --secret whsec_... [--port P] [--refuse-first N]
+        [--hang] [--delay SECONDS]
 
 The first line printed is `LISTENING <port>` (127.0.0.1; a free port unless
 --port). `--refuse-first N` answers 503 to the first N requests (a receiver
-having a bad moment); `--hang` never answers (the line says "hung"). A body that
-does not verify is answered 400.
+having a bad moment); `--hang` never answers (the line says "hung"); `--delay`
+answers each request that many seconds after it arrived (a slow receiver; the
+line is printed when the answer is sent). A body that does not verify is
+answered 400.
 """
 
 import argparse
@@ -64,6 +67,7 @@ def make_handler(args, hook, state):
                 line["error"] = repr(e)
                 status = 400
             line["status"] = status
+            time.sleep(args.delay)
             emit(line)
             self.send_response(status)
             self.send_header("content-length", "0")
@@ -78,6 +82,7 @@ def main():
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--refuse-first", type=int, default=0)
     p.add_argument("--hang", action="store_true")
+    p.add_argument("--delay", type=float, default=0.0)
     args = p.parse_args()
     state = {"seen": 0}
     server = ThreadingHTTPServer(
