@@ -45,6 +45,15 @@ pub enum StoreCmd {
     /// Delete tasks and their result files (see --help).
     #[command(long_about = PURGE_HELP)]
     Purge(PurgeArgs),
+    /// The webhook events waiting for delivery, by destination (never their bodies).
+    Outbox {
+        /// Where the store is.
+        #[command(flatten)]
+        at: StoreAt,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Where the store is: `--data-dir`, else the `--config` file's `store.data_dir`,

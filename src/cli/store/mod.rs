@@ -1,6 +1,7 @@
 //! `tasklift store`: operator tools for the data directory of a stopped proxy.
 //! `stats` (figures), `list` (a table without arguments or results), `show` (one
-//! full record with its outcome) and `purge` (deletion).
+//! full record with its outcome), `purge` (deletion) and `outbox` (the webhook
+//! events waiting for delivery).
 //!
 //! They open the sled database directly, so the proxy must be stopped: a running
 //! tasklift holds sled's exclusive file lock (`flock` on `db/db`), and a command that
@@ -10,7 +11,7 @@
 //! `purge` kept part of what was selected; 64: an invalid `--config` file.
 //!
 //! This module runs a command; `args` has the flags, `open` opens the store,
-//! `stats`, `list` and `purge` are the commands and `format` their text.
+//! `stats`, `list`, `purge` and `outbox` are the commands and `format` their text.
 
 use std::process::ExitCode;
 
@@ -20,12 +21,14 @@ mod args;
 mod format;
 mod list;
 mod open;
+mod outbox;
 mod purge;
 mod stats;
 
 pub use args::{FinalStatus, ListArgs, PurgeArgs, Selectors, StatusArg, StoreAt, StoreCmd};
 use list::list;
 use open::open;
+use outbox::outbox;
 use purge::purge;
 use stats::stats;
 
@@ -103,6 +106,10 @@ async fn dispatch(cmd: StoreCmd) -> Result<u8, Fail> {
         StoreCmd::Purge(args) => {
             let (store, dir) = open(&args.at)?;
             purge(&store, &dir, &args).await
+        }
+        StoreCmd::Outbox { at, json } => {
+            let (store, _) = open(&at)?;
+            outbox(&store, json).await
         }
     }
 }

@@ -7,10 +7,12 @@
 //! - `delivery`: each event type, retries under one `webhook-id`, a hanging
 //!   receiver;
 //! - `restart`: events written while the receiver is down survive a `kill -9`;
-//! - `replicas`: three PostgreSQL replicas, one killed while it delivers.
+//! - `replicas`: three PostgreSQL replicas, one killed while it delivers;
+//! - `operators`: `tasklift store outbox`.
 
 mod config;
 mod delivery;
+mod operators;
 mod receiver;
 mod replicas;
 mod restart;

@@ -1,0 +1,66 @@
+//! What operators see of webhooks: `tasklift store outbox` lists the events a
+//! stopped proxy still owes a receiver that was down.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tasklift_fixture::{FixtureServer, Tool};
+
+use super::receiver::webhook_to;
+use crate::support::cli::{run, text};
+use crate::support::harness::*;
+use crate::support::input::*;
+
+#[tokio::test]
+async fn store_outbox_lists_the_events_a_receiver_that_is_down_still_waits_for() {
+    let upstream = FixtureServer::new().tool(Tool::new("report").sleep(Duration::from_millis(100)));
+    let h = Harness::start(upstream, |c| {
+        c.upstreams[0].tools.insert("report".into(), rule("always"));
+        webhook_to(&closed_port_url(), |_| {})(c);
+    })
+    .await;
+    let id = task_of(&h, "report", json!({})).await;
+    wait_terminal(&h.client(), &id, Duration::from_secs(10)).await;
+    // The first attempt finds nobody listening.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let Harness {
+        proxy,
+        upstream,
+        dir,
+        ..
+    } = h;
+    proxy.unwrap().shutdown().await;
+    upstream.stop().await;
+
+    let data = dir.path().to_str().unwrap().to_string();
+    let cmd = move |json: bool| {
+        let data = data.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec!["store", "outbox", "--data-dir", &data];
+            if json {
+                args.push("--json");
+            }
+            run(&args, Duration::from_secs(30))
+        })
+    };
+    let out = cmd(true).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pending = v["pending"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{v}");
+    assert_eq!(
+        (pending[0]["task_id"].as_str(), pending[0]["type"].as_str()),
+        (Some(id.as_str()), Some("task.completed")),
+        "{v}"
+    );
+    assert!(pending[0]["attempts"].as_u64().unwrap() >= 1, "{v}");
+    assert!(pending[0].get("body").is_none(), "never the body: {v}");
+    assert_eq!(v["destinations"][0]["pending"], 1, "{v}");
+    let out = cmd(false).await.unwrap();
+    let table = text(&out.stdout);
+    assert!(table.contains("receiver: 1 waiting"), "{table}");
+    assert!(
+        table.contains(pending[0]["webhook_id"].as_str().unwrap()),
+        "{table}"
+    );
+}
