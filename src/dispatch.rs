@@ -11,13 +11,14 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::config::{NonTaskClients, ToolMode, ToolPolicy, UpstreamConfig};
+use crate::front::render;
 use crate::reply::{Reply, StreamItem};
 use crate::tasks::engine::{Engine, TaskRoute};
 use crate::tasks::handles;
 use crate::tasks::{into_detailed_task, Caller};
 use crate::upstream::task_bridge::{self, Follow};
 use crate::upstream::tools::{TaskSupport, ToolCatalog};
-use crate::upstream::{CallContext, Era, Upstream};
+use crate::upstream::{CallContext, ClientRequest, Era, Upstream};
 use tasklift_protocol::jsonrpc::{self, Outcome, Request, RpcError, METHOD_NOT_FOUND};
 use tasklift_protocol::mcp::{self, method};
 
@@ -96,7 +97,12 @@ pub async fn dispatch(
         method::TASKS_GET | method::TASKS_UPDATE | method::TASKS_CANCEL => {
             task_method(engine, mount, req, ctx).await
         }
-        "subscriptions/listen" => engine.listen(mount.upstream.clone(), &req, &ctx).await,
+        "subscriptions/listen" => {
+            let id = req.id.clone();
+            let req = ClientRequest::from(req);
+            let answer = engine.listen(mount.upstream.clone(), &req, &ctx).await;
+            render::reply(answer, id.as_ref())
+        }
         "initialize"
         | "ping"
         | "logging/setLevel"
@@ -135,18 +141,23 @@ async fn discover(mount: &Mount, req: &Request, ctx: &CallContext) -> Reply {
 /// `tools/call`: `tasklift_wait`/`tasklift_cancel` where tasklift answers them
 /// itself, else the tool under its policy, through the engine.
 async fn tools_call(engine: &Arc<Engine>, mount: &Mount, req: Request, ctx: CallContext) -> Reply {
-    if handles_for(mount, &req).is_some() {
-        return match req.str_param("name") {
-            Some(handles::WAIT_TOOL) => engine.tool_wait(req, &ctx, &mount.cfg).await,
-            _ => engine.tool_cancel(req, &ctx, &mount.cfg.name).await,
-        };
-    }
-    let policy = mount
-        .cfg
-        .policy(req.str_param("name").unwrap_or_default())
-        .clone();
-    let up = call_target(mount, &req, &ctx, policy.ttl).await;
-    engine.call_tool(up, &policy, req, ctx).await
+    let id = req.id.clone();
+    let answer = if let Some(tool) = handles_for(mount, &req) {
+        let waits = tool == handles::WAIT_TOOL;
+        let req = ClientRequest::from(req);
+        match waits {
+            true => engine.tool_wait(req, &ctx, &mount.cfg).await,
+            false => engine.tool_cancel(req, &ctx, &mount.cfg.name).await,
+        }
+    } else {
+        let policy = mount
+            .cfg
+            .policy(req.str_param("name").unwrap_or_default())
+            .clone();
+        let up = call_target(mount, &req, &ctx, policy.ttl).await;
+        engine.call_tool(up, &policy, req.into(), ctx).await
+    };
+    render::reply(answer, id.as_ref())
 }
 
 /// `tasks/get`, `tasks/update`, `tasks/cancel` from a caller that declares the
@@ -157,7 +168,13 @@ async fn task_method(engine: &Arc<Engine>, mount: &Mount, req: Request, ctx: Cal
     }
     let task_id = req.str_param("taskId").unwrap_or_default();
     match engine.route(task_id, &ctx.principal, &mount.cfg.name) {
-        TaskRoute::Upstream => engine.relay(mount.upstream.clone(), req, ctx, None).await,
+        TaskRoute::Upstream => {
+            let id = req.id.clone();
+            let answer = engine
+                .relay(mount.upstream.clone(), req.into(), ctx, None)
+                .await;
+            render::reply(answer, id.as_ref())
+        }
         TaskRoute::Local => {
             let who = Caller {
                 principal: &ctx.principal,
@@ -211,7 +228,8 @@ async fn relay(engine: &Arc<Engine>, mount: &Mount, req: Request, ctx: CallConte
         && !mcp::declares_tasks(&req.params)
         && req.params.get("cursor").is_none_or(Value::is_null))
     .then(|| (engine.max_wait(), mount.cfg.clone()));
-    let reply = engine.relay(up, req, ctx, hint).await;
+    let id = req.id.clone();
+    let reply = render::reply(engine.relay(up, req.into(), ctx, hint).await, id.as_ref());
     if !lists_tools {
         return reply;
     }
@@ -336,10 +354,11 @@ async fn extension_task_method(engine: &Engine, req: &Request, who: Caller<'_>) 
     let answered = match req.method.as_str() {
         method::TASKS_GET => engine.poll(task_id, who).await.map(into_detailed_task),
         method::TASKS_CANCEL => engine.cancel(task_id, who).await.map(done),
-        _ => engine
-            .update(task_id, who, handles::input_responses(req))
-            .await
-            .map(done),
+        _ => {
+            let answers = req.params.get("inputResponses").and_then(Value::as_object);
+            let answers = answers.cloned().unwrap_or_default();
+            engine.update(task_id, who, answers).await.map(done)
+        }
     };
     answered.map_err(RpcError::from)
 }

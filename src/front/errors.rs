@@ -16,21 +16,26 @@
 //! sets none ([`upstream_status_of`]; in a legacy session, only when it is what the
 //! server gives a 2025 client, [`legacy_upstream_status_of`]).
 //!
-//! The engine answers `tools/call` with JSON-RPC messages, so it converts its typed
-//! errors with `RpcError::from`; those conversions are here too.
+//! The engine answers in typed failures ([`Failure`]); [`failure_rpc`] gives each
+//! its JSON-RPC error, and [`written`] is how the engine writes one into a task's
+//! record, so every code is chosen here.
 
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::serving::body::RespBody;
-use crate::tasks::limits::{LimitError, LIMIT_REACHED};
-use crate::tasks::TaskError;
+use crate::tasks::limits::LimitError;
+use crate::tasks::{Failure, TaskError, Written};
 use tasklift_protocol::jsonrpc::{
     self, RpcError, HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
     METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY, PARSE_ERROR, REQUEST_TOO_LARGE,
-    UNSUPPORTED_PROTOCOL_VERSION,
+    UNSUPPORTED_PROTOCOL_VERSION, UPSTREAM_ERROR,
 };
-use tasklift_protocol::mcp::SUPPORTED_VERSIONS;
+use tasklift_protocol::mcp::{self, SUPPORTED_VERSIONS};
+
+/// JSON-RPC code of a refusal because a limit is reached (implementation-defined
+/// server error range).
+pub const LIMIT_REACHED: i64 = -32003;
 
 /// JSON-RPC code for an unknown or expired legacy session (as the reference SDKs use).
 pub const SESSION_NOT_FOUND: i64 = -32001;
@@ -258,9 +263,54 @@ impl From<TaskError> for RpcError {
     }
 }
 
-impl From<LimitError> for RpcError {
-    fn from(e: LimitError) -> Self {
-        limit_rpc(&e)
+/// The JSON-RPC error a failure of the engine is answered with.
+pub fn failure_rpc(f: &Failure) -> RpcError {
+    let internal = |f: &Failure| RpcError::new(INTERNAL_ERROR, f.to_string());
+    match f {
+        Failure::Relayed(e) => e.clone(),
+        Failure::Unreachable(e) => e.to_rpc(),
+        Failure::Broken(_) => RpcError::new(UPSTREAM_ERROR, f.to_string()),
+        Failure::Limit(e) => limit_rpc(e),
+        Failure::Task(e) => task_rpc(e),
+        Failure::NeedsExtension(what) => mcp::missing_tasks_capability(what),
+        Failure::BadState(_) => RpcError::new(INVALID_PARAMS, f.to_string()),
+        Failure::NotAskable {
+            method,
+            capability: Some(cap),
+        } => RpcError::new(
+            MISSING_REQUIRED_CLIENT_CAPABILITY,
+            format!("Missing required client capability: the client did not declare {cap}, so {method} cannot be asked"),
+        )
+        .with_data(json!({"requiredCapabilities": {*cap: {}}})),
+        Failure::NotAskable { method, .. } => RpcError::new(
+            METHOD_NOT_FOUND,
+            format!("tasklift does not relay {method} to clients"),
+        ),
+        Failure::Expired {
+            upstream,
+            ttl_ms,
+            waiting_input: true,
+        } => RpcError::new(INTERNAL_ERROR, format!(
+            "the task was still waiting for input at its TTL of {ttl_ms} ms; the call to upstream {upstream} was cancelled")),
+        Failure::Expired { upstream, ttl_ms, .. } => RpcError::new(UPSTREAM_ERROR, format!(
+            "upstream {upstream} did not answer within the task's TTL of {ttl_ms} ms; the call was cancelled upstream")),
+        Failure::Stored(e) => RpcError::from_value(e),
+        Failure::ClientGone
+        | Failure::SessionEnded
+        | Failure::Cancelled(_)
+        | Failure::Shutdown
+        | Failure::Unstored(_)
+        | Failure::Restarted
+        | Failure::LostReplica => internal(f),
+    }
+}
+
+/// How the engine writes a failure into a task's record (`EngineSettings`).
+pub fn written(f: &Failure) -> Written {
+    let e = failure_rpc(f);
+    Written {
+        error: e.to_value(),
+        message: e.message,
     }
 }
 

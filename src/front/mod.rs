@@ -8,6 +8,7 @@
 pub mod errors;
 pub mod legacy;
 pub mod params;
+pub mod render;
 mod state;
 pub mod validate;
 

@@ -10,11 +10,12 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::sync::{broadcast, mpsc};
 
+use super::answer::{Failure, WriteFailure, Written};
 use super::input::StateSealer;
 use super::phases::{Control, Parked};
 use super::upstream_tasks::UpstreamTasks;
 use super::Clock;
-use crate::store::{TaskRecord, TaskStore};
+use crate::store::{Settle, TaskRecord, TaskStore};
 
 /// The engine's shared state.
 pub(super) struct Core {
@@ -52,6 +53,8 @@ pub(super) struct Core {
     pub(super) max_wait: Duration,
     /// How long each client waits, learned from its waits.
     pub(super) patience: super::patience::Patience,
+    /// How a failure is written into a task's record (the front door's error map).
+    pub(super) write_failure: WriteFailure,
 }
 
 impl Core {
@@ -83,6 +86,20 @@ impl Core {
     /// The clock.
     pub(super) fn clock(&self) -> Clock {
         self.clock
+    }
+
+    /// A failure as a record keeps it (the front door's error map writes it).
+    pub(super) fn written(&self, f: &Failure) -> Written {
+        (self.write_failure)(f)
+    }
+
+    /// A task's end in a failure: its message becomes the status message.
+    pub(super) fn failed(&self, f: Failure) -> Settle {
+        let w = self.written(&f);
+        Settle::Failed {
+            message: w.message,
+            error: w.error,
+        }
     }
 
     /// Tell `subscriptions/listen` streams about a change.

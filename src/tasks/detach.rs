@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::answer::{Answer, Event, Failure};
 use super::api::Caller;
 use super::api::Stored;
 use super::core::part;
@@ -19,10 +20,8 @@ use super::handles::Handles;
 use super::handles::{finished_result, still_running, Waited, Waiter};
 use super::phases::Handle;
 use crate::observe::metrics::Replay;
-use crate::reply::{Reply, StreamItem};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
-use crate::upstream::CallContext;
-use tasklift_protocol::jsonrpc::{self, Request, RpcError, INTERNAL_ERROR};
+use crate::upstream::{CallContext, ClientRequest};
 
 /// The `_meta` key a client may set to name a call for replay: calls with the same
 /// key (and caller, upstream and tool) are one call, whatever their arguments.
@@ -32,16 +31,14 @@ const ANONYMOUS: &str = "anonymous";
 
 /// What a finished task gives a synchronous caller waiting on it: what the call
 /// itself would have answered.
-fn finished_outcome(rec: &TaskRecord) -> jsonrpc::Outcome {
+fn finished_outcome(rec: &TaskRecord) -> Result<Value, Failure> {
     match &rec.outcome {
         Some(TaskOutcome::Result(r)) => Ok(r.clone()),
-        Some(TaskOutcome::Error(e)) => Err(RpcError::from_value(e)),
-        None => Err(RpcError::new(
-            INTERNAL_ERROR,
-            format!(
-                "the call was cancelled: {}",
-                rec.status_message.as_deref().unwrap_or("no reason given")
-            ),
+        Some(TaskOutcome::Error(e)) => Err(Failure::Stored(e.clone())),
+        None => Err(Failure::Cancelled(
+            rec.status_message
+                .clone()
+                .unwrap_or_else(|| "no reason given".into()),
         )),
     }
 }
@@ -50,12 +47,11 @@ fn finished_outcome(rec: &TaskRecord) -> jsonrpc::Outcome {
 /// with which arguments or idempotency key. `None` when the call cannot be told
 /// apart from another caller's: without authentication every caller is the same
 /// principal, so only a legacy session's own calls, or a client's own key, count.
-pub(super) fn replay_key(ctx: &CallContext, upstream: &str, req: &Request) -> Option<String> {
+pub(super) fn replay_key(ctx: &CallContext, upstream: &str, req: &ClientRequest) -> Option<String> {
     use sha2::{Digest, Sha256};
-    let tool = req.str_param("name").unwrap_or_default();
+    let tool = req.tool();
     let key = req
-        .meta()
-        .and_then(|m| m.get(IDEMPOTENCY_KEY))
+        .meta(IDEMPOTENCY_KEY)
         .and_then(Value::as_str)
         .filter(|k| !k.is_empty());
     let session = ctx.session.as_ref().map(|s| s.id.as_str());
@@ -79,9 +75,9 @@ pub(super) fn replay_key(ctx: &CallContext, upstream: &str, req: &Request) -> Op
         }
         None => {
             // serde_json's maps are ordered: the same arguments give the same text.
-            let args = req.params.get("arguments").cloned().unwrap_or(Value::Null);
+            let args = req.arguments().map(Value::to_string);
             h.update(b"args\0");
-            h.update(args.to_string().as_bytes());
+            h.update(args.as_deref().unwrap_or("null").as_bytes());
         }
     }
     Some(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
@@ -98,7 +94,7 @@ impl Detach {
     /// questions go to the caller (a legacy session's own requests, or MRTR). The
     /// caller going away leaves the task running. It had waited `already` on the
     /// call before: how long it stays in all is learned ([`super::patience`]).
-    pub(super) fn join(&self, id: String, w: Waiter, already: Duration) -> Reply {
+    pub(super) fn join(&self, id: String, w: Waiter, already: Duration) -> Answer {
         let (tx, rx) = mpsc::channel(32);
         let engine = self.clone();
         let started = Instant::now();
@@ -116,7 +112,7 @@ impl Detach {
                 };
                 let msg = match waited {
                     Ok(Waited::Running(_)) => {
-                        if tx.send(StreamItem::KeepAlive).await.is_err() {
+                        if tx.send(Event::KeepAlive).await.is_err() {
                             return;
                         }
                         continue;
@@ -125,33 +121,33 @@ impl Detach {
                         engine
                             .patience
                             .stayed(&w.client, already + started.elapsed());
-                        w.answer(finished_outcome(&rec))
+                        finished_outcome(&rec)
                     }
                     Ok(Waited::Input(rec)) => match &w.peer {
                         Some(peer) => match handles.ask_peer(peer, &rec, &w, &tx).await {
                             Ok(()) => continue,
-                            Err(e) => w.answer(Err(e)),
+                            Err(e) => Err(e),
                         },
                         None if super::handles::Handles::mrtr_possible(&w, &rec) => {
-                            super::handles::Handles::input_required(&w, &rec)
+                            Ok(super::handles::Handles::input_required(&rec))
                         }
                         // Never reached: the driver admits only questions this
                         // caller's capabilities allow. Keep waiting for its TTL.
                         None => {
-                            if tx.send(StreamItem::KeepAlive).await.is_err() {
+                            if tx.send(Event::KeepAlive).await.is_err() {
                                 return;
                             }
                             tokio::time::sleep(engine.keepalive).await;
                             continue;
                         }
                     },
-                    Err(e) => w.answer(Err(e.into())),
+                    Err(e) => Err(Failure::Task(e)),
                 };
-                let _ = tx.send(StreamItem::Message(msg)).await;
+                let _ = tx.send(Event::Final(msg)).await;
                 return;
             }
         });
-        Reply::Stream(rx)
+        Answer::Stream(rx)
     }
 
     /// A call's retry found the task of an identical earlier call (`on_disconnect =
@@ -175,16 +171,16 @@ impl Detach {
 
     /// Answer a replayed call from the earlier call's task: as a tool-level handle
     /// (its result, or the still-running answer), or by joining it.
-    pub(super) fn replay(&self, rec: TaskRecord, w: Waiter, handle: Handle) -> Reply {
+    pub(super) fn replay(&self, rec: TaskRecord, w: Waiter, handle: Handle) -> Answer {
         let done = rec.status().is_terminal();
         self.metrics()
             .replayed(if done { Replay::Stored } else { Replay::Joined });
         tracing::info!(task.id = %rec.id, tool = %rec.tool, stored = done, "an identical call was replayed instead of running again");
         match handle {
-            Handle::Tool if done => Reply::Json(w.answer(Ok(finished_result(&rec)))),
+            Handle::Tool if done => Answer::Result(finished_result(&rec)),
             Handle::Tool => {
                 self.metrics().tool_handle();
-                Reply::Json(w.answer(Ok(still_running(&rec, 1, None))))
+                Answer::Result(still_running(&rec, 1, None))
             }
             _ => self.join(rec.id, w, Duration::ZERO),
         }

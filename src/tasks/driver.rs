@@ -6,19 +6,19 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
+use super::answer::Failure;
 use super::core::part;
 use super::phases::{
     admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, RunningCall,
     StopReason,
 };
-use super::{failed, progress_message};
+use super::progress_message;
 use crate::observe::spans::Span;
 use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
-use crate::upstream::{broken, CallEvent, ServerRequest};
-use tasklift_protocol::jsonrpc::{Outcome, RpcError, INTERNAL_ERROR, UPSTREAM_ERROR};
+use crate::upstream::{CallEvent, Outcome, ServerRequest};
 
 /// Shortest time between two progress writes of one task: a chatty upstream must
 /// not turn every notification into a store write.
@@ -109,10 +109,10 @@ impl Drivers {
                 Ok(()) => Settle::Completed(r),
                 Err(e) => {
                     self.metrics().limit_hit(e.setting());
-                    failed(e.into())
+                    self.failed(Failure::Limit(e))
                 }
             },
-            Err(e) => failed(e),
+            Err(e) => self.failed(Failure::Relayed(e)),
         }
     }
 
@@ -236,7 +236,7 @@ impl Driver {
     /// A legacy upstream's request: the task asks the client (`input_required`).
     async fn input_request(&mut self, r: ServerRequest) -> bool {
         let mut admitted = Vec::new();
-        admit_request(&self.o.caps, r, &mut admitted);
+        admit_request(&self.o.caps, r, &mut admitted, self.drivers.write_failure);
         for r in admitted {
             let key = self.o.input_keys.next(&r);
             self.rec
@@ -274,7 +274,10 @@ impl Driver {
 
     /// The call's events ended without an answer.
     fn upstream_gone(&mut self) -> bool {
-        self.end = Some(failed(broken(&self.rec.upstream)));
+        self.end = Some(
+            self.drivers
+                .failed(Failure::Broken(self.rec.upstream.clone())),
+        );
         false
     }
 
@@ -356,26 +359,21 @@ impl Driver {
             .origin
             .as_ref()
             .expect("rounds need the original request");
-        let mut r = origin.request();
-        r.params.insert(
-            "inputResponses".into(),
-            Value::Object(std::mem::take(&mut self.round.answers)),
+        let r = origin.request().with_answers(
+            std::mem::take(&mut self.round.answers),
+            self.round.state.take(),
         );
-        match self.round.state.take() {
-            Some(s) => r.params.insert("requestState".into(), json!(s)),
-            None => r.params.remove("requestState"),
-        };
         tracing::info!(
             round = self.round.n,
             "retrying the call upstream with the client's answers"
         );
-        match origin.upstream.call(&r, &origin.ctx).await {
+        match origin.upstream.call(r.wire(), &origin.ctx).await {
             Ok(call) => {
                 self.o.call = Some(call);
                 true
             }
             Err(e) => {
-                self.end = Some(failed(e.to_rpc()));
+                self.end = Some(self.drivers.failed(Failure::Unreachable(e)));
                 false
             }
         }
@@ -392,12 +390,11 @@ impl Driver {
                 self.end = Some(Settle::Cancelled("cancelled by the client".into()));
             }
             StopReason::Shutdown => {
-                let msg = "tasklift shut down while this task was running; the call was cancelled upstream";
-                self.end = Some(failed(RpcError::new(INTERNAL_ERROR, msg)));
+                self.end = Some(self.drivers.failed(Failure::Shutdown));
             }
             StopReason::Superseded => self.lost = true,
             StopReason::Expired => {
-                self.end = Some(failed(self.expired()));
+                self.end = Some(self.drivers.failed(self.expired()));
                 self.rec.expires_at_ms =
                     self.drivers.clock().now_ms() + self.drivers.expired_grace.as_millis() as u64;
             }
@@ -407,13 +404,11 @@ impl Driver {
 
     /// Why a task stopped at its TTL: waiting on the client is not the upstream's
     /// fault.
-    fn expired(&self) -> RpcError {
-        let (upstream, ttl) = (&self.rec.upstream, self.rec.ttl_ms);
-        match self.rec.status() {
-            TaskStatus::InputRequired => RpcError::new(INTERNAL_ERROR, format!(
-                "the task was still waiting for input at its TTL of {ttl} ms; the call to upstream {upstream} was cancelled")),
-            _ => RpcError::new(UPSTREAM_ERROR, format!(
-                "upstream {upstream} did not answer within the task's TTL of {ttl} ms; the call was cancelled upstream")),
+    fn expired(&self) -> Failure {
+        Failure::Expired {
+            upstream: self.rec.upstream.clone(),
+            ttl_ms: self.rec.ttl_ms,
+            waiting_input: self.rec.status() == TaskStatus::InputRequired,
         }
     }
 
@@ -504,10 +499,9 @@ impl Driver {
         // Keep the outcome visible in a smaller form if the full one did not fit:
         // the settled state above was never stored.
         self.rec = unsettled;
-        let _ = self.rec.settle(failed(RpcError::new(
-            INTERNAL_ERROR,
-            format!("tasklift could not store this task's outcome: {e}"),
-        )));
+        let _ = self
+            .rec
+            .settle(self.drivers.failed(Failure::Unstored(e.to_string())));
         let _ = self.drivers.store().put(&self.rec).await;
         true
     }

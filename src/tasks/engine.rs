@@ -25,6 +25,7 @@ use dashmap::DashMap;
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
+use super::answer::Answer;
 use super::api::Stored;
 use super::api::{Caller, TaskError};
 use super::core::{Core, HoldsCore};
@@ -36,10 +37,8 @@ use super::listen::Listen;
 use super::sweeper::Sweeper;
 use super::Clock;
 use crate::config::{ToolPolicy, UpstreamConfig};
-use crate::reply::Reply;
 use crate::store::{StoreError, StoreStats, TaskRecord, TaskStatus, TaskStore};
-use crate::upstream::{CallContext, Upstream};
-use tasklift_protocol::jsonrpc::Request;
+use crate::upstream::{CallContext, ClientRequest, Upstream};
 
 pub use super::upstream_tasks::TaskRoute;
 
@@ -76,12 +75,20 @@ pub struct EngineSettings {
     pub max_wait: Duration,
     /// Records tasklift's spans (requests at the front door, tasks here).
     pub tracer: crate::observe::spans::Tracer,
+    /// How a failure is written into a task's record: the front door's error map
+    /// (`front::errors::written`), which owns every code.
+    pub write_failure: super::WriteFailure,
 }
 
 impl EngineSettings {
     /// Defaults for an engine of one process: the system clock, no limits.
-    pub fn new(expired_grace: Duration, keepalive: Duration) -> Self {
+    pub fn new(
+        expired_grace: Duration,
+        keepalive: Duration,
+        write_failure: super::WriteFailure,
+    ) -> Self {
         Self {
+            write_failure,
             clock: Clock::new(),
             expired_grace,
             keepalive,
@@ -121,6 +128,7 @@ impl Engine {
                 max_wait: settings.max_wait,
                 patience: Default::default(),
                 tracer: settings.tracer,
+                write_failure: settings.write_failure,
             }),
         })
     }
@@ -160,9 +168,9 @@ impl Engine {
         &self,
         upstream: Arc<dyn Upstream>,
         policy: &ToolPolicy,
-        req: Request,
+        req: ClientRequest,
         ctx: CallContext,
-    ) -> Reply {
+    ) -> Answer {
         Intake::of(self).call_tool(upstream, policy, req, ctx).await
     }
 
@@ -170,10 +178,10 @@ impl Engine {
     pub async fn relay(
         &self,
         upstream: Arc<dyn Upstream>,
-        req: Request,
+        req: ClientRequest,
         ctx: CallContext,
         cache_hint: Option<(u64, String)>,
-    ) -> Reply {
+    ) -> Answer {
         Intake::of(self).relay(upstream, req, ctx, cache_hint).await
     }
 
@@ -242,7 +250,12 @@ impl Engine {
     }
 
     /// `subscriptions/listen` (listen.rs).
-    pub async fn listen(&self, up: Arc<dyn Upstream>, req: &Request, ctx: &CallContext) -> Reply {
+    pub async fn listen(
+        &self,
+        up: Arc<dyn Upstream>,
+        req: &ClientRequest,
+        ctx: &CallContext,
+    ) -> Answer {
         Listen::of(self).listen(up, req, ctx).await
     }
 
@@ -253,12 +266,22 @@ impl Engine {
     }
 
     /// `tasklift_wait`, for clients given tool-level handles (handles.rs).
-    pub async fn tool_wait(&self, req: Request, ctx: &CallContext, cfg: &UpstreamConfig) -> Reply {
+    pub async fn tool_wait(
+        &self,
+        req: ClientRequest,
+        ctx: &CallContext,
+        cfg: &UpstreamConfig,
+    ) -> Answer {
         super::tool_wait::tool_wait(&Handles::of(self), req, ctx, cfg).await
     }
 
     /// `tasklift_cancel`, for clients given tool-level handles (handles.rs).
-    pub async fn tool_cancel(&self, req: Request, ctx: &CallContext, upstream: &str) -> Reply {
+    pub async fn tool_cancel(
+        &self,
+        req: ClientRequest,
+        ctx: &CallContext,
+        upstream: &str,
+    ) -> Answer {
         Handles::of(self).tool_cancel(req, ctx, upstream).await
     }
 

@@ -17,15 +17,14 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::answer::{Answer, Event, Failure};
 use super::api::Stored;
 use super::api::{Caller, TaskError};
 use super::core::part;
 use super::input::check_allowed;
 pub(super) use super::phases::Handle;
-use crate::reply::{Reply, StreamItem};
 use crate::store::{TaskOutcome, TaskRecord, TaskStatus};
-use crate::upstream::{CallContext, ClientPeer};
-use tasklift_protocol::jsonrpc::{self, Request, RpcError, INTERNAL_ERROR};
+use crate::upstream::{CallContext, ClientPeer, ClientRequest};
 use tasklift_protocol::mcp;
 
 /// The tool that waits for a tool-level handle's task.
@@ -54,8 +53,6 @@ pub(super) enum Waited {
 pub(super) struct Waiter {
     pub principal: String,
     pub upstream: String,
-    /// The request id to answer.
-    pub id: Option<Value>,
     /// A legacy client's session: questions become its own requests.
     pub peer: Option<Arc<ClientPeer>>,
     /// The request's clientCapabilities (may it be asked with MRTR).
@@ -65,17 +62,12 @@ pub(super) struct Waiter {
 }
 
 impl Waiter {
-    pub(super) fn new(req: &Request, ctx: &CallContext, upstream: &str) -> Self {
+    pub(super) fn new(req: &ClientRequest, ctx: &CallContext, upstream: &str) -> Self {
         Self {
             principal: ctx.principal.clone(),
             upstream: upstream.to_string(),
-            id: req.id.clone(),
             peer: ctx.session.clone(),
-            caps: req
-                .meta()
-                .and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES))
-                .cloned()
-                .unwrap_or_default(),
+            caps: req.client_capabilities(),
             client: client_key(req, ctx),
         }
     }
@@ -86,17 +78,13 @@ impl Waiter {
             upstream: &self.upstream,
         }
     }
-
-    pub(super) fn answer(&self, outcome: jsonrpc::Outcome) -> Value {
-        jsonrpc::response_from(self.id.as_ref(), outcome)
-    }
 }
 
 /// Who is calling, for learning how long it waits ([`super::patience`]): the
 /// principal with the client's `clientInfo` name and version (a legacy session's
 /// reaches the request's `_meta` too), or the session when there is no clientInfo.
-pub(super) fn client_key(req: &Request, ctx: &CallContext) -> String {
-    let info = req.meta().and_then(|m| m.get(mcp::META_CLIENT_INFO));
+pub(super) fn client_key(req: &ClientRequest, ctx: &CallContext) -> String {
+    let info = req.meta(mcp::META_CLIENT_INFO);
     let field = |k: &str| info.and_then(|i| i.get(k)).and_then(Value::as_str);
     match (field("name"), ctx.session.as_ref()) {
         (Some(name), _) => format!(
@@ -297,8 +285,8 @@ impl Handles {
         peer: &ClientPeer,
         rec: &TaskRecord,
         w: &Waiter,
-        tx: &mpsc::Sender<StreamItem>,
-    ) -> Result<(), RpcError> {
+        tx: &mpsc::Sender<Event>,
+    ) -> Result<(), Failure> {
         let mut waiting = Vec::new();
         for (key, r) in &rec.input_requests {
             let method = r.get("method").and_then(Value::as_str).unwrap_or_default();
@@ -311,8 +299,8 @@ impl Handles {
                     let _ = otx.send(o);
                 }),
             );
-            if tx.send(StreamItem::Message(msg)).await.is_err() {
-                return Err(RpcError::new(INTERNAL_ERROR, "the client went away"));
+            if tx.send(Event::Message(msg)).await.is_err() {
+                return Err(Failure::ClientGone);
             }
             waiting.push((key.clone(), orx));
         }
@@ -321,26 +309,21 @@ impl Handles {
             // A client that goes away without answering stops the asking; the task
             // stays input_required for the next wait.
             let answered = tokio::select! {
-                _ = tx.closed() => return Err(RpcError::new(INTERNAL_ERROR, "the client went away")),
+                _ = tx.closed() => return Err(Failure::ClientGone),
                 a = orx => a,
             };
             match answered {
                 Ok(Ok(v)) => {
                     answers.insert(key, v);
                 }
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(RpcError::new(
-                        INTERNAL_ERROR,
-                        "the client's session ended before it answered",
-                    ))
-                }
+                Ok(Err(e)) => return Err(Failure::Relayed(e)),
+                Err(_) => return Err(Failure::SessionEnded),
             }
         }
         Stored::of(self)
             .update(&rec.id, w.who(), answers)
             .await
-            .map_err(RpcError::from)
+            .map_err(Failure::Task)
     }
 
     /// Whether this waiter can be asked the task's questions with an MRTR
@@ -359,39 +342,43 @@ impl Handles {
 
     /// The MRTR answer carrying a task's questions; the retry's `requestState`
     /// names the task ([`WAIT_STATE_PREFIX`]).
-    pub(super) fn input_required(w: &Waiter, rec: &TaskRecord) -> Value {
-        w.answer(Ok(json!({
+    pub(super) fn input_required(rec: &TaskRecord) -> Value {
+        json!({
             "resultType": "input_required",
             "inputRequests": rec.input_requests,
             "requestState": format!("{WAIT_STATE_PREFIX}{}", rec.id),
-        })))
+        })
     }
 
     /// A retry carrying a waiter's `requestState`: give the task the answers, and
     /// return its id to wait on again.
     pub(super) async fn answer_waited(
         &self,
-        req: &Request,
+        req: &ClientRequest,
         who: Caller<'_>,
     ) -> Result<Option<String>, TaskError> {
         let Some(id) = req
-            .str_param("requestState")
+            .request_state()
             .and_then(|s| s.strip_prefix(WAIT_STATE_PREFIX))
         else {
             return Ok(None);
         };
         Stored::of(self)
-            .update(id, who, input_responses(req))
+            .update(id, who, req.input_responses())
             .await?;
         Ok(Some(id.to_string()))
     }
 
     /// `tasklift_cancel`: stop the caller's task.
-    pub async fn tool_cancel(&self, req: Request, ctx: &CallContext, upstream: &str) -> Reply {
+    pub async fn tool_cancel(
+        &self,
+        req: ClientRequest,
+        ctx: &CallContext,
+        upstream: &str,
+    ) -> Answer {
         let w = Waiter::new(&req, ctx, upstream);
         let id = req
-            .params
-            .get("arguments")
+            .arguments()
             .and_then(|a| a.get("taskId"))
             .and_then(Value::as_str)
             .unwrap_or_default()
@@ -417,17 +404,8 @@ impl Handles {
             },
             Err(e) => unknown(&e, Some(&id)),
         };
-        Reply::Json(w.answer(Ok(result)))
+        Answer::Result(result)
     }
-}
-
-/// A request's `inputResponses` (none: empty).
-pub fn input_responses(req: &Request) -> Map<String, Value> {
-    req.params
-        .get("inputResponses")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default()
 }
 
 /// A tool error for a task the caller cannot see (unknown, another caller's, or

@@ -6,10 +6,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::Sha256;
 
-use tasklift_protocol::jsonrpc::{RpcError, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY};
+use super::answer::Failure;
 
 /// Marks a `requestState` as tasklift's own (anything else belongs to the upstream).
 pub const STATE_PREFIX: &str = "tl1.";
@@ -53,8 +53,8 @@ impl Default for StateSealer {
     }
 }
 
-fn invalid(msg: &str) -> RpcError {
-    RpcError::new(INVALID_PARAMS, format!("Invalid requestState: {msg}"))
+fn invalid(msg: &str) -> Failure {
+    Failure::BadState(msg.to_string())
 }
 
 impl StateSealer {
@@ -92,7 +92,7 @@ impl StateSealer {
         owner: &str,
         request: &str,
         now_ms: u64,
-    ) -> Result<StateClaims, RpcError> {
+    ) -> Result<StateClaims, Failure> {
         let body = state
             .strip_prefix(STATE_PREFIX)
             .ok_or_else(|| invalid("not issued by tasklift"))?;
@@ -142,18 +142,13 @@ pub fn required_capability(method: &str) -> Option<&'static str> {
 
 /// Whether `caps` (a request's clientCapabilities) allows showing `method`; the error
 /// to answer the upstream with when it does not.
-pub fn check_allowed(caps: &Value, method: &str) -> Result<(), RpcError> {
+pub fn check_allowed(caps: &Value, method: &str) -> Result<(), Failure> {
     match required_capability(method) {
         Some(cap) if caps.get(cap).is_some_and(|v| !v.is_null()) => Ok(()),
-        Some(cap) => Err(RpcError::new(
-            MISSING_REQUIRED_CLIENT_CAPABILITY,
-            format!("Missing required client capability: the client did not declare {cap}, so {method} cannot be asked"),
-        )
-        .with_data(json!({"requiredCapabilities": {cap: {}}}))),
-        None => Err(RpcError::new(
-            tasklift_protocol::jsonrpc::METHOD_NOT_FOUND,
-            format!("tasklift does not relay {method} to clients"),
-        )),
+        capability => Err(Failure::NotAskable {
+            method: method.to_string(),
+            capability,
+        }),
     }
 }
 
@@ -218,6 +213,7 @@ impl InputKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn claims() -> StateClaims {
         StateClaims {
@@ -238,17 +234,17 @@ mod tests {
         assert!(s
             .open(&st, "bob", "tools/call deploy", 999)
             .unwrap_err()
-            .message
+            .to_string()
             .contains("another caller"));
         assert!(s
             .open(&st, "alice", "tools/call other", 999)
             .unwrap_err()
-            .message
+            .to_string()
             .contains("another request"));
         assert!(s
             .open(&st, "alice", "tools/call deploy", 1_000)
             .unwrap_err()
-            .message
+            .to_string()
             .contains("expired"));
     }
 
@@ -263,7 +259,7 @@ mod tests {
         assert!(s
             .open(&tampered, "alice", "tools/call deploy", 1)
             .unwrap_err()
-            .message
+            .to_string()
             .contains("integrity"));
         let other = StateSealer::default();
         assert!(
@@ -275,11 +271,7 @@ mod tests {
         let st = a.seal(&claims());
         assert!(a.open(&st, "alice", "tools/call deploy", 1).is_ok());
         let e = b.open(&st, "alice", "tools/call deploy", 1).unwrap_err();
-        assert!(
-            e.message.contains("another tasklift replica"),
-            "{}",
-            e.message
-        );
+        assert!(e.to_string().contains("another tasklift replica"), "{e}");
     }
 
     #[test]
@@ -306,10 +298,12 @@ mod tests {
         let caps = json!({"elicitation": {}});
         assert!(check_allowed(&caps, "elicitation/create").is_ok());
         let e = check_allowed(&caps, "sampling/createMessage").unwrap_err();
-        assert_eq!(e.code, -32021);
-        assert_eq!(
-            e.data.unwrap()["requiredCapabilities"],
-            json!({"sampling": {}})
-        );
+        assert!(matches!(
+            e,
+            Failure::NotAskable {
+                capability: Some("sampling"),
+                ..
+            }
+        ));
     }
 }

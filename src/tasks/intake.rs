@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::answer::{Answer, Failure};
 use super::core::part;
 use super::detach::Detach;
 use super::handles::{Handle, Handles, Waiter};
@@ -17,9 +18,7 @@ use super::limits::LimitError;
 use super::phases::{SyncCall, TaskSpec};
 use super::race::Race;
 use crate::config::{NonTaskClients, OnDisconnect, ToolMode, ToolPolicy};
-use crate::reply::Reply;
-use crate::upstream::{CallContext, Upstream};
-use tasklift_protocol::jsonrpc::{self, Request, RpcError};
+use crate::upstream::{CallContext, ClientRequest, Upstream};
 use tasklift_protocol::mcp;
 
 part!(
@@ -35,20 +34,20 @@ impl Intake {
         &self,
         upstream: Arc<dyn Upstream>,
         policy: &ToolPolicy,
-        mut req: Request,
+        mut req: ClientRequest,
         ctx: CallContext,
-    ) -> Reply {
-        let declares = mcp::declares_tasks(&req.params);
+    ) -> Answer {
+        let declares = req.declares_tasks();
         let replay = detach_key(declares, policy, &ctx, upstream.name(), &req);
         let handle = match handle_for(declares, policy, replay.is_some()) {
             Some(h) => h,
-            None => return refuse(&req, mcp::missing_tasks_capability(&tool_named(&req))),
+            None => return Answer::Failed(Failure::NeedsExtension(tool_named(&req))),
         };
         let mut eligible =
             (declares || handle != Handle::Extension) && policy.mode != ToolMode::Never;
         if handle != Handle::Extension {
-            if let Some(reply) = self.answered(&req, &ctx, &upstream).await {
-                return reply;
+            if let Some(answer) = self.answered(&req, &ctx, &upstream).await {
+                return answer;
             }
         }
         // The retry of an identical call that became a task: that task's answer.
@@ -63,22 +62,19 @@ impl Intake {
             }
         }
         if eligible {
-            eligible = match self.room_for_task(policy, &req, &ctx.principal) {
+            eligible = match self.room_for_task(policy, &ctx.principal) {
                 Ok(room) => room,
-                Err(reply) => return reply,
+                Err(refused) => return Answer::Failed(refused),
             };
         }
         let task = eligible.then(|| TaskSpec {
-            tool: req.str_param("name").unwrap_or_default().to_string(),
+            tool: req.tool().to_string(),
             policy: policy.clone(),
             handle,
             replay,
         });
         // A retry answering input tasklift asked for on behalf of a legacy upstream.
-        if let Some(state) = req
-            .str_param("requestState")
-            .filter(|s| s.starts_with(STATE_PREFIX))
-        {
+        if let Some(state) = req.request_state().filter(|s| s.starts_with(STATE_PREFIX)) {
             let state = state.to_string();
             return super::streamed::resume(&Race::of(self), &req, &state, &ctx, task).await;
         }
@@ -90,10 +86,10 @@ impl Intake {
     /// caller waits on it again (or hears why the answer went nowhere).
     async fn answered(
         &self,
-        req: &Request,
+        req: &ClientRequest,
         ctx: &CallContext,
         upstream: &Arc<dyn Upstream>,
-    ) -> Option<Reply> {
+    ) -> Option<Answer> {
         match Handles::of(self)
             .answer_waited(req, caller(ctx, upstream))
             .await
@@ -103,30 +99,25 @@ impl Intake {
                 let w = Waiter::new(req, ctx, upstream.name());
                 Some(Detach::of(self).join(id, w, Duration::ZERO))
             }
-            Err(e) => Some(refuse(req, e.into())),
+            Err(e) => Some(Answer::Failed(Failure::Task(e))),
         }
     }
 
     /// Whether the call may still become a task: not with the store low on space
     /// (a tool that runs only as a task is then refused before anything runs; any
     /// other runs synchronously), nor past the caller's task limit (refused).
-    fn room_for_task(
-        &self,
-        policy: &ToolPolicy,
-        req: &Request,
-        principal: &str,
-    ) -> Result<bool, Reply> {
+    fn room_for_task(&self, policy: &ToolPolicy, principal: &str) -> Result<bool, Failure> {
         if let Some(e) = self.low_disk() {
             self.metrics.limit_hit(e.setting());
             if policy.mode == ToolMode::Required {
-                return Err(refuse(req, e.into()));
+                return Err(Failure::Limit(e));
             }
             return Ok(false);
         }
         // Refused before any work starts: a call that may become a task needs room.
         if let Err(e) = self.gate.may_start_task(principal) {
             self.metrics.limit_hit(e.setting());
-            return Err(refuse(req, e.into()));
+            return Err(Failure::Limit(e));
         }
         Ok(true)
     }
@@ -151,18 +142,12 @@ impl Intake {
     pub async fn relay(
         &self,
         upstream: Arc<dyn Upstream>,
-        req: Request,
+        req: ClientRequest,
         ctx: CallContext,
         cache_hint: Option<(u64, String)>,
-    ) -> Reply {
-        let token = req
-            .meta()
-            .and_then(|m| m.get(mcp::META_PROGRESS_TOKEN))
-            .cloned();
-        if let Some(state) = req
-            .str_param("requestState")
-            .filter(|s| s.starts_with(STATE_PREFIX))
-        {
+    ) -> Answer {
+        let token = req.meta(mcp::META_PROGRESS_TOKEN).cloned();
+        if let Some(state) = req.request_state().filter(|s| s.starts_with(STATE_PREFIX)) {
             let state = state.to_string();
             return super::streamed::resume(&Race::of(self), &req, &state, &ctx, None).await;
         }
@@ -185,29 +170,27 @@ impl Intake {
     async fn start(
         &self,
         upstream: Arc<dyn Upstream>,
-        req: Request,
+        req: ClientRequest,
         ctx: CallContext,
         (token, relay_progress): (Option<Value>, bool),
         task: Option<TaskSpec>,
         cache_hint: Option<(u64, String)>,
-    ) -> Reply {
+    ) -> Answer {
         let slot = match self.gate.call_slot(upstream.name()).await {
             Ok(s) => s,
             Err(e) => {
                 self.metrics.limit_hit(e.setting());
-                return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.into())));
+                return Answer::Failed(Failure::Limit(e));
             }
         };
-        let call = match upstream.call(&req, &ctx).await {
+        let call = match upstream.call(req.wire(), &ctx).await {
             Ok(c) => c,
-            Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e.to_rpc()))),
+            Err(e) => return Answer::Failed(Failure::Unreachable(e)),
         };
-        let meta = req.meta();
         let sc = SyncCall {
             slot,
             meter: Some(self.metrics.call_started(upstream.name())),
             call,
-            id: req.id.clone(),
             relay_progress,
             token: token.unwrap_or(Value::Null),
             cache_hint,
@@ -217,12 +200,9 @@ impl Intake {
             ahead: None,
             last_progress: None,
             upstream: upstream.name().to_string(),
-            caps: meta
-                .and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES))
-                .cloned()
-                .unwrap_or_default(),
-            log_level: meta
-                .and_then(|m| m.get("io.modelcontextprotocol/logLevel"))
+            caps: req.client_capabilities(),
+            log_level: req
+                .meta("io.modelcontextprotocol/logLevel")
                 .and_then(Value::as_str)
                 .map(str::to_string),
             owner: ctx.principal.clone(),
@@ -245,7 +225,7 @@ fn detach_key(
     policy: &ToolPolicy,
     ctx: &CallContext,
     upstream: &str,
-    req: &Request,
+    req: &ClientRequest,
 ) -> Option<String> {
     (!declares && policy.on_disconnect == OnDisconnect::Detach)
         .then(|| super::detach::replay_key(ctx, upstream, req))
@@ -279,24 +259,19 @@ fn caller<'a>(ctx: &'a CallContext, upstream: &'a Arc<dyn Upstream>) -> super::C
 }
 
 /// What a refusal names the tool as.
-fn tool_named(req: &Request) -> String {
-    format!("tool {:?}", req.str_param("name").unwrap_or_default())
-}
-
-/// The error answer to `req`.
-fn refuse(req: &Request, e: RpcError) -> Reply {
-    Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)))
+fn tool_named(req: &ClientRequest) -> String {
+    format!("tool {:?}", req.tool())
 }
 
 /// The progress token the upstream reports under, and whether the client gave
 /// it (progress is then relayed): tasklift follows progress under its own token
 /// when the client gave none.
-fn follow_progress(req: &mut Request) -> (Option<Value>, bool) {
-    if let Some(t) = req.meta().and_then(|m| m.get(mcp::META_PROGRESS_TOKEN)) {
+fn follow_progress(req: &mut ClientRequest) -> (Option<Value>, bool) {
+    if let Some(t) = req.meta(mcp::META_PROGRESS_TOKEN) {
         return (Some(t.clone()), true);
     }
     let t = json!(progress_token());
-    mcp::meta_mut(&mut req.params).insert(mcp::META_PROGRESS_TOKEN.into(), t.clone());
+    req.set_progress_token(t.clone());
     (Some(t), false)
 }
 

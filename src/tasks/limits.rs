@@ -1,8 +1,7 @@
 //! Limits that keep one caller or one slow upstream from taking everything: the size
 //! of a stored result, concurrent calls per upstream (excess calls queue, for a
 //! while), and running tasks per principal. Each refusal is a [`LimitError`] that
-//! names the limit and its setting (the front door's error map turns it into a
-//! JSON-RPC error), and is counted in `tasklift_limit_hits_total{limit}`.
+//! names the limit and its setting (the front door's error map gives it its code), and is counted in `tasklift_limit_hits_total{limit}`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,10 +9,6 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-/// JSON-RPC code of a refusal because a limit is reached (implementation-defined
-/// server error range).
-pub const LIMIT_REACHED: i64 = -32003;
 
 pub use crate::config::Limits;
 

@@ -11,25 +11,24 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, mpsc};
 
+use super::answer::{Answer, Event, Failure};
 use super::api::Stored;
 use super::core::part;
 use super::detailed_task;
-use crate::reply::{Reply, StreamItem};
 use crate::store::TaskRecord;
-use crate::upstream::{notification_wanted, CallContext, Listening, Upstream};
-use tasklift_protocol::jsonrpc::{self, Request};
-use tasklift_protocol::mcp;
+use crate::upstream::{notification_wanted, CallContext, ClientRequest, Listening, Upstream};
 
 /// `_meta` key correlating notifications with their subscription.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
-fn task_notification(rec: &TaskRecord, sub: &Value) -> Value {
+/// The `notifications/tasks` notification of a task's state.
+fn task_notification(rec: &TaskRecord, sub: &Value) -> Event {
     let mut t = detailed_task(rec);
     if let Value::Object(o) = &mut t {
         o.remove("resultType");
         o.insert("_meta".into(), json!({ SUBSCRIPTION_ID: sub }));
     }
-    jsonrpc::notification("notifications/tasks", t)
+    Event::Notify("notifications/tasks", t)
 }
 
 part!(
@@ -39,12 +38,17 @@ part!(
 
 impl Listen {
     /// Open a task-status stream for the caller's tasks among `taskIds`.
-    pub async fn listen(&self, up: Arc<dyn Upstream>, req: &Request, ctx: &CallContext) -> Reply {
-        let sub = req.id.clone().unwrap_or(Value::Null);
+    pub async fn listen(
+        &self,
+        up: Arc<dyn Upstream>,
+        req: &ClientRequest,
+        ctx: &CallContext,
+    ) -> Answer {
+        let sub = req.own_id().cloned().unwrap_or(Value::Null);
         let wanted = wanted_tasks(req);
-        if !wanted.is_empty() && !mcp::declares_tasks(&req.params) {
-            let e = mcp::missing_tasks_capability("task status notifications");
-            return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+        if !wanted.is_empty() && !req.declares_tasks() {
+            let what = "task status notifications".to_string();
+            return Answer::Failed(Failure::NeedsExtension(what));
         }
         // Subscribe before reading current states, so no change falls in between.
         let changes = self.subscribe();
@@ -62,7 +66,7 @@ impl Listen {
             changes,
         };
         tokio::spawn(feed.run(ack, owned));
-        Reply::Stream(rx)
+        Answer::Stream(rx)
     }
 
     /// The records of the tasks among `wanted` that `owner` may see on `upstream`.
@@ -82,8 +86,8 @@ impl Listen {
 }
 
 /// The task ids a listen request names.
-fn wanted_tasks(req: &Request) -> Vec<String> {
-    req.params
+fn wanted_tasks(req: &ClientRequest) -> Vec<String> {
+    req.params()
         .get("notifications")
         .and_then(|n| n.get("taskIds"))
         .and_then(Value::as_array)
@@ -98,9 +102,13 @@ fn wanted_tasks(req: &Request) -> Vec<String> {
 
 /// The upstream's side of the stream: the notification types other than task
 /// status, as it agreed to send them (none asked, or none available: nothing).
-async fn upstream_listening(up: &dyn Upstream, req: &Request, ctx: &CallContext) -> Listening {
+async fn upstream_listening(
+    up: &dyn Upstream,
+    req: &ClientRequest,
+    ctx: &CallContext,
+) -> Listening {
     let mut others: Map<String, Value> = req
-        .params
+        .params()
         .get("notifications")
         .and_then(Value::as_object)
         .cloned()
@@ -109,7 +117,7 @@ async fn upstream_listening(up: &dyn Upstream, req: &Request, ctx: &CallContext)
     if others.is_empty() {
         return Listening::none();
     }
-    match up.listen(&others, req, ctx).await {
+    match up.listen(&others, req.wire(), ctx).await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "the upstream's change notifications are unavailable");
@@ -119,12 +127,12 @@ async fn upstream_listening(up: &dyn Upstream, req: &Request, ctx: &CallContext)
 }
 
 /// The acknowledgement: what the upstream agreed to, and the task ids followed.
-fn acknowledgement(listening: &Listening, ids: &HashSet<String>, sub: &Value) -> Value {
+fn acknowledgement(listening: &Listening, ids: &HashSet<String>, sub: &Value) -> Event {
     let mut agreed = listening.agreed.clone();
     if !ids.is_empty() {
         agreed.insert("taskIds".into(), json!(ids.iter().collect::<Vec<_>>()));
     }
-    jsonrpc::notification(
+    Event::Notify(
         "notifications/subscriptions/acknowledged",
         json!({"_meta": { SUBSCRIPTION_ID: sub }, "notifications": agreed}),
     )
@@ -135,7 +143,7 @@ fn acknowledgement(listening: &Listening, ids: &HashSet<String>, sub: &Value) ->
 /// future stays `Send`.
 struct Feed {
     listen: Listen,
-    tx: mpsc::Sender<StreamItem>,
+    tx: mpsc::Sender<Event>,
     /// The subscription id notifications carry.
     sub: Value,
     /// The tasks followed.
@@ -148,8 +156,8 @@ struct Feed {
 impl Feed {
     /// The acknowledgement, the current state of each task, then every change
     /// and the upstream's notifications, with keep-alives between.
-    async fn run(mut self, ack: Value, owned: Vec<TaskRecord>) {
-        if self.tx.send(StreamItem::Message(ack)).await.is_err() {
+    async fn run(mut self, ack: Event, owned: Vec<TaskRecord>) {
+        if self.tx.send(ack).await.is_err() {
             return;
         }
         for rec in &owned {
@@ -164,15 +172,13 @@ impl Feed {
             let item = tokio::select! {
                 _ = self.tx.closed() => return,
                 _ = closing.changed() => return self.close().await,
-                _ = tick.tick() => StreamItem::KeepAlive,
+                _ = tick.tick() => Event::KeepAlive,
                 Some(n) = self.listening.events.recv() => match self.upstream_notification(n) {
-                    Some(n) => StreamItem::Message(n),
+                    Some(n) => Event::Message(n),
                     None => continue,
                 },
                 r = self.changes.recv() => match r {
-                    Ok(rec) if self.ids.contains(&rec.id) => {
-                        StreamItem::Message(task_notification(&rec, &self.sub))
-                    }
+                    Ok(rec) if self.ids.contains(&rec.id) => task_notification(&rec, &self.sub),
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         self.resend_tasks().await;
@@ -190,7 +196,7 @@ impl Feed {
     /// A task's state; false once the client went away.
     async fn send_task(&mut self, rec: &TaskRecord) -> bool {
         let n = task_notification(rec, &self.sub);
-        self.tx.send(StreamItem::Message(n)).await.is_ok()
+        self.tx.send(n).await.is_ok()
     }
 
     /// Missed some changes: the current state of every task.
@@ -198,7 +204,7 @@ impl Feed {
         for id in &self.ids {
             if let Ok(Some(rec)) = self.listen.store().get(id).await {
                 let n = task_notification(&rec, &self.sub);
-                let _ = self.tx.send(StreamItem::Message(n)).await;
+                let _ = self.tx.send(n).await;
             }
         }
     }
@@ -223,7 +229,6 @@ impl Feed {
     /// Graceful closure: the response to the listen request ends the stream.
     async fn close(&mut self) {
         let result = json!({"resultType": "complete", "_meta": { SUBSCRIPTION_ID: self.sub }});
-        let done = jsonrpc::response(Some(&self.sub), &Ok(result));
-        let _ = self.tx.send(StreamItem::Message(done)).await;
+        let _ = self.tx.send(Event::Final(Ok(result))).await;
     }
 }

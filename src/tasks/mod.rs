@@ -2,6 +2,7 @@
 //! the clock, and the engine that turns slow calls into tasks (`engine.rs`) and the
 //! sweeper that expires them (`sweeper.rs`).
 
+pub mod answer;
 mod api;
 mod core;
 mod detach;
@@ -25,19 +26,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use crate::store::{Settle, TaskOutcome, TaskRecord};
-use tasklift_protocol::jsonrpc::RpcError;
+use crate::store::{TaskOutcome, TaskRecord};
 
+pub use answer::{Answer, Event, Failure, WriteFailure, Written};
 pub use api::{Caller, TaskError};
 pub use engine::{Engine, EngineSettings};
-
-/// A task's end in a JSON-RPC error: the error's message becomes its status message.
-fn failed(e: RpcError) -> Settle {
-    Settle::Failed {
-        message: e.message.clone(),
-        error: e.to_value(),
-    }
-}
 
 /// Wall-clock milliseconds that advance with tokio's clock, so tests can pause and
 /// advance time and see TTLs expire, while production gets monotonic progress.

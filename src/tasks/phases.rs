@@ -10,11 +10,13 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
+use super::answer::WriteFailure;
 use super::input::{check_allowed, InputKeys};
 use crate::config::ToolPolicy;
 use crate::store::{StoreError, TaskRecord, TaskStore};
-use crate::upstream::{CallContext, CallEvent, ServerRequest, Upstream, UpstreamCall};
-use tasklift_protocol::jsonrpc::{Outcome, Request};
+use crate::upstream::{
+    CallContext, CallEvent, ClientRequest, Outcome, ServerRequest, Upstream, UpstreamCall,
+};
 use tasklift_protocol::mcp::{self, method};
 
 /// Why a running task is being stopped.
@@ -73,8 +75,6 @@ pub(super) struct SyncCall {
     pub meter: Option<crate::observe::metrics::CallMeter>,
     /// The upstream call.
     pub call: UpstreamCall,
-    /// The client's request id (of the latest attempt).
-    pub id: Option<Value>,
     /// Whether the client asked for progress (it is then relayed).
     pub relay_progress: bool,
     /// The token progress arrives under (the client's or tasklift's own; null if none).
@@ -103,11 +103,7 @@ pub(super) struct SyncCall {
     /// requests on the response stream (instead of an MRTR `InputRequiredResult`).
     pub session: Option<Arc<crate::upstream::ClientPeer>>,
     /// The request and where it went, so a task can retry it with MRTR answers.
-    pub origin: Option<(
-        Arc<dyn Upstream>,
-        tasklift_protocol::jsonrpc::Request,
-        CallContext,
-    )>,
+    pub origin: Option<(Arc<dyn Upstream>, ClientRequest, CallContext)>,
 }
 
 /// How long before the threshold a call's task record is written: the durable
@@ -220,20 +216,17 @@ pub(super) struct Origin {
 }
 
 impl Origin {
-    pub(super) fn new(upstream: Arc<dyn Upstream>, req: &Request, ctx: CallContext) -> Self {
+    pub(super) fn new(upstream: Arc<dyn Upstream>, req: &ClientRequest, ctx: CallContext) -> Self {
         Self {
             upstream,
-            request: req.to_vec_with_id(None).into_boxed_slice(),
+            request: req.to_bytes(),
             ctx,
         }
     }
 
     /// The request again.
-    pub(super) fn request(&self) -> Request {
-        serde_json::from_slice(&self.request)
-            .ok()
-            .and_then(|v| Request::from_value(v).ok())
-            .expect("a request tasklift serialized parses back")
+    pub(super) fn request(&self) -> ClientRequest {
+        ClientRequest::from_bytes(&self.request)
     }
 }
 
@@ -267,8 +260,14 @@ pub(super) fn finalize_result(outcome: Outcome) -> Outcome {
     })
 }
 
-/// Keep a request the caller may be shown; answer the others upstream with an error.
-pub(super) fn admit_request(caps: &Value, r: ServerRequest, out: &mut Vec<ServerRequest>) {
+/// Keep a request the caller may be shown; answer the others upstream with an
+/// error, as `write` writes it.
+pub(super) fn admit_request(
+    caps: &Value,
+    r: ServerRequest,
+    out: &mut Vec<ServerRequest>,
+    write: WriteFailure,
+) {
     if r.method == "ping" {
         r.answer(Ok(json!({})));
         return;
@@ -277,7 +276,7 @@ pub(super) fn admit_request(caps: &Value, r: ServerRequest, out: &mut Vec<Server
         Ok(()) => out.push(r),
         Err(e) => {
             tracing::info!(method = %r.method, "the caller cannot be asked this; answering the upstream with an error");
-            r.answer(Err(e));
+            r.refuse(&write(&e).error);
         }
     }
 }

@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use super::answer::{Answer, Failure, WriteFailure};
 use super::core::part;
 use super::detach::Detach;
 use super::driver::Drivers;
@@ -22,10 +23,8 @@ use super::phases::{
 };
 use super::{create_task_result, progress_message};
 use crate::observe::spans::Span;
-use crate::reply::Reply;
 use crate::store::{NewTask, TaskRecord};
-use crate::upstream::{broken, CallEvent, Next, ServerRequest, UpstreamCall};
-use tasklift_protocol::jsonrpc::{self, Outcome};
+use crate::upstream::{CallEvent, Next, Outcome, RawResult, ServerRequest, UpstreamCall};
 
 /// How long a call parked for input waits for the client's retry.
 pub const PARK_TTL: Duration = Duration::from_secs(600);
@@ -36,11 +35,10 @@ const INPUT_GATHER: Duration = Duration::from_millis(50);
 
 /// What the synchronous phase saw next.
 pub(super) enum Step {
-    /// The final response message, and the HTTP status of an upstream's error
-    /// answer that came with one (`RpcError::http_status`).
-    Final(Value, Option<u16>),
-    /// The final response, a plain result passed on as bytes.
-    FinalRaw(bytes::Bytes),
+    /// The final answer (an upstream's error keeps the HTTP status it came with).
+    Final(Result<Value, Failure>),
+    /// The final answer, a plain result passed on as bytes.
+    FinalRaw(RawResult),
     /// A notification to relay to the client.
     Relay(Value),
     /// Time to send a keep-alive.
@@ -139,21 +137,17 @@ impl Race {
         match ev {
             Some(Next::Raw(r)) => {
                 sc.call.canceller.disarm();
-                Some(Step::FinalRaw(r.response(sc.id.as_ref())))
+                Some(Step::FinalRaw(r))
             }
             Some(Next::Event(CallEvent::Done(outcome))) => Some(self.final_answer(sc, outcome)),
             Some(Next::Event(CallEvent::Notification(n))) => relayed(sc, n).map(Step::Relay),
             Some(Next::Event(CallEvent::Input(r))) => {
-                let reqs = gather_input(sc, r).await;
+                let reqs = gather_input(sc, r, self.write_failure).await;
                 (!reqs.is_empty()).then_some(Step::Input(reqs))
             }
             None => {
                 sc.call.canceller.disarm();
-                let e = broken(&sc.upstream);
-                Some(Step::Final(
-                    jsonrpc::response(sc.id.as_ref(), &Err(e)),
-                    None,
-                ))
+                Some(Step::Final(Err(Failure::Broken(sc.upstream.clone()))))
             }
         }
     }
@@ -171,12 +165,11 @@ impl Race {
             r.entry("ttlMs").or_insert_with(|| json!(ttl));
             r.entry("cacheScope").or_insert_with(|| json!(scope));
         }
-        let status = outcome.as_ref().err().and_then(|e| e.http_status);
-        Step::Final(jsonrpc::response_from(sc.id.as_ref(), outcome), status)
+        Step::Final(outcome.map_err(Failure::Relayed))
     }
 
-    /// Park a call whose upstream asked for input and answer the client with an
-    /// `InputRequiredResult` whose `requestState` resumes it.
+    /// Park a call whose upstream asked for input: the `InputRequiredResult`
+    /// whose `requestState` resumes it.
     pub(super) fn park(
         &self,
         mut sc: SyncCall,
@@ -191,11 +184,12 @@ impl Race {
             let key = sc.input_keys.next(&r);
             waiting.insert(key, (r.as_input_request(), r));
         }
-        let id = sc.id.clone();
-        self.park_waiting(Parked { sc, task, waiting }, id)
+        self.park_waiting(Parked { sc, task, waiting })
     }
 
-    pub(super) fn park_waiting(&self, p: Parked, id: Option<Value>) -> Value {
+    /// Keep a call parked until the client's retry answers it, or `PARK_TTL`
+    /// passes: the `InputRequiredResult` asking for what it waits on.
+    pub(super) fn park_waiting(&self, p: Parked) -> Value {
         let park = uuid::Uuid::new_v4().to_string();
         let exp = self.clock().now_ms() + PARK_TTL.as_millis() as u64;
         let state = self.sealer().seal(&StateClaims {
@@ -205,7 +199,7 @@ impl Race {
                 .sc
                 .origin
                 .as_ref()
-                .map(|(_, r, _)| request_binding(&r.method, &r.params))
+                .map(|(_, r, _)| request_binding(r.method(), r.params()))
                 .unwrap_or_default(),
             exp,
             issuer: String::new(),
@@ -224,12 +218,7 @@ impl Race {
                 tracing::info!(%park, "nobody answered the input request in time; cancelled upstream");
             }
         });
-        jsonrpc::response(
-            id.as_ref(),
-            &Ok(
-                json!({"resultType": "input_required", "inputRequests": requests, "requestState": state}),
-            ),
-        )
+        json!({"resultType": "input_required", "inputRequests": requests, "requestState": state})
     }
 
     /// The threshold passed: persist a task, hand the call to a background driver,
@@ -237,7 +226,7 @@ impl Race {
     /// extension), the still-running tool result (a tool-level handle), or the
     /// caller's wait on the task (detach). `None` if the task could not be stored:
     /// the caller then keeps waiting synchronously, so nothing is lost.
-    pub(super) async fn create_task(&self, sc: &mut SyncCall, spec: &TaskSpec) -> Option<Reply> {
+    pub(super) async fn create_task(&self, sc: &mut SyncCall, spec: &TaskSpec) -> Option<Answer> {
         sc.threshold_at = None;
         if self.low_on_space(sc) {
             return None;
@@ -252,7 +241,7 @@ impl Race {
         let id = rec.id.clone();
         self.spawn_driver(rec, owner, control, traced, &spec.tool);
         Some(match answer {
-            Some(a) => Reply::Json(jsonrpc::response(sc.id.as_ref(), &Ok(a))),
+            Some(a) => Answer::Result(a),
             None => Detach::of(self).join(id, waiter, spec.policy.threshold),
         })
     }
@@ -388,7 +377,6 @@ fn waiter(sc: &SyncCall, handle: Handle) -> Waiter {
     Waiter {
         principal: sc.owner.clone(),
         upstream: sc.upstream.clone(),
-        id: sc.id.clone(),
         peer: sc.session.clone(),
         caps: sc.caps.clone(),
         client: match (&sc.origin, handle) {
@@ -468,12 +456,16 @@ fn relayed(sc: &mut SyncCall, n: Value) -> Option<Value> {
 /// The upstream's input request, with those that follow closely: a server asking
 /// several at once sends them one after another, and they belong in the same
 /// `InputRequiredResult`. Only those the caller may be shown are kept.
-async fn gather_input(sc: &mut SyncCall, first: ServerRequest) -> Vec<ServerRequest> {
+async fn gather_input(
+    sc: &mut SyncCall,
+    first: ServerRequest,
+    write: WriteFailure,
+) -> Vec<ServerRequest> {
     let mut reqs = Vec::new();
-    admit_request(&sc.caps, first, &mut reqs);
+    admit_request(&sc.caps, first, &mut reqs, write);
     while let Ok(Some(ev)) = tokio::time::timeout(INPUT_GATHER, sc.call.events.recv()).await {
         match ev {
-            CallEvent::Input(r) => admit_request(&sc.caps, r, &mut reqs),
+            CallEvent::Input(r) => admit_request(&sc.caps, r, &mut reqs, write),
             other => {
                 sc.backlog.push_back(other);
                 break;

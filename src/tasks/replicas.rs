@@ -7,14 +7,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use super::answer::Failure;
 use super::core::part;
 use super::phases::{Control, StopReason};
 use super::Engine;
 use crate::store::{Change, SharedStore};
-use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
-
-/// The error a task gets when the replica running it is gone.
-pub const LOST_REPLICA: &str = "the tasklift replica running this task was lost (its lease expired); the upstream outcome is unknown";
 
 /// Run until `shutdown`: renew leases and reap lapsed ones every third of the
 /// lease, and act on what other replicas announce.
@@ -77,7 +74,7 @@ impl Replicas {
                 tracing::warn!(error = %e, "could not renew task leases; other replicas fail this replica's tasks if it lasts")
             }
         }
-        let err = RpcError::new(INTERNAL_ERROR, LOST_REPLICA).to_value();
+        let err = self.written(&Failure::LostReplica).error;
         loop {
             match shared.reap_lost(self.clock().now_ms(), &err, 500).await {
                 Ok(ids) => {

@@ -8,37 +8,33 @@
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use serde_json::{Map, Value};
-
+use super::answer::{Answer, Event, Failure};
 use super::input::request_binding;
 use super::phases::{SyncCall, TaskSpec};
 use super::race::{Race, Step};
-use crate::reply::{Reply, StreamItem};
-use crate::upstream::{CallContext, ClientPeer, ServerRequest};
-use tasklift_protocol::jsonrpc::{self, RpcError};
+use crate::upstream::{CallContext, ClientPeer, ClientRequest, ServerRequest};
 
 /// Carry a started call through its synchronous phase: a JSON answer, or an SSE
 /// stream once there is something to stream.
-pub(super) async fn drive(race: &Race, mut sc: SyncCall, task: Option<TaskSpec>) -> Reply {
+pub(super) async fn drive(race: &Race, mut sc: SyncCall, task: Option<TaskSpec>) -> Answer {
     // Phase 1 runs in the request's own future: if the client goes away, hyper
     // drops it, and dropping the call cancels it upstream.
     let first = match race.step(&mut sc, None, task.as_ref()).await {
-        Step::Final(v, None) => return Reply::Json(v),
-        Step::Final(v, Some(status)) => return Reply::UpstreamError(status, v),
-        Step::FinalRaw(b) => return Reply::Raw(b),
+        Step::Final(r) => return r.into(),
+        Step::FinalRaw(b) => return Answer::Raw(b),
         Step::Threshold => match race
             .create_task(&mut sc, task.as_ref().expect("threshold implies task"))
             .await
         {
-            Some(reply) => return reply,
+            Some(answer) => return answer,
             None => vec![],
         },
         Step::Input(reqs) => match sc.session.clone() {
             Some(s) => forward_input(&s, reqs),
-            None => return Reply::Json(race.park(sc, task, reqs)),
+            None => return Answer::Result(race.park(sc, task, reqs)),
         },
-        Step::Relay(n) => vec![StreamItem::Message(n)],
-        Step::KeepAlive => vec![StreamItem::KeepAlive],
+        Step::Relay(n) => vec![Event::Message(n)],
+        Step::KeepAlive => vec![Event::KeepAlive],
     };
     // Phase 2: something must be streamed (progress or keep-alives).
     Streamed::start(race.clone(), sc, task, first)
@@ -48,36 +44,29 @@ pub(super) async fn drive(race: &Race, mut sc: SyncCall, task: Option<TaskSpec>)
 /// and resume the race.
 pub(super) async fn resume(
     race: &Race,
-    req: &tasklift_protocol::jsonrpc::Request,
+    req: &ClientRequest,
     state: &str,
     ctx: &CallContext,
     task: Option<TaskSpec>,
-) -> Reply {
-    let binding = request_binding(&req.method, &req.params);
+) -> Answer {
+    let binding = request_binding(req.method(), req.params());
     let claims = match race
         .sealer()
         .open(state, &ctx.principal, &binding, race.clock().now_ms())
     {
         Ok(c) => c,
-        Err(e) => return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e))),
+        Err(e) => return Answer::Failed(e),
     };
     let Some(mut p) = race
         .parked
         .remove(&claims.park)
         .map(|(_, p)| p.into_inner().expect("parked lock"))
     else {
-        let e = RpcError::new(
-            jsonrpc::INVALID_PARAMS,
-            "Invalid requestState: the call it resumes is no longer waiting (already resumed, or it expired); call the tool again",
-        );
-        return Reply::Json(jsonrpc::response(req.id.as_ref(), &Err(e)));
+        return Answer::Failed(Failure::BadState(
+            "the call it resumes is no longer waiting (already resumed, or it expired); call the tool again".into(),
+        ));
     };
-    let empty = Map::new();
-    let answers = req
-        .params
-        .get("inputResponses")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
+    let answers = req.input_responses();
     let keys: Vec<String> = p.waiting.keys().cloned().collect();
     for k in keys {
         if let Some(v) = answers.get(&k) {
@@ -85,17 +74,11 @@ pub(super) async fn resume(
             r.answer(Ok(v.clone()));
         }
     }
-    p.sc.id = req.id.clone();
-    p.sc.caps = req
-        .meta()
-        .and_then(|m| m.get(tasklift_protocol::mcp::META_CLIENT_CAPABILITIES))
-        .cloned()
-        .unwrap_or_default();
+    p.sc.caps = req.client_capabilities();
     p.task = task;
     if !p.waiting.is_empty() {
         // Some answers are missing: ask again for the rest.
-        let id = req.id.clone();
-        return Reply::Json(race.park_waiting(p, id));
+        return Answer::Result(race.park_waiting(p));
     }
     p.sc.threshold_at = p
         .task
@@ -110,7 +93,7 @@ pub(super) struct Streamed {
     race: Race,
     sc: SyncCall,
     task: Option<TaskSpec>,
-    tx: mpsc::Sender<StreamItem>,
+    tx: mpsc::Sender<Event>,
     /// When the stream last sent something: keep-alives are due from it.
     last_send: tokio::time::Instant,
 }
@@ -121,8 +104,8 @@ impl Streamed {
         race: Race,
         sc: SyncCall,
         task: Option<TaskSpec>,
-        first: Vec<StreamItem>,
-    ) -> Reply {
+        first: Vec<Event>,
+    ) -> Answer {
         let (tx, rx) = mpsc::channel(32);
         let streamed = Self {
             race,
@@ -132,11 +115,11 @@ impl Streamed {
             last_send: tokio::time::Instant::now(),
         };
         tokio::spawn(streamed.run(first).in_current_span());
-        Reply::Stream(rx)
+        Answer::Stream(rx)
     }
 
     /// Send `first`, then each step's items, until the stream is over.
-    async fn run(mut self, first: Vec<StreamItem>) {
+    async fn run(mut self, first: Vec<Event>) {
         if !self.send_all(first).await {
             return;
         }
@@ -144,14 +127,11 @@ impl Streamed {
         while let Some(step) = self.next_step().await {
             let goes_on = match step {
                 // A stream's status went out with its first byte.
-                Step::Final(v, _) => self.send(StreamItem::Message(v)).await,
+                Step::Final(r) => self.send(Event::Final(r)).await,
                 // A stream asks for parsed answers (`raw` is false here).
-                Step::FinalRaw(b) => {
-                    let m = crate::reply::raw_message(&b);
-                    self.send(StreamItem::Message(m)).await
-                }
-                Step::Relay(n) => self.send(StreamItem::Message(n)).await,
-                Step::KeepAlive => self.send(StreamItem::KeepAlive).await,
+                Step::FinalRaw(b) => self.send(Event::Final(Ok(b.value()))).await,
+                Step::Relay(n) => self.send(Event::Message(n)).await,
+                Step::KeepAlive => self.send(Event::KeepAlive).await,
                 Step::Threshold => self.threshold().await,
                 Step::Input(reqs) => match self.sc.session.clone() {
                     Some(s) => self.ask_client(&s, reqs).await,
@@ -178,8 +158,8 @@ impl Streamed {
 
     /// Send one item; false when the stream is over: the client went away, or
     /// that was the final response.
-    async fn send(&mut self, item: StreamItem) -> bool {
-        let last = matches!(&item, StreamItem::Message(m) if m.get("method").is_none());
+    async fn send(&mut self, item: Event) -> bool {
+        let last = matches!(&item, Event::Final(_));
         if self.tx.send(item).await.is_err() {
             return false;
         }
@@ -188,7 +168,7 @@ impl Streamed {
     }
 
     /// Send every item; false once the client went away.
-    async fn send_all(&mut self, items: Vec<StreamItem>) -> bool {
+    async fn send_all(&mut self, items: Vec<Event>) -> bool {
         for item in items {
             if self.tx.send(item).await.is_err() {
                 return false;
@@ -203,7 +183,7 @@ impl Streamed {
     async fn threshold(&mut self) -> bool {
         let spec = self.task.as_ref().expect("threshold implies task");
         match self.race.create_task(&mut self.sc, spec).await {
-            Some(Reply::Stream(mut joined)) => {
+            Some(Answer::Stream(mut joined)) => {
                 // The caller now waits on the task: pass its stream on.
                 while let Some(item) = joined.recv().await {
                     if self.tx.send(item).await.is_err() {
@@ -212,10 +192,9 @@ impl Streamed {
                 }
                 false
             }
-            Some(reply) => match reply.parsed() {
-                Reply::Json(v) => self.send(StreamItem::Message(v)).await,
-                _ => false,
-            },
+            Some(Answer::Result(v)) => self.send(Event::Final(Ok(v))).await,
+            Some(Answer::Failed(f)) => self.send(Event::Final(Err(f))).await,
+            Some(Answer::Raw(b)) => self.send(Event::Final(Ok(b.value()))).await,
             None => true,
         }
     }
@@ -233,17 +212,17 @@ impl Streamed {
     /// `InputRequiredResult`.
     async fn park(self, reqs: Vec<ServerRequest>) {
         let msg = self.race.park(self.sc, self.task, reqs);
-        let _ = self.tx.send(StreamItem::Message(msg)).await;
+        let _ = self.tx.send(Event::Final(Ok(msg))).await;
     }
 }
 
 /// Send the upstream's requests to a legacy client on its response stream; its
 /// answers come back as POSTed responses and go upstream.
-pub(super) fn forward_input(s: &ClientPeer, reqs: Vec<ServerRequest>) -> Vec<StreamItem> {
+pub(super) fn forward_input(s: &ClientPeer, reqs: Vec<ServerRequest>) -> Vec<Event> {
     reqs.into_iter()
         .map(|r| {
             let (method, params) = (r.method.clone(), r.params.clone());
-            StreamItem::Message(s.ask(&method, params, Box::new(move |o| r.answer(o))))
+            Event::Message(s.ask(&method, params, Box::new(move |o| r.answer(o))))
         })
         .collect()
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::answer::Failure;
 use super::core::part;
 use super::phases::{Control, StopReason};
 use super::Engine;
-use tasklift_protocol::jsonrpc::{RpcError, INTERNAL_ERROR};
 
 part!(
     /// Expiry of tasks, and recovery of those a previous process left.
@@ -29,11 +29,7 @@ impl Sweeper {
         let now = self.clock.now_ms();
         let mut unwritten = 0;
         for mut rec in orphans.iter().cloned() {
-            let err = RpcError::new(
-                INTERNAL_ERROR,
-                "tasklift restarted while this task was running; the upstream outcome is unknown",
-            );
-            if rec.settle(super::failed(err)).is_err() {
+            if rec.settle(self.failed(Failure::Restarted)).is_err() {
                 continue;
             }
             rec.input_requests.clear();

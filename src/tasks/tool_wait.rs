@@ -9,16 +9,15 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::answer::{Answer, Event};
 use super::api::{Stored, TaskError};
 use super::handles::{
     finished_result, questions, still_running, text_result, unknown, Handles, Waited, Waiter,
     WAIT_TOOL,
 };
 use crate::config::UpstreamConfig;
-use crate::reply::{Reply, StreamItem};
 use crate::store::TaskRecord;
-use crate::upstream::CallContext;
-use tasklift_protocol::jsonrpc::Request;
+use crate::upstream::{CallContext, ClientRequest};
 
 /// `tasklift_wait`: wait for the caller's task as long as its client is known
 /// to wait ([`super::patience`]: the tool's threshold in `cfg`, what the client
@@ -28,26 +27,26 @@ use tasklift_protocol::jsonrpc::Request;
 /// wait itself is a [`ToolWait`].
 pub(super) async fn tool_wait(
     handles: &Handles,
-    req: Request,
+    req: ClientRequest,
     ctx: &CallContext,
     cfg: &UpstreamConfig,
-) -> Reply {
+) -> Answer {
     let started = Instant::now();
     let w = Waiter::new(&req, ctx, &cfg.name);
-    let args = req.params.get("arguments").cloned().unwrap_or_default();
+    let args = req.arguments().cloned().unwrap_or_default();
     let answered = match handles.answer_waited(&req, w.who()).await {
         Ok(id) => id,
-        Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, None)))),
+        Err(e) => return Answer::Result(unknown(&e, None)),
     };
     let Some(id) = answered.or_else(|| {
         args.get("taskId")
             .and_then(Value::as_str)
             .map(str::to_string)
     }) else {
-        return Reply::Json(w.answer(Ok(text_result(
+        return Answer::Result(text_result(
             format!("{WAIT_TOOL} needs the taskId a still-running answer gave, as {{\"taskId\": \"...\"}}."),
             true,
-        ))));
+        ));
     };
     let requested = args
         .get("waitSeconds")
@@ -62,7 +61,7 @@ pub(super) async fn tool_wait(
     // The record read here for the tool's threshold is the wait's first look.
     let rec = match Stored::of(handles).get(&id, w.who()).await {
         Ok(rec) => rec,
-        Err(e) => return Reply::Json(w.answer(Ok(unknown(&e, Some(&id))))),
+        Err(e) => return Answer::Result(unknown(&e, Some(&id))),
     };
     let threshold = cfg.policy(&rec.tool).threshold;
     let wait = handles
@@ -79,7 +78,7 @@ pub(super) async fn tool_wait(
         tx,
     };
     tokio::spawn(waiting.run(rec));
-    Reply::Stream(rx)
+    Answer::Stream(rx)
 }
 
 /// A `tasklift_wait` in progress.
@@ -91,7 +90,7 @@ pub(super) struct ToolWait {
     pub(super) poll: u64,
     pub(super) started: Instant,
     pub(super) deadline: Instant,
-    pub(super) tx: mpsc::Sender<StreamItem>,
+    pub(super) tx: mpsc::Sender<Event>,
 }
 
 impl ToolWait {
@@ -105,20 +104,20 @@ impl ToolWait {
             };
             let message = match waited {
                 Ok(Waited::Running(_)) if Instant::now() < self.deadline => {
-                    if self.tx.send(StreamItem::KeepAlive).await.is_err() {
+                    if self.tx.send(Event::KeepAlive).await.is_err() {
                         return;
                     }
                     continue;
                 }
-                Ok(Waited::Running(rec)) => self.result(still_running(&rec, self.poll + 1, None)),
-                Ok(Waited::Done(rec)) => self.result(finished_result(&rec)),
+                Ok(Waited::Running(rec)) => still_running(&rec, self.poll + 1, None),
+                Ok(Waited::Done(rec)) => finished_result(&rec),
                 Ok(Waited::Input(rec)) => match self.ask(&rec).await {
                     Some(m) => m,
                     None => continue,
                 },
-                Err(e) => self.result(unknown(&e, Some(&self.id))),
+                Err(e) => unknown(&e, Some(&self.id)),
             };
-            let _ = self.tx.send(StreamItem::Message(message)).await;
+            let _ = self.tx.send(Event::Final(Ok(message))).await;
             return;
         }
     }
@@ -144,22 +143,13 @@ impl ToolWait {
         let needs = match &self.w.peer {
             Some(peer) => match self.handles.ask_peer(peer, rec, &self.w, &self.tx).await {
                 Ok(()) => return None,
-                Err(e) => format!(
-                    "{} (asking the client failed: {})",
-                    questions(rec),
-                    e.message
-                ),
+                Err(e) => format!("{} (asking the client failed: {e})", questions(rec)),
             },
             None if Handles::mrtr_possible(&self.w, rec) => {
-                return Some(Handles::input_required(&self.w, rec));
+                return Some(Handles::input_required(rec));
             }
             None => questions(rec),
         };
-        Some(self.result(still_running(rec, self.poll + 1, Some(&needs))))
-    }
-
-    /// The call's answer with this result.
-    fn result(&self, result: Value) -> Value {
-        self.w.answer(Ok(result))
+        Some(still_running(rec, self.poll + 1, Some(&needs)))
     }
 }

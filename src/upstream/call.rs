@@ -102,6 +102,11 @@ impl ServerRequest {
             r(outcome);
         }
     }
+
+    /// Answer it with an error object (as tasklift's error map wrote it).
+    pub fn refuse(self, error: &Value) {
+        self.answer(Err(RpcError::from_value(error)));
+    }
 }
 
 impl Drop for ServerRequest {
@@ -202,11 +207,16 @@ impl RawResult {
     }
 
     /// The result as a value, `resultType` included.
-    pub fn outcome(&self) -> Outcome {
+    pub fn value(&self) -> Value {
         let mut r: Value = serde_json::from_slice(&self.body[self.start..self.end])
             .expect("scanned as a JSON object");
         tasklift_protocol::mcp::mark_complete(&mut r);
-        Ok(r)
+        r
+    }
+
+    /// The result as an outcome, `resultType` included.
+    pub fn outcome(&self) -> Outcome {
+        Ok(self.value())
     }
 
     /// The JSON-RPC response to the caller's request `id`, as bytes.

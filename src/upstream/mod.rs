@@ -12,6 +12,7 @@
 
 mod attribution;
 mod call;
+mod client_request;
 mod context;
 mod era;
 mod error;
@@ -28,10 +29,11 @@ use std::pin::Pin;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use tasklift_protocol::jsonrpc::{Outcome, Request};
+use tasklift_protocol::jsonrpc::Request;
 
 pub use attribution::{attribute, related_task, unattributed, upstream_task_of};
 pub use call::{CallEvent, Canceller, Events, First, Next, RawResult, ServerRequest, UpstreamCall};
+pub use client_request::ClientRequest;
 pub use context::{CallContext, ClientPeer};
 pub use era::{
     cancelled_notification, discover_from_initialize, legacy_request, modern_meta, wire_message,
@@ -39,6 +41,9 @@ pub use era::{
 };
 pub use error::{broken, broken_by, chain, UpstreamError};
 pub use listen::{agreed_by_capabilities, notification_wanted, Listening};
+/// An upstream's answer to a request (its result, or its error as it came), and
+/// that error: what the layers above carry unopened.
+pub use tasklift_protocol::jsonrpc::{Outcome, RpcError};
 
 /// A boxed future for upstream methods.
 pub type UpstreamFuture<'a, T> =

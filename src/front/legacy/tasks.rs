@@ -147,7 +147,8 @@ pub async fn create(
         }
     }
     let up = crate::dispatch::call_target(mount, &req, &ctx, policy.ttl).await;
-    match state.engine.call_tool(up, &policy, req, ctx.clone()).await {
+    let answer = state.engine.call_tool(up, &policy, req.into(), ctx.clone());
+    match crate::front::render::reply(answer.await, id.as_ref()) {
         Reply::Json(v) => {
             let created = v
                 .get("result")

@@ -161,8 +161,13 @@ impl Upstream for Asking {
     }
 }
 
-fn json_reply(r: Reply) -> Value {
-    match r {
+/// The engine's answer as the front door renders it (for a request without an id).
+fn rendered(a: tasklift::tasks::Answer) -> Reply {
+    tasklift::front::render::reply(a, None)
+}
+
+fn json_reply(a: tasklift::tasks::Answer) -> Value {
+    match rendered(a) {
         Reply::Json(v) => v,
         other => panic!("expected a JSON reply, got {other:?}"),
     }
@@ -175,7 +180,11 @@ async fn a_parked_call_nobody_resumes_expires_after_ten_minutes() {
     let store: Arc<dyn TaskStore> = Arc::new(SledStore::open(dir.path(), 64 * 1024).unwrap());
     let engine = Engine::new(
         store,
-        EngineSettings::new(Duration::from_secs(60), Duration::from_secs(15)),
+        EngineSettings::new(
+            Duration::from_secs(60),
+            Duration::from_secs(15),
+            tasklift::front::errors::written,
+        ),
     );
     let answers: Arc<Mutex<Vec<Outcome>>> = Arc::default();
     let cancelled = Arc::new(AtomicUsize::new(0));
@@ -205,7 +214,7 @@ async fn a_parked_call_nobody_resumes_expires_after_ten_minutes() {
     };
     let r = json_reply(
         engine
-            .call_tool(up.clone(), &policy, req(1, None), ctx.clone())
+            .call_tool(up.clone(), &policy, req(1, None).into(), ctx.clone())
             .await,
     );
     assert_eq!(r["result"]["resultType"], "input_required", "{r}");
@@ -230,7 +239,7 @@ async fn a_parked_call_nobody_resumes_expires_after_ten_minutes() {
 
     let late = json_reply(
         engine
-            .call_tool(up, &policy, req(2, Some(&state)), ctx)
+            .call_tool(up, &policy, req(2, Some(&state)).into(), ctx)
             .await,
     );
     assert_eq!(late["error"]["code"], -32602, "{late}");

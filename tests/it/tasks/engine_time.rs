@@ -133,7 +133,11 @@ fn setup_with(
     let store: Arc<dyn TaskStore> = Arc::new(SledStore::open(dir.path(), 64 * 1024).unwrap());
     let engine = Engine::new(
         store,
-        EngineSettings::new(Duration::from_secs(60), Duration::from_secs(15)),
+        EngineSettings::new(
+            Duration::from_secs(60),
+            Duration::from_secs(15),
+            tasklift::front::errors::written,
+        ),
     );
     let cancelled = Arc::new(AtomicUsize::new(0));
     let up: Arc<dyn Upstream> = Arc::new(Timed {
@@ -150,8 +154,13 @@ fn ctx() -> CallContext {
     }
 }
 
-fn json_reply(r: Reply) -> Value {
-    match r {
+/// The engine's answer as the front door renders it (for a request without an id).
+fn rendered(a: tasklift::tasks::Answer) -> Reply {
+    tasklift::front::render::reply(a, None)
+}
+
+fn json_reply(a: tasklift::tasks::Answer) -> Value {
+    match rendered(a) {
         Reply::Json(v) => v,
         other => panic!("expected a JSON reply, got {other:?}"),
     }
@@ -162,7 +171,7 @@ async fn upstream_first_is_a_plain_result_threshold_first_is_a_task() {
     let (engine, up, _, _dir) = setup(5);
     let r = json_reply(
         engine
-            .call_tool(up.clone(), &policy(10, 60), call(true), ctx())
+            .call_tool(up.clone(), &policy(10, 60), call(true).into(), ctx())
             .await,
     );
     assert_eq!(
@@ -171,7 +180,7 @@ async fn upstream_first_is_a_plain_result_threshold_first_is_a_task() {
     );
     let r = json_reply(
         engine
-            .call_tool(up, &policy(2, 60), call(true), ctx())
+            .call_tool(up, &policy(2, 60), call(true).into(), ctx())
             .await,
     );
     assert_eq!(
@@ -183,10 +192,11 @@ async fn upstream_first_is_a_plain_result_threshold_first_is_a_task() {
 #[tokio::test(start_paused = true)]
 async fn a_caller_without_the_extension_gets_keepalives_then_the_result() {
     let (engine, up, _, _dir) = setup(40);
-    let Reply::Stream(mut rx) = engine
-        .call_tool(up, &policy(2, 60), call(false), ctx())
-        .await
-    else {
+    let answer = engine
+        .call_tool(up, &policy(2, 60), call(false).into(), ctx())
+        .await;
+    // Rendered as the front door does, for the call's id.
+    let Reply::Stream(mut rx) = tasklift::front::render::reply(answer, Some(&json!(7))) else {
         panic!("expected a stream");
     };
     let mut keepalives = 0;
@@ -210,7 +220,7 @@ async fn a_task_running_past_its_ttl_is_cancelled_upstream_and_failed() {
     let (engine, up, cancelled, _dir) = setup(3600);
     let r = json_reply(
         engine
-            .call_tool(up, &policy(1, 10), call(true), ctx())
+            .call_tool(up, &policy(1, 10), call(true).into(), ctx())
             .await,
     );
     let id = r["result"]["taskId"].as_str().unwrap().to_string();
@@ -245,7 +255,7 @@ async fn a_finished_task_is_kept_for_its_ttl_then_deleted() {
     let (engine, up, _, _dir) = setup(3);
     let r = json_reply(
         engine
-            .call_tool(up, &policy(1, 30), call(true), ctx())
+            .call_tool(up, &policy(1, 30), call(true).into(), ctx())
             .await,
     );
     let id = r["result"]["taskId"].as_str().unwrap().to_string();
@@ -268,7 +278,7 @@ async fn a_call_ending_just_before_its_threshold_leaves_no_record() {
     let (engine, up, _, _dir) = setup_with(Duration::from_millis(1995));
     let r = json_reply(
         engine
-            .call_tool(up.clone(), &policy(2, 60), call(true), ctx())
+            .call_tool(up.clone(), &policy(2, 60), call(true).into(), ctx())
             .await,
     );
     assert_eq!(r["result"]["content"][0]["text"], "done", "{r}");
@@ -289,7 +299,7 @@ async fn a_call_ending_just_before_its_threshold_leaves_no_record() {
     // A call past its threshold still becomes a task, on the record written ahead.
     let r = json_reply(
         engine
-            .call_tool(up, &policy(1, 60), call(true), ctx())
+            .call_tool(up, &policy(1, 60), call(true).into(), ctx())
             .await,
     );
     let id = r["result"]["taskId"].as_str().unwrap().to_string();
@@ -403,7 +413,11 @@ async fn a_tasks_get_right_after_a_partial_update_shows_only_the_unanswered_key(
         Arc::new(SlowPuts(SledStore::open(dir.path(), 64 * 1024).unwrap()));
     let engine = Engine::new(
         store,
-        EngineSettings::new(Duration::from_secs(60), Duration::from_secs(15)),
+        EngineSettings::new(
+            Duration::from_secs(60),
+            Duration::from_secs(15),
+            tasklift::front::errors::written,
+        ),
     );
     let caps = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
     let req = Request::from_value(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
@@ -411,7 +425,7 @@ async fn a_tasks_get_right_after_a_partial_update_shows_only_the_unanswered_key(
     .unwrap();
     let r = json_reply(
         engine
-            .call_tool(Arc::new(Asking), &policy(1, 60), req, ctx())
+            .call_tool(Arc::new(Asking), &policy(1, 60), req.into(), ctx())
             .await,
     );
     let id = r["result"]["taskId"].as_str().expect("a task").to_string();
