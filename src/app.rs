@@ -252,7 +252,11 @@ fn build_engine(
             disk: Some(disk),
             max_wait: cfg.tasks.max_wait,
             tracer: tracer.clone(),
-            ..EngineSettings::new(cfg.tasks.expired_grace, cfg.server.keepalive_interval)
+            ..EngineSettings::new(
+                cfg.tasks.expired_grace,
+                cfg.server.keepalive_interval,
+                crate::front::errors::written,
+            )
         },
     )
 }
