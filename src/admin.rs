@@ -3,7 +3,8 @@
 //!
 //! - `/`: a status page in plain server-rendered HTML (refreshing itself every 5 s):
 //!   version and uptime; each upstream with its path, era, transport, readiness,
-//!   calls in flight and stdio restarts; tasks by status; legacy sessions; the 20
+//!   calls in flight and stdio restarts; tasks by status; legacy sessions; each
+//!   webhook destination's backlog and outcomes (`admin/webhooks.rs`); the 20
 //!   most recent tasks (short id, tool, status, age, status message);
 //! - `/metrics`, `/healthz`, `/readyz`: the same answers as on the front door.
 //!
@@ -28,6 +29,9 @@ use crate::front::State;
 use crate::serving::body::{self, RespBody};
 use crate::store::{TaskRecord, TaskStatus};
 use crate::upstream::Era;
+use crate::webhooks::{DestinationStatus, Webhooks};
+
+mod webhooks;
 
 /// How many recent tasks the page lists.
 pub const RECENT_TASKS: usize = 20;
@@ -42,11 +46,12 @@ pub async fn serve(
     state: Arc<State>,
     allowed_hosts: Arc<Vec<String>>,
     started: Instant,
+    hooks: Option<Arc<Webhooks>>,
     shutdown: watch::Receiver<bool>,
 ) {
     let times = (SHUTDOWN_GRACE, Duration::from_secs(30));
     crate::serving::accept_loop(listener, shutdown, times, "admin", None, move |req, peer| {
-        let (state, hosts) = (state.clone(), allowed_hosts.clone());
+        let (state, hosts, hooks) = (state.clone(), allowed_hosts.clone(), hooks.clone());
         async move {
             if !host_allowed(req.headers(), &hosts)
                 || !crate::front::validate::origin_allowed(req.headers(), &state.cfg.allowed_origins)
@@ -57,7 +62,7 @@ pub async fn serve(
                     "forbidden: the admin listener answers requests addressed to an IP address, localhost or admin.allowed_hosts, from an allowed Origin\n",
                 );
             }
-            handle(&state, started, req).await
+            handle(&state, (started, hooks.as_deref()), req).await
         }
     })
     .await
@@ -65,7 +70,7 @@ pub async fn serve(
 
 async fn handle(
     state: &State,
-    started: Instant,
+    (started, hooks): (Instant, Option<&Webhooks>),
     req: http::Request<Incoming>,
 ) -> Response<RespBody> {
     if req.method() != Method::GET {
@@ -78,7 +83,7 @@ async fn handle(
         return r;
     }
     match req.uri().path() {
-        "/" => page(state, started).await,
+        "/" => page(state, started, hooks).await,
         "/metrics" => crate::health::metrics(state.health()).await,
         "/healthz" => Response::builder()
             .status(StatusCode::OK)
@@ -117,8 +122,11 @@ fn text(status: StatusCode, msg: &'static str) -> Response<RespBody> {
         .expect("valid response")
 }
 
-async fn page(state: &State, started: Instant) -> Response<RespBody> {
-    let status = Status::collect(state, started.elapsed()).await;
+async fn page(state: &State, started: Instant, hooks: Option<&Webhooks>) -> Response<RespBody> {
+    let mut status = Status::collect(state, started.elapsed()).await;
+    if let Some(h) = hooks {
+        status.webhooks = h.destinations().await;
+    }
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
@@ -178,6 +186,8 @@ pub struct Status {
     pub free_space: Option<(Option<u64>, Option<String>)>,
     /// The most recent tasks, newest first (records without outcomes).
     pub recent: Vec<TaskRecord>,
+    /// Each webhook destination (none unless configured).
+    pub webhooks: Vec<DestinationStatus>,
     /// Now, unix milliseconds (for ages).
     pub now_ms: u64,
 }
@@ -228,6 +238,7 @@ impl Status {
                 .disk()
                 .map(|d| (d.free_bytes(), d.is_low().then(|| d.why_low()))),
             recent,
+            webhooks: Vec::new(),
             now_ms: state.engine.now_ms(),
         }
     }
@@ -239,6 +250,7 @@ impl Status {
         self.write_upstreams(&mut o);
         self.write_task_counts(&mut o);
         self.write_activity(&mut o);
+        webhooks::write(&mut o, &self.webhooks, self.now_ms);
         self.write_recent(&mut o);
         o
     }
@@ -557,6 +569,7 @@ mod tests {
                 record("11111111-2222-3333-4444-555555555555", evil, evil),
                 record("abc", "plain", &long),
             ],
+            webhooks: Vec::new(),
             now_ms: 13_500,
         };
         let html = status.render();

@@ -108,15 +108,27 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         None => None,
     };
     let (shutdown, rx) = watch::channel(false);
-    let engine_store = store.clone();
+    let hooks = outbox.map(|outbox| {
+        let stats = Arc::new(crate::webhooks::WebhookStats::default());
+        let (store, outbox) = (store.clone(), outbox);
+        Arc::new(crate::webhooks::Webhooks {
+            store,
+            outbox,
+            stats,
+        })
+    });
     let (state, legacy) = front_state(&cfg, mounts, &engine, metrics, store, key);
     let server = spawn_front_door(&cfg, listener, addr, &state, &rx)?;
     let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);
-    let admin = admin_listener.map(|(l, _)| spawn_admin(&cfg, l, &state, started, &rx));
+    let admin = admin_listener.map(|(l, _)| spawn_admin(&cfg, l, &state, (started, &hooks), &rx));
     let mut background = background_loops(&cfg, &engine, kind, &upstreams, state, legacy, &rx);
-    if let Some(outbox) = outbox {
-        let stats = Arc::new(crate::webhooks::WebhookStats::default());
-        let worker = crate::webhooks::run(engine_store.clone(), outbox, stats, rx.clone());
+    if let Some(h) = &hooks {
+        let worker = crate::webhooks::run(
+            h.store.clone(),
+            h.outbox.clone(),
+            h.stats.clone(),
+            rx.clone(),
+        );
         background.push(tokio::spawn(worker));
     }
     if let Some(a) = admin_addr {
@@ -338,12 +350,13 @@ fn spawn_front_door(
     Ok(tokio::spawn(workers))
 }
 
-/// The admin listener: status page, `/metrics`, `/healthz`, `/readyz`.
+/// The admin listener: status page (with the webhook destinations, when
+/// configured), `/metrics`, `/healthz`, `/readyz`.
 fn spawn_admin(
     cfg: &Config,
     listener: TcpListener,
     state: &Arc<State>,
-    started: std::time::Instant,
+    (started, hooks): (std::time::Instant, &Option<Arc<crate::webhooks::Webhooks>>),
     rx: &watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let hosts = Arc::new(cfg.admin.allowed_hosts.clone());
@@ -352,6 +365,7 @@ fn spawn_admin(
         state.clone(),
         hosts,
         started,
+        hooks.clone(),
         rx.clone(),
     ))
 }

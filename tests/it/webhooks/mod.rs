@@ -8,7 +8,7 @@
 //!   receiver;
 //! - `restart`: events written while the receiver is down survive a `kill -9`;
 //! - `replicas`: three PostgreSQL replicas, one killed while it delivers;
-//! - `operators`: `tasklift store outbox`.
+//! - `operators`: `tasklift store outbox`, the status page.
 
 mod config;
 mod delivery;

@@ -1,5 +1,6 @@
 //! What operators see of webhooks: `tasklift store outbox` lists the events a
-//! stopped proxy still owes a receiver that was down.
+//! stopped proxy still owes a receiver that was down, and the status page shows
+//! each destination's backlog and the outcomes of its attempts.
 
 use std::time::Duration;
 
@@ -63,4 +64,34 @@ async fn store_outbox_lists_the_events_a_receiver_that_is_down_still_waits_for()
         table.contains(pending[0]["webhook_id"].as_str().unwrap()),
         "{table}"
     );
+}
+
+#[tokio::test]
+async fn the_status_page_shows_each_destinations_backlog_and_failed_attempts() {
+    let upstream = FixtureServer::new().tool(Tool::new("report").sleep(Duration::from_millis(100)));
+    let h = Harness::start(upstream, |c| {
+        c.admin.listen = "127.0.0.1:0".into();
+        c.upstreams[0].tools.insert("report".into(), rule("always"));
+        webhook_to(&closed_port_url(), |w| w.name = "tickets".into())(c);
+    })
+    .await;
+    let id = task_of(&h, "report", json!({})).await;
+    wait_terminal(&h.client(), &id, Duration::from_secs(10)).await;
+    let admin = h.proxy.as_ref().unwrap().admin_addr.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = raw("GET", &format!("http://{admin}/"), &[], "").await.body;
+        // The first attempt found nobody listening: an error, and the event waits.
+        if page.contains("id=\"webhook-pending-tickets\">1<")
+            && page.contains("<td class=\"num\">1</td>")
+        {
+            break page;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(page.contains("<h2>Webhooks</h2>"), "{page}");
+    assert!(page.contains("http://127.0.0.1:"), "{page}");
+    assert!(!page.contains("whsec_"), "never the secret: {page}");
+    h.stop().await;
 }
