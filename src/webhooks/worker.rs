@@ -34,6 +34,7 @@ pub async fn run(
     stats: Arc<WebhookStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    warn_of_orphans(store.as_ref(), &outbox).await;
     let mut loops = JoinSet::new();
     for hook in outbox.hooks() {
         let client = match crate::tls::http1_client_with(
@@ -56,6 +57,19 @@ pub async fn run(
     }
     let _ = shutdown.wait_for(|s| *s).await;
     loops.shutdown().await;
+}
+
+/// Say (once, at start) which events wait for a destination no longer
+/// configured: nothing sends them, and `tasklift store outbox` lists them.
+async fn warn_of_orphans(store: &dyn TaskStore, outbox: &Outbox) {
+    let Some(o) = store.outbox() else {
+        return;
+    };
+    for d in o.depth().await.unwrap_or_default() {
+        if !outbox.hooks().iter().any(|h| h.name == d.destination) {
+            tracing::warn!(destination = %d.destination, events = d.pending, "webhook events wait for a destination that is no longer configured: they are not sent");
+        }
+    }
 }
 
 /// One destination's loop and what its attempts share.

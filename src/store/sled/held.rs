@@ -4,13 +4,16 @@
 //! Two kinds, both only while a write is refused for lack of space:
 //! - **unwritten**: a running task's change (`input_required`, progress, an
 //!   answered request) that did not fit. `put` accepts it; readers see it; it is
-//!   written once the store takes writes again (`write_held`, from `recover`).
+//!   written once the store takes writes again (`write_held`, from `recover`),
+//!   with the webhook events it reports (inserted beside it, made durable by the
+//!   same flush).
 //! - **masks**: the state a task had before a final state that did not fit. sled
 //!   may hold the refused state in memory, and a reopen drops it; readers see the
 //!   mask instead, so a state shown is never taken back. The driver keeps the
 //!   outcome and writes it later (`settle_later`); a mask goes when a write for
 //!   its task succeeds, or when sled is reopened (it then holds the same state).
 
+use super::outbox::{outbox_key, outbox_value};
 use super::{db_err, expiry_key, SledStore};
 use crate::store::{StoreError, TaskRecord};
 
@@ -75,6 +78,7 @@ impl SledStore {
         }
         let inner = self.inner()?;
         let mut written = Vec::new();
+        let mut events = Vec::new();
         for rec in waiting {
             let json = serde_json::to_vec(&rec).expect("records serialize");
             loop {
@@ -99,6 +103,11 @@ impl SledStore {
                     .map_err(db_err)?
                 {
                     Ok(()) => {
+                        for d in self.events_for(old.as_ref(), &rec)? {
+                            let v = outbox_value(&d);
+                            inner.outbox.insert(outbox_key(&d), v).map_err(db_err)?;
+                            events.push(d);
+                        }
                         if let Some(old) = old.filter(|o| o.expires_at_ms != rec.expires_at_ms) {
                             inner
                                 .expiry
@@ -117,6 +126,7 @@ impl SledStore {
             written.push(rec);
         }
         inner.commit.commit().await?;
+        self.counted(&events);
         for rec in &written {
             self.cell
                 .held

@@ -1,5 +1,6 @@
 //! The webhook outbox in the embedded store (tree `outbox`): key `destination
-//! NUL occurred_at_ms (big endian) webhook-id`, value the JSON [`Delivery`].
+//! NUL occurred_at_ms (big endian) webhook-id`, value `next_at_ms` (big endian)
+//! and the JSON [`Delivery`], so looking for due events decodes only those.
 //! Events are inserted by `task_store.rs` in the same transaction as the record
 //! whose change they report; here they are read, leased (in memory: one process
 //! owns a sled directory), retried and removed.
@@ -23,8 +24,20 @@ fn prefix(destination: &str) -> Vec<u8> {
     k
 }
 
+/// A delivery as the `outbox` tree keeps it.
+pub(super) fn outbox_value(d: &Delivery) -> Vec<u8> {
+    let mut v = d.next_at_ms.to_be_bytes().to_vec();
+    serde_json::to_writer(&mut v, d).expect("deliveries serialize");
+    v
+}
+
+/// When a stored delivery is due, read without decoding it.
+fn next_at(v: &[u8]) -> u64 {
+    v.first_chunk::<8>().map_or(0, |b| u64::from_be_bytes(*b))
+}
+
 fn decode(v: &[u8]) -> Result<Delivery, StoreError> {
-    serde_json::from_slice(v).map_err(|e| StoreError::Corrupt {
+    serde_json::from_slice(v.get(8..).unwrap_or_default()).map_err(|e| StoreError::Corrupt {
         id: "outbox entry".into(),
         message: e.to_string(),
     })
@@ -76,12 +89,16 @@ impl OutboxStore for SledStore {
             let leases = &self.cell.outbox_leases;
             let until = now_ms + lease.as_millis() as u64;
             let mut out = Vec::new();
-            for d in self.deliveries(Some(destination))? {
+            for kv in self.inner()?.outbox.scan_prefix(prefix(destination)) {
                 if out.len() >= limit {
                     break;
                 }
-                let leased = leases.get(&d.id).is_some_and(|u| *u > now_ms);
-                if d.next_at_ms <= now_ms && !leased {
+                let (_, v) = kv.map_err(db_err)?;
+                if next_at(&v) > now_ms {
+                    continue;
+                }
+                let d = decode(&v)?;
+                if leases.get(&d.id).is_none_or(|u| *u <= now_ms) {
                     leases.insert(d.id.clone(), until);
                     out.push(d);
                 }
@@ -108,8 +125,10 @@ impl OutboxStore for SledStore {
     fn retry<'a>(&'a self, d: &'a Delivery) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let inner = self.inner()?;
-            let json = serde_json::to_vec(d).expect("deliveries serialize");
-            inner.outbox.insert(outbox_key(d), json).map_err(db_err)?;
+            inner
+                .outbox
+                .insert(outbox_key(d), outbox_value(d))
+                .map_err(db_err)?;
             self.cell.outbox_leases.remove(&d.id);
             self.noted(inner.commit.commit().await)
         })

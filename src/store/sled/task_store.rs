@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::files::{dir_size, write_file_durably};
-use super::outbox::outbox_key;
+use super::outbox::{outbox_key, outbox_value};
 use super::{db_err, expiry_key, io_err, Inner, SledStore, Unhide, SLED_RECORD_MAX};
 use crate::store::{
     Delivery, OutboxStore, ReplayStore, SessionStore, StoreError, StoreFuture, StoreStats,
@@ -194,8 +194,7 @@ impl SledStore {
                 e.insert(expiry_key(at, &rec.id), &[])?;
             }
             for d in events {
-                let v = serde_json::to_vec(d).expect("deliveries serialize");
-                o.insert(outbox_key(d), v)?;
+                o.insert(outbox_key(d), outbox_value(d))?;
             }
             Ok::<_, ConflictableTransactionError<()>>(())
         });
@@ -209,7 +208,7 @@ impl SledStore {
 
     /// The webhook events `rec` reports against the record it replaces, less
     /// those past their destination's `max_pending` (dropped, counted, logged).
-    fn events_for(
+    pub(super) fn events_for(
         &self,
         old: Option<&TaskRecord>,
         rec: &TaskRecord,
@@ -230,7 +229,7 @@ impl SledStore {
     }
 
     /// Events written: counted, and the worker woken.
-    fn counted(&self, events: &[Delivery]) {
+    pub(super) fn counted(&self, events: &[Delivery]) {
         for d in events {
             *self
                 .cell

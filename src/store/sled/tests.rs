@@ -202,3 +202,95 @@ async fn reopened(dir: &std::path::Path) -> SledStore {
         }
     }
 }
+
+/// An outbox for one destination (max_pending 2) of the tasks of upstream `u`.
+fn outbox() -> Arc<crate::store::Outbox> {
+    let text = "[[upstreams]]\nname = \"u\"\nurl = \"http://127.0.0.1:9/mcp\"\n[[webhooks]]\nname = \"d\"\nurl = \"http://127.0.0.1:1/h\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nmax_pending = 2\n";
+    let cfg = crate::config::RawConfig::from_toml(text)
+        .unwrap()
+        .validate()
+        .unwrap();
+    Arc::new(crate::store::Outbox::new(cfg.webhooks))
+}
+
+#[tokio::test]
+async fn a_status_change_leaves_its_event_in_the_outbox_until_it_is_done() {
+    use crate::store::OutboxStore;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path(), 64 * 1024)
+        .unwrap()
+        .with_outbox(outbox());
+    let mut rec = finished(0);
+    rec.upstream = "u".into();
+    let mut working = TaskRecord::new(crate::store::NewTask {
+        id: rec.id.clone(),
+        owner: "o".into(),
+        upstream: "u".into(),
+        tool: "t".into(),
+        created_at_ms: 1,
+        ttl_ms: 60_000,
+        poll_interval_ms: 100,
+    });
+    s.create(&working).await.unwrap();
+    assert!(
+        s.pending(10).await.unwrap().is_empty(),
+        "working is no event"
+    );
+    working
+        .settle(crate::store::Settle::Completed(serde_json::json!({"n": 0})))
+        .unwrap();
+    s.put(&working).await.unwrap();
+    let lease = Duration::from_secs(30);
+    let due = s.due("d", u64::MAX / 2, lease, 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].kind, "task.completed");
+    assert!(
+        s.due("d", u64::MAX / 2, lease, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "leased"
+    );
+    // Tried and failed: due again only from its next attempt's time.
+    let mut d = due[0].clone();
+    d.attempts = 1;
+    d.next_at_ms = d.occurred_at_ms + 60_000;
+    s.retry(&d).await.unwrap();
+    assert!(s
+        .due("d", d.next_at_ms - 1, lease, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let again = s.due("d", d.next_at_ms, lease, 10).await.unwrap();
+    assert_eq!(
+        (again[0].id.as_str(), again[0].attempts),
+        (d.id.as_str(), 1),
+        "same id"
+    );
+    s.done(&again[0]).await.unwrap();
+    assert!(s.pending(10).await.unwrap().is_empty());
+    assert!(s.depth().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn past_max_pending_new_events_are_dropped_and_counted() {
+    use crate::store::OutboxStore;
+    let dir = tempfile::tempdir().unwrap();
+    let o = outbox();
+    let s = SledStore::open(dir.path(), 64 * 1024)
+        .unwrap()
+        .with_outbox(o.clone());
+    for i in 0..4 {
+        let mut rec = finished(i);
+        rec.upstream = "u".into();
+        s.put(&rec).await.unwrap();
+    }
+    assert_eq!(s.pending(10).await.unwrap().len(), 2, "max_pending");
+    assert_eq!(o.dropped(), vec![("d".to_string(), 2)]);
+    assert_eq!(
+        s.get("task-3").await.unwrap().unwrap().id,
+        "task-3",
+        "the task is kept"
+    );
+}
