@@ -22,6 +22,9 @@ use crate::tls::Http1Client;
 /// coming due; with PostgreSQL, events other replicas wrote).
 const POLL: Duration = Duration::from_millis(500);
 
+/// How late the attempt scheduled at `max_age` may start and still be made.
+const LAST_ATTEMPT_GRACE_MS: u64 = 10_000;
+
 /// How much longer than an attempt's `timeout` an event stays leased to the
 /// replica sending it.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
@@ -135,7 +138,9 @@ impl Destination {
         let max_age_ms = self.hook.max_age.as_millis() as u64;
         let deadline = d.occurred_at_ms.saturating_add(max_age_ms);
         let now = now_ms();
-        let attempt = if now > deadline {
+        // Past `max_age` (tasklift was down meanwhile): given up unsent. The last
+        // attempt, scheduled at `max_age`, still goes.
+        let attempt = if now > deadline.saturating_add(LAST_ATTEMPT_GRACE_MS) {
             None
         } else {
             Some(send(&self.client, &self.hook, &d, now / 1000).await)
@@ -149,9 +154,11 @@ impl Destination {
                 tracing::debug!(destination = %self.hook.name, webhook.id = %d.id, task.id = %d.task_id, attempts = d.attempts, "webhook delivered");
                 outbox.done(&d).await
             }
-            Some(a) if now_ms() + backoff(d.attempts).as_millis() as u64 <= deadline => {
+            // The last attempt is made at `max_age`, not a backoff before it.
+            Some(a) if now_ms() < deadline => {
                 tracing::debug!(destination = %self.hook.name, webhook.id = %d.id, attempts = d.attempts, outcome = ?a, "webhook attempt failed; will retry");
-                d.next_at_ms = now_ms() + backoff(d.attempts).as_millis() as u64;
+                let wait = backoff(d.attempts).as_millis() as u64;
+                d.next_at_ms = now_ms().saturating_add(wait).min(deadline);
                 outbox.retry(&d).await
             }
             last => {

@@ -219,3 +219,62 @@ async fn a_receiver_that_never_answers_slows_no_call_task_or_other_destination()
     }
     h.stop().await;
 }
+
+/// Given up at `max_age` after its last attempt, with one log line, by a real
+/// tasklift process (its log is read).
+#[tokio::test]
+async fn an_event_nobody_takes_is_given_up_at_max_age_with_one_log_line() {
+    use crate::support::proc::Proc;
+    let upstream = FixtureServer::new()
+        .tool(Tool::new("report").sleep(Duration::from_millis(100)))
+        .start("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("fixture starts");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tasklift.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\ndata_dir = \"{data}\"\n\
+             [[upstreams]]\nurl = \"{up}\"\n[upstreams.tools.report]\nmode = \"always\"\n\
+             [[webhooks]]\nname = \"nobody\"\nurl = \"{hook}\"\nsecret = \"{secret}\"\nmax_age = \"3s\"\n",
+            data = dir.path().join("data").display(),
+            up = upstream.url(),
+            hook = closed_port_url(),
+            secret = super::receiver::SECRET,
+        ),
+    )
+    .unwrap();
+    let p = Proc::start(
+        &["serve", "--config", cfg.to_str().unwrap()],
+        "with a webhook",
+    )
+    .await;
+    let c = tasklift::cli::client::Client::new(&p.url).unwrap();
+    let r = c
+        .call_tool("report", json!({}))
+        .await
+        .expect("tools/call")
+        .result;
+    let id = r["taskId"].as_str().expect("a task").to_string();
+    let given_up = |logs: &str| {
+        logs.lines()
+            .filter(|l| l.contains("webhook event given up") && l.contains(&id))
+            .count()
+    };
+    eventually("the event is given up", Duration::from_secs(20), || {
+        given_up(&p.logs()) > 0
+    })
+    .await;
+    // Its attempts were retried until then, and it is not tried again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let logs = p.logs();
+    assert_eq!(given_up(&logs), 1, "{logs}");
+    let line = logs
+        .lines()
+        .find(|l| l.contains("webhook event given up"))
+        .unwrap();
+    let v: Value = serde_json::from_str(line).unwrap();
+    assert!(v["fields"]["attempts"].as_u64().unwrap() >= 2, "{line}");
+    assert_eq!(v["fields"]["destination"], "nobody", "{line}");
+}
