@@ -224,7 +224,7 @@ fn open_embedded(cfg: &Config) -> Result<Opened, StartError> {
         SledStore::open(&cfg.store.data_dir, cfg.store.large_result_bytes)?.watched(space.clone());
     let outbox = outbox_of(cfg);
     if let Some(o) = &outbox {
-        store = store.with_outbox(o.clone());
+        store = store.with_outbox(o.clone())?;
     }
     let key = match &cfg.auth.hash_key {
         Some(k) => k.as_bytes().to_vec(),

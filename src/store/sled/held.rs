@@ -97,13 +97,16 @@ impl SledStore {
                     .as_ref()
                     .map(|b| self.decode(&rec.id, b))
                     .transpose()?;
+                // The events this change reports, their large bodies on disk first.
+                let due = self.events_for(old.as_ref(), &rec)?;
+                self.stage_bodies(&due).await?;
                 match inner
                     .tasks
                     .compare_and_swap(rec.id.as_bytes(), current, Some(json.clone()))
                     .map_err(db_err)?
                 {
                     Ok(()) => {
-                        for d in self.events_for(old.as_ref(), &rec)? {
+                        for d in due {
                             let v = outbox_value(&d);
                             inner.outbox.insert(outbox_key(&d), v).map_err(db_err)?;
                             events.push(d);

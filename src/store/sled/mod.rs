@@ -11,7 +11,8 @@
 //!   leaves it alone; an entry naming a deleted task goes when its window closes
 //!   (`purge_calls`), and whoever recalls it checks that the task still exists.
 //!   Tree `outbox` holds the webhook events waiting for delivery (`outbox.rs`),
-//!   inserted in one transaction with the record whose status change they report.
+//!   inserted in one transaction with the record whose status change they report;
+//!   `outbox/<webhook-id>.json` the bodies too large for it.
 //! - `results/<id>.json`: outcomes larger than `large_result_bytes`, and every
 //!   outcome that would make the stored record larger than [`SLED_RECORD_MAX`]. The
 //!   record of such a task is stored without its outcome, and `get` reads the file;
@@ -210,13 +211,6 @@ impl SledStore {
     /// the store takes writes again), which `space::watch` then probes.
     pub fn watched(self, space: Arc<super::space::DiskSpace>) -> Self {
         let _ = self.cell.space.set(space);
-        self
-    }
-
-    /// Derive webhook events for these destinations from each status change,
-    /// and keep them with it (see `store/outbox.rs`).
-    pub fn with_outbox(self, outbox: Arc<super::Outbox>) -> Self {
-        let _ = self.cell.outbox.set(outbox);
         self
     }
 

@@ -105,6 +105,7 @@ impl SledStore {
         };
         let old_expiry = old.as_ref().map(|o| o.expires_at_ms);
         let events = self.events_for(old.as_ref(), rec)?;
+        self.stage_bodies(&events).await?;
         let hidden = hide.then(|| {
             let n = Arc::new(tokio::sync::Notify::new());
             inner.flushing.insert(rec.id.clone(), n.clone());

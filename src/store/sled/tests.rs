@@ -220,7 +220,8 @@ async fn a_status_change_leaves_its_event_in_the_outbox_until_it_is_done() {
     let dir = tempfile::tempdir().unwrap();
     let s = SledStore::open(dir.path(), 64 * 1024)
         .unwrap()
-        .with_outbox(outbox());
+        .with_outbox(outbox())
+        .unwrap();
     let mut rec = finished(0);
     rec.upstream = "u".into();
     let mut working = TaskRecord::new(crate::store::NewTask {
@@ -280,7 +281,8 @@ async fn past_max_pending_new_events_are_dropped_and_counted() {
     let o = outbox();
     let s = SledStore::open(dir.path(), 64 * 1024)
         .unwrap()
-        .with_outbox(o.clone());
+        .with_outbox(o.clone())
+        .unwrap();
     for i in 0..4 {
         let mut rec = finished(i);
         rec.upstream = "u".into();
@@ -293,4 +295,57 @@ async fn past_max_pending_new_events_are_dropped_and_counted() {
         "task-3",
         "the task is kept"
     );
+}
+
+#[tokio::test]
+async fn a_large_body_waits_in_a_file_of_its_own_which_goes_with_its_event() {
+    use crate::store::OutboxStore;
+    use std::time::Duration;
+    let text = "[[upstreams]]\nname = \"u\"\nurl = \"http://127.0.0.1:9/mcp\"\n[[webhooks]]\nname = \"d\"\nurl = \"http://127.0.0.1:1/h\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\ninclude_result = true\n";
+    let cfg = crate::config::RawConfig::from_toml(text)
+        .unwrap()
+        .validate()
+        .unwrap();
+    let o = Arc::new(crate::store::Outbox::new(cfg.webhooks));
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path(), 64 * 1024)
+        .unwrap()
+        .with_outbox(o.clone())
+        .unwrap();
+    let mut rec = finished(0);
+    rec.upstream = "u".into();
+    rec.outcome = Some(crate::store::TaskOutcome::Result(
+        serde_json::json!({"text": "x".repeat(20_000)}),
+    ));
+    s.put(&rec).await.unwrap();
+    let files = || {
+        std::fs::read_dir(dir.path().join("outbox"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(files(), 1, "the body is in a file");
+    let due = s
+        .due("d", u64::MAX / 2, Duration::from_secs(30), 10)
+        .await
+        .unwrap();
+    assert!(
+        due[0].body.contains(&"x".repeat(20_000)),
+        "and read back whole"
+    );
+    // A file no event names (a crash between the writes) goes at the next start.
+    std::fs::write(dir.path().join("outbox/orphan.json"), "{}").unwrap();
+    drop(s);
+    let s = loop {
+        match SledStore::open(dir.path(), 64 * 1024) {
+            Ok(s) => break s.with_outbox(o.clone()).unwrap(),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    assert_eq!(files(), 1);
+    let due = s
+        .due("d", u64::MAX / 2, Duration::from_secs(30), 10)
+        .await
+        .unwrap();
+    s.done(&due[0]).await.unwrap();
+    assert_eq!(files(), 0, "the file goes with its event");
 }
