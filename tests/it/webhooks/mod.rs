@@ -5,7 +5,7 @@
 //! - `config`: `[[webhooks]]` values refused by `check-config` and `serve`,
 //!   secrets redacted;
 //! - `delivery`: each event type, retries under one `webhook-id`, a hanging
-//!   receiver;
+//!   receiver, an event given up at `max_age`;
 //! - `restart`: events written while the receiver is down survive a `kill -9`;
 //! - `replicas`: three PostgreSQL replicas, one killed while it delivers;
 //! - `operators`: `tasklift store outbox`, the status page.
