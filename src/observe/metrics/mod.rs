@@ -1,0 +1,204 @@
+//! Prometheus metrics, kept and exposed with `prometheus-client` (the maintained
+//! client) in the text exposition format, version 0.0.4: the crate does the format,
+//! the escaping and the types.
+//!
+//! One [`Metrics`] per running tasklift (tests run several in one process), each with
+//! a registry of its own ([`families`]); the figures read at scrape time go through
+//! a collector ([`scrape`]). Names follow Prometheus conventions: `tasklift_`
+//! prefix, `_total` counters, base units (`_seconds`, `_bytes`).
+
+mod families;
+mod scrape;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dashmap::DashMap;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::registry::Registry;
+
+use families::{Families, UpstreamFigures, LIMITS};
+pub use scrape::Snapshot;
+
+/// How a task ended (the `status` label of `tasklift_tasks_finished_total`).
+#[derive(Debug, Clone, Copy)]
+pub enum Finished {
+    /// `completed`.
+    Completed,
+    /// `failed`.
+    Failed,
+    /// `cancelled`.
+    Cancelled,
+}
+
+/// What became of spans (the `outcome` label of `tasklift_trace_spans_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spans {
+    /// The collector took them.
+    Exported,
+    /// The export queue was full: never sent.
+    Dropped,
+    /// Their export failed (after its retries).
+    Failed,
+}
+
+/// How a retried call was replayed instead of running the tool again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// It joined the task the identical call became, still running.
+    Joined,
+    /// It got the stored result of the identical call.
+    Stored,
+}
+
+/// Everything tasklift counts.
+pub struct Metrics {
+    families: Families,
+    /// Each upstream's series by name, so that a call finds them without
+    /// allocating its label (the families are keyed by owned label sets).
+    upstreams: DashMap<String, Arc<UpstreamFigures>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            families: Families::new(),
+            upstreams: DashMap::new(),
+        }
+    }
+}
+
+/// An upstream call in flight: counted until dropped, and timed.
+pub struct CallMeter {
+    figures: Arc<UpstreamFigures>,
+    started: Instant,
+}
+
+impl Drop for CallMeter {
+    fn drop(&mut self) {
+        self.figures.in_flight.dec();
+        self.figures
+            .duration
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Metrics {
+    /// A task was created.
+    pub fn task_created(&self) {
+        self.families.tasks_created.inc();
+    }
+
+    /// A task reached a terminal status.
+    pub fn task_finished(&self, how: Finished) {
+        let i = match how {
+            Finished::Completed => 0,
+            Finished::Failed => 1,
+            Finished::Cancelled => 2,
+        };
+        self.families.tasks_finished[i].inc();
+    }
+
+    /// A retried call was answered from the task of an identical earlier one.
+    pub fn replayed(&self, how: Replay) {
+        let i = match how {
+            Replay::Joined => 0,
+            Replay::Stored => 1,
+        };
+        self.families.replays[i].inc();
+    }
+
+    /// Replays so far: (joined a running task, answered from a stored result).
+    pub fn replays(&self) -> (u64, u64) {
+        let [joined, stored] = &self.families.replays;
+        (joined.get(), stored.get())
+    }
+
+    /// A client without the tasks extension got a still-running answer naming
+    /// `tasklift_wait` (a tool-level handle).
+    pub fn tool_handle(&self) {
+        self.families.tool_handles.inc();
+    }
+
+    /// A synchronous call passed its threshold and runs on as a task its caller
+    /// waits on (`on_disconnect = "detach"`).
+    pub fn detached(&self) {
+        self.families.detached.inc();
+    }
+
+    /// `n` spans went to the OTLP collector, or did not (`tasklift_trace_spans_total`).
+    pub fn spans(&self, outcome: Spans, n: u64) {
+        let i = match outcome {
+            Spans::Exported => 0,
+            Spans::Dropped => 1,
+            Spans::Failed => 2,
+        };
+        self.families.spans[i].inc_by(n);
+    }
+
+    /// Tasks deleted by the sweeper at the end of their TTL.
+    pub fn tasks_expired(&self, n: u64) {
+        self.families.tasks_expired.inc_by(n);
+    }
+
+    /// A request was answered: `outcome` is `ok`, `error`, `task`, `input_required`,
+    /// `stream`, `accepted` or `rejected`.
+    pub fn request(&self, method: &str, outcome: &'static str) {
+        self.families.requests.count(method, outcome);
+    }
+
+    /// A limit refused something (`limit` is its configuration key; refusals that
+    /// are not a setting's are not shown).
+    pub fn limit_hit(&self, limit: &'static str) {
+        if let Some(i) = LIMITS.iter().position(|l| *l == limit) {
+            self.families.limit_hits[i].inc();
+        }
+    }
+
+    /// Start counting an upstream call.
+    pub fn call_started(&self, upstream: &str) -> CallMeter {
+        let figures = self.upstream(upstream);
+        figures.in_flight.inc();
+        CallMeter {
+            figures,
+            started: Instant::now(),
+        }
+    }
+
+    /// Upstream calls in flight now.
+    pub fn in_flight(&self, upstream: &str) -> i64 {
+        self.upstreams
+            .get(upstream)
+            .map_or(0, |f| f.in_flight.get())
+    }
+
+    /// The text exposition: what tasklift counted, then `snap`. Every upstream
+    /// `snap` names has its call series, at 0 before its first call.
+    pub fn render(&self, snap: &Snapshot) -> String {
+        for (name, _, _) in &snap.upstreams {
+            self.upstream(name);
+        }
+        let mut scraped = Registry::default();
+        scraped.register_collector(Box::new(scrape::Scraped(snap.clone())));
+        let mut out = String::with_capacity(8192);
+        // Writing to a String cannot fail, nor can the encoders on their own.
+        let _ = prometheus_text::encode(&mut out, &self.families.registry);
+        let _ = prometheus_text::encode(&mut out, &scraped);
+        out
+    }
+
+    /// The series of `upstream`: known upstreams take a read lock and allocate
+    /// nothing.
+    fn upstream(&self, upstream: &str) -> Arc<UpstreamFigures> {
+        if let Some(f) = self.upstreams.get(upstream) {
+            return f.clone();
+        }
+        self.upstreams
+            .entry(upstream.to_string())
+            .or_insert_with(|| Arc::new(self.families.upstreams.figures(upstream)))
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests;
