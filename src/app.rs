@@ -117,6 +117,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             stats,
         })
     });
+    if let Some(h) = &hooks {
+        metrics.watch_webhooks(h.clone());
+    }
     let (state, legacy) = front_state(&cfg, mounts, &engine, metrics, store, key);
     let server = spawn_front_door(&cfg, listener, addr, &state, &rx)?;
     let admin_addr = admin_listener.as_ref().map(|(_, a)| *a);

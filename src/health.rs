@@ -57,6 +57,7 @@ pub async fn snapshot(state: Readings<'_>) -> crate::observe::metrics::Snapshot 
         .collect();
     ups.sort();
     snap.upstreams = ups;
+    snap.webhooks = state.metrics.webhook_figures().await;
     snap
 }
 

@@ -1,10 +1,11 @@
-//! What operators see of each destination (the status page now; `/metrics` once
-//! the metrics registry takes it): its backlog in the outbox, the outcomes of its
+//! What operators see of each destination (the status page, and `/metrics`
+//! through [`WebhookSource`]): its backlog in the outbox, the outcomes of its
 //! attempts, and the events dropped past its `max_pending`.
 
 use std::sync::Arc;
 
 use super::stats::WebhookStats;
+use crate::observe::metrics::{WebhookFigures, WebhookSource};
 use crate::store::{Outbox, TaskStore};
 
 /// The webhook destinations as the wiring hands them to operators' views.
@@ -81,5 +82,31 @@ impl Webhooks {
                 }
             })
             .collect()
+    }
+}
+
+impl WebhookSource for Webhooks {
+    fn figures(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<WebhookFigures>> + Send + '_>> {
+        Box::pin(async move {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            self.destinations()
+                .await
+                .into_iter()
+                .map(|d| {
+                    let mut outcomes = d.outcomes.clone();
+                    outcomes.push(("dropped", d.dropped));
+                    WebhookFigures {
+                        destination: d.name,
+                        outcomes,
+                        pending: d.pending.unwrap_or(0),
+                        oldest_age_seconds: d.oldest_ms.map_or(0, |t| now.saturating_sub(t) / 1000),
+                    }
+                })
+                .collect()
+        })
     }
 }

@@ -18,7 +18,16 @@ use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
 
 use families::{Families, UpstreamFigures, LIMITS};
-pub use scrape::Snapshot;
+pub use scrape::{Snapshot, WebhookFigures};
+
+/// Where `/metrics` reads the webhook destinations' figures at scrape time (the
+/// webhook worker's counts and the store's outbox), when webhooks are configured.
+pub trait WebhookSource: Send + Sync {
+    /// Each destination's figures now.
+    fn figures(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<WebhookFigures>> + Send + '_>>;
+}
 
 /// How a task ended (the `status` label of `tasklift_tasks_finished_total`).
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +66,8 @@ pub struct Metrics {
     /// Each upstream's series by name, so that a call finds them without
     /// allocating its label (the families are keyed by owned label sets).
     upstreams: DashMap<String, Arc<UpstreamFigures>>,
+    /// The webhook destinations' figures, read at scrape time.
+    webhooks: std::sync::OnceLock<Arc<dyn WebhookSource>>,
 }
 
 impl Default for Metrics {
@@ -64,6 +75,7 @@ impl Default for Metrics {
         Self {
             families: Families::new(),
             upstreams: DashMap::new(),
+            webhooks: std::sync::OnceLock::new(),
         }
     }
 }
@@ -162,6 +174,19 @@ impl Metrics {
         CallMeter {
             figures,
             started: Instant::now(),
+        }
+    }
+
+    /// Read the webhook destinations' figures from `source` at each scrape.
+    pub fn watch_webhooks(&self, source: Arc<dyn WebhookSource>) {
+        let _ = self.webhooks.set(source);
+    }
+
+    /// The webhook destinations' figures now (none without webhooks).
+    pub async fn webhook_figures(&self) -> Vec<WebhookFigures> {
+        match self.webhooks.get() {
+            Some(s) => s.figures().await,
+            None => Vec::new(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The figures `/metrics` reads at scrape time from the rest of tasklift
 //! ([`Snapshot`]: tasks in the store, its disk, legacy sessions, each upstream's
-//! readiness and restarts), encoded by a `prometheus_client` collector.
+//! readiness and restarts, each webhook destination's deliveries and outbox),
+//! encoded by a `prometheus_client` collector.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,6 +27,22 @@ pub struct Snapshot {
     pub legacy_sessions: u64,
     /// Per upstream: (name, ready, stdio restarts if a stdio upstream).
     pub upstreams: Vec<(String, bool, Option<u64>)>,
+    /// Per webhook destination (none unless `[[webhooks]]` are configured).
+    pub webhooks: Vec<WebhookFigures>,
+}
+
+/// One webhook destination's figures at scrape time.
+#[derive(Debug, Default, Clone)]
+pub struct WebhookFigures {
+    /// The destination's name.
+    pub destination: String,
+    /// Since start, by outcome: attempts `delivered`, `refused`, `error`,
+    /// `timeout`; events `given_up`, and `dropped` past `max_pending`.
+    pub outcomes: Vec<(&'static str, u64)>,
+    /// Events waiting in the outbox.
+    pub pending: u64,
+    /// Age of the oldest of them, in seconds (0 when none wait).
+    pub oldest_age_seconds: u64,
 }
 
 /// The statuses `tasklift_tasks` shows, each always (0 when none).
@@ -111,8 +128,53 @@ impl Collector for Scraped {
             "tasklift_legacy_sessions",
             "Open legacy client sessions.",
             s.legacy_sessions,
-        )
+        )?;
+        webhooks(&mut enc, &s.webhooks)
     }
+}
+
+/// The webhook families, each declared even without destinations.
+fn webhooks(enc: &mut DescriptorEncoder, hooks: &[WebhookFigures]) -> fmt::Result {
+    let mut family = enc.encode_descriptor(
+        // Exposed as tasklift_webhook_deliveries_total.
+        "tasklift_webhook_deliveries",
+        "Webhook attempts by destination and outcome (delivered, refused, error, timeout), and events given up at max_age or dropped past max_pending.",
+        None,
+        MetricType::Counter,
+    )?;
+    for h in hooks {
+        for (outcome, n) in &h.outcomes {
+            let labels = [
+                ("destination", h.destination.as_str()),
+                ("outcome", outcome),
+            ];
+            ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    labelled(
+        enc,
+        (
+            "tasklift_webhook_outbox_events",
+            "Webhook events waiting in the outbox, by destination.",
+            MetricType::Gauge,
+        ),
+        "destination",
+        hooks
+            .iter()
+            .map(|h| (h.destination.as_str(), ConstGauge::new(h.pending))),
+    )?;
+    labelled(
+        enc,
+        (
+            "tasklift_webhook_outbox_oldest_age_seconds",
+            "Age of the oldest webhook event waiting in the outbox, by destination (0 when none wait).",
+            MetricType::Gauge,
+        ),
+        "destination",
+        hooks
+            .iter()
+            .map(|h| (h.destination.as_str(), ConstGauge::new(h.oldest_age_seconds))),
+    )
 }
 
 /// An unlabelled gauge.

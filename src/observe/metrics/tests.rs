@@ -64,6 +64,9 @@ fn every_family_keeps_its_name_type_and_help() {
         ("tasklift_store_free_bytes", "gauge", "Bytes free on the filesystem of the data directory."),
         ("tasklift_store_low_space", "gauge", "1 while free space is below store.min_free_bytes or the database refuses writes (no new tasks are created)."),
         ("tasklift_legacy_sessions", "gauge", "Open legacy client sessions."),
+        ("tasklift_webhook_deliveries_total", "counter", "Webhook attempts by destination and outcome (delivered, refused, error, timeout), and events given up at max_age or dropped past max_pending."),
+        ("tasklift_webhook_outbox_events", "gauge", "Webhook events waiting in the outbox, by destination."),
+        ("tasklift_webhook_outbox_oldest_age_seconds", "gauge", "Age of the oldest webhook event waiting in the outbox, by destination (0 when none wait)."),
     ];
     for (name, kind, help) in families {
         let lines = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");

@@ -1,6 +1,6 @@
 //! What operators see of webhooks: `tasklift store outbox` lists the events a
-//! stopped proxy still owes a receiver that was down, and the status page shows
-//! each destination's backlog and the outcomes of its attempts.
+//! stopped proxy still owes a receiver that was down, and the status page and
+//! `/metrics` show each destination's backlog and the outcomes of its attempts.
 
 use std::time::Duration;
 
@@ -75,7 +75,7 @@ async fn store_outbox_lists_the_events_a_receiver_that_is_down_still_waits_for()
 }
 
 #[tokio::test]
-async fn the_status_page_shows_each_destinations_backlog_and_failed_attempts() {
+async fn the_status_page_and_metrics_show_each_destinations_backlog_and_failed_attempts() {
     let upstream = FixtureServer::new().tool(Tool::new("report").sleep(Duration::from_millis(100)));
     let h = Harness::start(upstream, |c| {
         c.admin.listen = "127.0.0.1:0".into();
@@ -101,5 +101,31 @@ async fn the_status_page_shows_each_destinations_backlog_and_failed_attempts() {
     assert!(page.contains("<h2>Webhooks</h2>"), "{page}");
     assert!(page.contains("http://127.0.0.1:"), "{page}");
     assert!(!page.contains("whsec_"), "never the secret: {page}");
+    // The same figures in /metrics.
+    let m = raw("GET", &format!("http://{admin}/metrics"), &[], "")
+        .await
+        .body;
+    let value = |series: &str| -> u64 {
+        let line = m
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("no {series}:\n{m}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(
+        value("tasklift_webhook_deliveries_total{destination=\"tickets\",outcome=\"error\"}") >= 1
+    );
+    assert_eq!(
+        value("tasklift_webhook_deliveries_total{destination=\"tickets\",outcome=\"delivered\"}"),
+        0
+    );
+    assert_eq!(
+        value("tasklift_webhook_outbox_events{destination=\"tickets\"}"),
+        1
+    );
+    assert!(
+        m.contains("tasklift_webhook_outbox_oldest_age_seconds{destination=\"tickets\"}"),
+        "{m}"
+    );
     h.stop().await;
 }
