@@ -7,8 +7,8 @@
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::api::TaskError;
 use super::limits::LimitError;
+use crate::store::StoreError;
 use crate::upstream::{RawResult, RpcError, UpstreamError};
 
 /// The engine's answer to one request.
@@ -48,6 +48,29 @@ pub enum Event {
     KeepAlive,
     /// The request's answer; the stream's last event.
     Final(Result<Value, Failure>),
+}
+
+/// Why a task method could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// Unknown, or another caller's: the two are indistinguishable on purpose.
+    #[error("Failed to retrieve task: Task not found")]
+    NotFound,
+    /// Finished, and past its TTL (the sweeper has not deleted it yet).
+    #[error("Failed to retrieve task: Task has expired")]
+    Expired,
+    /// The store could not be read.
+    #[error("tasklift could not read its task store: {0}")]
+    Read(StoreError),
+    /// The store refused a write.
+    #[error("{0}")]
+    Write(StoreError),
+    /// Answers for a task another replica runs could not be handed on.
+    #[error("tasklift could not pass the answers on: {0}")]
+    Answers(StoreError),
+    /// A limit refused it (polling faster than the task asks).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
 }
 
 /// Why the engine could not answer with a result: every failure the engine

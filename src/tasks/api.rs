@@ -1,7 +1,7 @@
 //! The engine's typed API for stored tasks: what a front end asks of them, whatever
 //! the wire it speaks (the 2026-07-28 extension's `tasks/*` through dispatch, the
 //! 2025-11-25 tasks of legacy sessions, the status page, `/readyz` and `/metrics`).
-//! Nothing here takes a JSON-RPC request or answers JSON: errors are [`TaskError`],
+//! Nothing here takes a JSON-RPC request or answers JSON: errors are [`TaskError`] (answer.rs),
 //! which the front door's error map turns into what a client sees.
 //!
 //! A task is visible only to the caller that created it, on the upstream it was
@@ -9,8 +9,8 @@
 
 use serde_json::{Map, Value};
 
+use super::answer::TaskError;
 use super::core::part;
-use super::limits::LimitError;
 use super::phases::{Control, StopReason};
 use crate::store::{Settle, StoreError, StoreStats, TaskRecord, TaskStatus};
 
@@ -24,29 +24,6 @@ pub struct Caller<'a> {
     pub principal: &'a str,
     /// The upstream the request came in for.
     pub upstream: &'a str,
-}
-
-/// Why a task method could not be served.
-#[derive(Debug, thiserror::Error)]
-pub enum TaskError {
-    /// Unknown, or another caller's: the two are indistinguishable on purpose.
-    #[error("Failed to retrieve task: Task not found")]
-    NotFound,
-    /// Finished, and past its TTL (the sweeper has not deleted it yet).
-    #[error("Failed to retrieve task: Task has expired")]
-    Expired,
-    /// The store could not be read.
-    #[error("tasklift could not read its task store: {0}")]
-    Read(StoreError),
-    /// The store refused a write.
-    #[error("{0}")]
-    Write(StoreError),
-    /// Answers for a task another replica runs could not be handed on.
-    #[error("tasklift could not pass the answers on: {0}")]
-    Answers(StoreError),
-    /// A limit refused it (polling faster than the task asks).
-    #[error(transparent)]
-    Limit(#[from] LimitError),
 }
 
 part!(

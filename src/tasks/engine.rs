@@ -26,8 +26,9 @@ use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
 use super::answer::Answer;
+use super::answer::TaskError;
+use super::api::Caller;
 use super::api::Stored;
-use super::api::{Caller, TaskError};
 use super::core::{Core, HoldsCore};
 use super::driver::Drivers;
 use super::handles::Handles;

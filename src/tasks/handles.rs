@@ -17,9 +17,10 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::answer::TaskError;
 use super::answer::{Answer, Event, Failure};
+use super::api::Caller;
 use super::api::Stored;
-use super::api::{Caller, TaskError};
 use super::core::part;
 use super::input::check_allowed;
 pub(super) use super::phases::Handle;

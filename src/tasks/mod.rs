@@ -28,8 +28,8 @@ use serde_json::{json, Map, Value};
 
 use crate::store::{TaskOutcome, TaskRecord};
 
-pub use answer::{Answer, Event, Failure, WriteFailure, Written};
-pub use api::{Caller, TaskError};
+pub use answer::{Answer, Event, Failure, TaskError, WriteFailure, Written};
+pub use api::Caller;
 pub use engine::{Engine, EngineSettings};
 
 /// Wall-clock milliseconds that advance with tokio's clock, so tests can pause and

@@ -9,8 +9,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::answer::TaskError;
 use super::answer::{Answer, Event};
-use super::api::{Stored, TaskError};
+use super::api::Stored;
 use super::handles::{
     finished_result, questions, still_running, text_result, unknown, Handles, Waited, Waiter,
     WAIT_TOOL,
