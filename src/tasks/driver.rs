@@ -12,13 +12,12 @@ use tokio::sync::mpsc;
 use super::answer::Failure;
 use super::core::part;
 use super::phases::{
-    admit_request, finalize_result, is_progress_for, sleep_until_opt, Control, RunningCall,
-    StopReason,
+    admit_request, finalize_result, sleep_until_opt, Control, RunningCall, StopReason,
 };
 use super::progress_message;
 use crate::observe::spans::Span;
 use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
-use crate::upstream::{CallEvent, Outcome, ServerRequest};
+use crate::upstream::{progress_under, CallEvent, Outcome, ServerRequest};
 
 /// Shortest time between two progress writes of one task: a chatty upstream must
 /// not turn every notification into a store write.
@@ -218,10 +217,7 @@ impl Driver {
     /// A notification: progress under the call's token becomes the status message,
     /// written now or when PROGRESS_EVERY has passed since the last write.
     async fn progress(&mut self, n: Value) -> bool {
-        if !is_progress_for(&n, &self.o.token) {
-            return true;
-        }
-        let Some(m) = n.get("params").and_then(progress_message) else {
+        let Some(m) = progress_under(&n, &self.o.token).and_then(progress_message) else {
             return true;
         };
         self.rec.status_message = Some(m);

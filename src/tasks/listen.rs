@@ -16,7 +16,9 @@ use super::api::Stored;
 use super::core::part;
 use super::detailed_task;
 use crate::store::TaskRecord;
-use crate::upstream::{notification_wanted, CallContext, ClientRequest, Listening, Upstream};
+use crate::upstream::{
+    notification_wanted, tag_meta, CallContext, ClientRequest, Listening, Upstream,
+};
 
 /// `_meta` key correlating notifications with their subscription.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -215,14 +217,7 @@ impl Feed {
         if !notification_wanted(&self.listening.agreed, &n) {
             return None;
         }
-        if let Some(Value::Object(p)) = n.get_mut("params") {
-            let meta = p.entry("_meta").or_insert_with(|| json!({}));
-            if let Value::Object(m) = meta {
-                m.insert(SUBSCRIPTION_ID.into(), self.sub.clone());
-            }
-        } else {
-            n["params"] = json!({"_meta": { SUBSCRIPTION_ID: self.sub }});
-        }
+        tag_meta(&mut n, SUBSCRIPTION_ID, self.sub.clone());
         Some(n)
     }
 

@@ -17,7 +17,7 @@ use crate::store::{StoreError, TaskRecord, TaskStore};
 use crate::upstream::{
     CallContext, CallEvent, ClientRequest, Outcome, ServerRequest, Upstream, UpstreamCall,
 };
-use tasklift_protocol::mcp::{self, method};
+use tasklift_protocol::mcp;
 
 /// Why a running task is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,12 +240,6 @@ impl RunningCall {
             None => std::future::pending().await,
         }
     }
-}
-
-/// Whether `n` is a progress notification under `token`.
-pub(super) fn is_progress_for(n: &Value, token: &Value) -> bool {
-    n.get("method").and_then(Value::as_str) == Some(method::PROGRESS)
-        && n.get("params").and_then(|p| p.get("progressToken")) == Some(token)
 }
 
 /// Results relayed to modern clients carry `resultType`; a 2025-11-25 server's

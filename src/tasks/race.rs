@@ -18,13 +18,15 @@ use super::driver::Drivers;
 use super::handles::{still_running, Handle, Waiter};
 use super::input::{askable, request_binding, StateClaims};
 use super::phases::{
-    admit_request, finalize_result, is_progress_for, sleep_until_precisely, Ahead, Control, Origin,
-    Parked, RunningCall, SyncCall, TaskSpec, WRITE_AHEAD,
+    admit_request, finalize_result, sleep_until_precisely, Ahead, Control, Origin, Parked,
+    RunningCall, SyncCall, TaskSpec, WRITE_AHEAD,
 };
 use super::{create_task_result, progress_message};
 use crate::observe::spans::Span;
 use crate::store::{NewTask, TaskRecord};
-use crate::upstream::{CallEvent, Next, Outcome, RawResult, ServerRequest, UpstreamCall};
+use crate::upstream::{
+    log_level, progress_under, CallEvent, Next, Outcome, RawResult, ServerRequest, UpstreamCall,
+};
 
 /// How long a call parked for input waits for the client's retry.
 pub const PARK_TTL: Duration = Duration::from_secs(600);
@@ -431,21 +433,12 @@ fn write_ahead_at<'a>(
 /// task's first statusMessage) when the client asked for it, and log messages at
 /// or above the level the request set.
 fn relayed(sc: &mut SyncCall, n: Value) -> Option<Value> {
-    if is_progress_for(&n, &sc.token) {
-        sc.last_progress = n
-            .get("params")
-            .and_then(progress_message)
-            .or(sc.last_progress.take());
+    if let Some(m) = progress_under(&n, &sc.token).map(progress_message) {
+        sc.last_progress = m.or(sc.last_progress.take());
         return sc.relay_progress.then_some(n);
     }
-    if n.get("method").and_then(Value::as_str) != Some("notifications/message") {
-        return None;
-    }
     // Logs only for requests that set a level, and at or above it.
-    let level = n
-        .get("params")
-        .and_then(|p| p.get("level"))
-        .and_then(Value::as_str);
+    let level = log_level(&n)?;
     let shown = sc
         .log_level
         .as_deref()

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::error::broken;
 use tasklift_protocol::jsonrpc::{Outcome, RpcError};
+use tasklift_protocol::mcp::method;
 
 /// Something an upstream sent about an in-flight request.
 #[derive(Debug)]
@@ -25,6 +26,37 @@ pub enum CallEvent {
     Input(ServerRequest),
     /// The final response.
     Done(Outcome),
+}
+
+/// The params of a notification an upstream relayed, when it is progress under
+/// `token` (what the engine follows; it never reads the message itself).
+pub fn progress_under<'a>(n: &'a Value, token: &Value) -> Option<&'a Value> {
+    let params = n.get("params")?;
+    let ours = n.get("method").and_then(Value::as_str) == Some(method::PROGRESS)
+        && params.get("progressToken") == Some(token);
+    ours.then_some(params)
+}
+
+/// The level of a relayed log message (`notifications/message`; `Some(None)`
+/// for one without a level); `None` for any other notification.
+pub fn log_level(n: &Value) -> Option<Option<&str>> {
+    if n.get("method").and_then(Value::as_str) != Some("notifications/message") {
+        return None;
+    }
+    Some(n.pointer("/params/level").and_then(Value::as_str))
+}
+
+/// A relayed notification with `key` set in its params' `_meta`.
+pub fn tag_meta(n: &mut Value, key: &str, value: Value) {
+    match n.get_mut("params") {
+        Some(Value::Object(p)) => {
+            let meta = p.entry("_meta").or_insert_with(|| json!({}));
+            if let Value::Object(m) = meta {
+                m.insert(key.into(), value);
+            }
+        }
+        _ => n["params"] = json!({ "_meta": { key: value } }),
+    }
 }
 
 /// A request from a legacy upstream to the client, with the way to answer it on the

@@ -32,7 +32,10 @@ use tokio::sync::mpsc;
 use tasklift_protocol::jsonrpc::Request;
 
 pub use attribution::{attribute, related_task, unattributed, upstream_task_of};
-pub use call::{CallEvent, Canceller, Events, First, Next, RawResult, ServerRequest, UpstreamCall};
+pub use call::{
+    log_level, progress_under, tag_meta, CallEvent, Canceller, Events, First, Next, RawResult,
+    ServerRequest, UpstreamCall,
+};
 pub use client_request::ClientRequest;
 pub use context::{CallContext, ClientPeer};
 pub use era::{
