@@ -75,10 +75,21 @@ fn micros(d: Duration) -> u32 {
     d.as_micros().min(u32::MAX as u128) as u32
 }
 
-async fn connect_all(ep: &Endpoint, n: usize) -> anyhow::Result<Vec<Conn>> {
+impl Workload {
+    /// A connection for this workload: with a 2025-11-25 session of its own when
+    /// its requests are legacy ones.
+    async fn connect(&self, ep: &Endpoint) -> anyhow::Result<Conn> {
+        match self.requests.first().is_some_and(|r| r.legacy) {
+            true => Conn::connect_legacy(ep).await,
+            false => Conn::connect(ep).await,
+        }
+    }
+}
+
+async fn connect_all(ep: &Endpoint, work: &Workload, n: usize) -> anyhow::Result<Vec<Conn>> {
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
-        conns.push(Conn::connect(ep).await?);
+        conns.push(work.connect(ep).await?);
     }
     Ok(conns)
 }
@@ -88,12 +99,13 @@ async fn connect_all(ep: &Endpoint, n: usize) -> anyhow::Result<Vec<Conn>> {
 async fn one(
     ep: &Endpoint,
     conn: &mut Conn,
+    work: &Workload,
     req: &Prepared,
-    expect: &[u8],
     out: &mut WorkerOut,
 ) -> bool {
+    let expect = work.expect;
     if conn.is_closed() {
-        match Conn::connect(ep).await {
+        match work.connect(ep).await {
             Ok(c) => *conn = c,
             Err(e) => {
                 out.fail(format!("reconnect: {e:#}"));
@@ -131,7 +143,7 @@ pub async fn closed(
     warmup: Duration,
     duration: Duration,
 ) -> anyhow::Result<RunResult> {
-    let conns = connect_all(ep, concurrency).await?;
+    let conns = connect_all(ep, &work, concurrency).await?;
     let start = Instant::now();
     let from = start + warmup;
     let end = from + duration;
@@ -151,14 +163,7 @@ pub async fn closed(
                     break;
                 }
                 let i = next.fetch_add(1, Ordering::Relaxed) % n;
-                let ok = one(
-                    &ep,
-                    &mut conn,
-                    &work.requests[i as usize],
-                    work.expect,
-                    &mut out,
-                )
-                .await;
+                let ok = one(&ep, &mut conn, &work, &work.requests[i as usize], &mut out).await;
                 let t1 = Instant::now();
                 if ok && t0 >= from && t1 <= end {
                     out.lat_us.push(micros(t1 - t0));
@@ -184,7 +189,7 @@ pub async fn open(
     warmup: Duration,
     duration: Duration,
 ) -> anyhow::Result<RunResult> {
-    let conns = connect_all(ep, connections).await?;
+    let conns = connect_all(ep, &work, connections).await?;
     let start = Instant::now() + Duration::from_millis(20);
     let from = start + warmup;
     let end = from + duration;
@@ -209,14 +214,8 @@ pub async fn open(
                 } else {
                     sent
                 };
-                let ok = one(
-                    &ep,
-                    &mut conn,
-                    &work.requests[(i % n) as usize],
-                    work.expect,
-                    &mut out,
-                )
-                .await;
+                let req = &work.requests[(i % n) as usize];
+                let ok = one(&ep, &mut conn, &work, req, &mut out).await;
                 let done = Instant::now();
                 free_at = done;
                 if ok && scheduled >= from && scheduled < end {

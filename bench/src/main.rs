@@ -6,6 +6,7 @@
 //!                [--tasks 10000] [--skip nginx,stdio,memory,churn,...] [--out docs/benchmarks] [--quick]
 //! tasklift-bench upstream --listen 127.0.0.1:0      # the baseline upstream alone
 //! tasklift-bench upstream --stdio                   # the same on stdin/stdout
+//! tasklift-bench upstream --legacy [--sse]          # a 2025-11-25 server with sessions
 //! tasklift-bench crash --store sled --rounds 100     # kill -9 at scale (see crash/mod.rs)
 //! tasklift-bench crash --store postgres --replicas 3 --rounds 100 [--restart-postgres]
 //! tasklift-bench crash --store sled --fill-and-free --cycles 50   # a full disk, 50 times (root)
@@ -63,6 +64,12 @@ enum Cmd {
         /// Speak newline-delimited JSON-RPC on stdin/stdout instead of HTTP.
         #[arg(long, conflicts_with = "listen")]
         stdio: bool,
+        /// Be a 2025-11-25 server with sessions (HTTP only).
+        #[arg(long, conflicts_with = "stdio")]
+        legacy: bool,
+        /// Answer `tools/call` as an SSE stream (HTTP only).
+        #[arg(long, conflicts_with = "stdio")]
+        sse: bool,
     },
     /// kill -9 at scale: kill tasklift (or one of its PostgreSQL replicas) at random
     /// moments under load, restart it, and check every task handle ever returned.
@@ -105,7 +112,7 @@ pub struct RunArgs {
     /// Clients of the task-creation scenario.
     #[arg(long, default_value_t = 8)]
     pub creation_clients: usize,
-    /// Scenarios to leave out: nginx, traced, stdio, open, tasks-get, creation, memory, churn.
+    /// Scenarios to leave out: nginx, traced, stdio, legacy, open, tasks-get, creation, memory, churn.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// Where results.md and the SVG charts go.
@@ -158,8 +165,12 @@ fn main() -> ExitCode {
             ..
         }) => upstream::run_stdio(threads),
         Some(Cmd::Upstream {
-            listen, threads, ..
-        }) => upstream::run(listen, threads),
+            listen,
+            threads,
+            legacy,
+            sse,
+            ..
+        }) => upstream::run(listen, threads, upstream::Mode { legacy, sse }),
         Some(Cmd::Crash(args)) => {
             let ran = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

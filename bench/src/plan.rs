@@ -24,6 +24,20 @@ pub const TRACED: &str = "tasklift (traced)";
 /// The label of pass-through with the upstream as tasklift's stdio child.
 pub const STDIO: &str = "tasklift (stdio upstream)";
 
+/// In front of a 2025-11-25 server with sessions, JSON answers (`scenarios/legacy.rs`):
+/// the 2025-11-25 client straight to it,
+pub const LEGACY_DIRECT: &str = "legacy upstream, direct (2025 client)";
+/// through nginx,
+pub const LEGACY_NGINX: &str = "nginx, legacy upstream (2025 client)";
+/// through tasklift with a 2026-07-28 client,
+pub const LEGACY_TL: &str = "tasklift, legacy upstream";
+/// and with 2025-11-25 clients, a session per connection.
+pub const LEGACY_TL_2025: &str = "tasklift, legacy upstream (2025 client)";
+/// The same with SSE answers: through nginx,
+pub const LEGACY_NGINX_SSE: &str = "nginx, legacy SSE upstream (2025 client)";
+/// and through tasklift with a 2026-07-28 client.
+pub const LEGACY_TL_SSE: &str = "tasklift, legacy SSE upstream";
+
 /// Whether `--skip` names this scenario.
 pub fn skip(args: &RunArgs, what: &str) -> bool {
     args.skip.iter().any(|s| s.trim() == what)
@@ -41,6 +55,17 @@ pub fn order(args: &RunArgs) -> Vec<String> {
     }
     if !skip(args, "stdio") {
         v.push(STDIO.into());
+    }
+    if !skip(args, "legacy") {
+        v.push(LEGACY_DIRECT.into());
+        if !skip(args, "nginx") {
+            v.push(LEGACY_NGINX.into());
+        }
+        v.extend([LEGACY_TL.into(), LEGACY_TL_2025.into()]);
+        if !skip(args, "nginx") {
+            v.push(LEGACY_NGINX_SSE.into());
+        }
+        v.push(LEGACY_TL_SSE.into());
     }
     if !skip(args, "tasks-get") {
         v.push("tasks/get".into());

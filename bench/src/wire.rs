@@ -1,6 +1,7 @@
 //! MCP requests as the harness sends them: one keep-alive HTTP/1.1 connection per
-//! client (`hyper::client::conn::http1`, no pool), 2026-07-28 headers and `_meta`,
-//! answers read as JSON or as an SSE stream.
+//! client (`hyper::client::conn::http1`, no pool), 2026-07-28 headers and `_meta`
+//! (or, for a 2025-11-25 client, a session opened with `initialize` per
+//! connection), answers read as JSON or as an SSE stream.
 
 use std::net::SocketAddr;
 
@@ -16,6 +17,8 @@ use tokio::net::TcpStream;
 
 /// The protocol revision the harness speaks.
 pub const VERSION: &str = "2026-07-28";
+/// The protocol revision of a legacy client.
+pub const LEGACY_VERSION: &str = "2025-11-25";
 /// The Tasks extension's identifier.
 pub const TASKS: &str = "io.modelcontextprotocol/tasks";
 
@@ -54,6 +57,9 @@ pub struct Prepared {
     pub name: HeaderValue,
     /// The JSON body.
     pub body: Bytes,
+    /// A 2025-11-25 request: sent on the connection's session, without the
+    /// 2026-07-28 headers.
+    pub legacy: bool,
 }
 
 /// A request's `params._meta`: protocol version, client info, and (when `tasks`) the
@@ -81,6 +87,20 @@ pub fn tool_call(tool: &str, arguments: Value, tasks: bool) -> Prepared {
         method: "tools/call",
         name: HeaderValue::from_str(tool).expect("tool names are header-safe"),
         body: Bytes::from(body.to_string()),
+        legacy: false,
+    }
+}
+
+/// A 2025-11-25 `tools/call` of `tool` with `arguments` (no `_meta`).
+pub fn legacy_tool_call(tool: &str, arguments: Value) -> Prepared {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    });
+    Prepared {
+        legacy: true,
+        body: Bytes::from(body.to_string()),
+        ..tool_call(tool, Value::Null, false)
     }
 }
 
@@ -94,6 +114,7 @@ pub fn tasks_get(task_id: &str) -> Prepared {
         method: "tasks/get",
         name: HeaderValue::from_str(task_id).expect("task ids are header-safe"),
         body: Bytes::from(body.to_string()),
+        legacy: false,
     }
 }
 
@@ -101,6 +122,8 @@ pub fn tasks_get(task_id: &str) -> Prepared {
 pub struct Conn {
     ep: Endpoint,
     send: SendRequest<Full<Bytes>>,
+    /// The legacy session legacy requests are sent on.
+    session: Option<HeaderValue>,
 }
 
 /// An HTTP answer: status, whether it was SSE, and the whole body.
@@ -127,7 +150,64 @@ impl Conn {
         Ok(Self {
             ep: ep.clone(),
             send,
+            session: None,
         })
+    }
+
+    /// Connect and open a 2025-11-25 session on the connection, as a legacy client
+    /// does: `initialize`, then `notifications/initialized`.
+    pub async fn connect_legacy(ep: &Endpoint) -> anyhow::Result<Self> {
+        let mut c = Self::connect(ep).await?;
+        let init = json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": LEGACY_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "tasklift-bench", "version": env!("CARGO_PKG_VERSION")},
+            },
+        });
+        let req = c.request(Bytes::from(init.to_string()), &[])?;
+        c.send.ready().await?;
+        let resp = c.send.send_request(req).await?;
+        let sid = resp.headers().get("mcp-session-id").cloned();
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        let Some(sid) = sid.filter(|_| status == StatusCode::OK) else {
+            bail!("initialize: HTTP {status}, no session: {}", snippet(&body));
+        };
+        c.session = Some(sid);
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let req = c.request(Bytes::from(note.to_string()), &[])?;
+        c.send.ready().await?;
+        let resp = c.send.send_request(req).await?;
+        let status = resp.status();
+        resp.into_body().collect().await?;
+        if !status.is_success() {
+            bail!("notifications/initialized: HTTP {status}");
+        }
+        Ok(c)
+    }
+
+    /// A POST of `body` with the headers of the connection's era: a 2025-11-25
+    /// request on its session when it has one, else `extra` (2026-07-28 headers).
+    fn request(
+        &self,
+        body: Bytes,
+        extra: &[(&'static str, HeaderValue)],
+    ) -> anyhow::Result<Request<Full<Bytes>>> {
+        let mut b = Request::post(self.ep.path.as_str())
+            .header(HOST, self.ep.host.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json, text/event-stream");
+        if let Some(sid) = &self.session {
+            b = b
+                .header("mcp-protocol-version", LEGACY_VERSION)
+                .header("mcp-session-id", sid.clone());
+        }
+        for (k, v) in extra {
+            b = b.header(*k, v.clone());
+        }
+        Ok(b.body(Full::new(body))?)
     }
 
     /// Whether the connection can still take requests.
@@ -137,14 +217,19 @@ impl Conn {
 
     /// Send a prepared request and read the whole answer.
     pub async fn send(&mut self, p: &Prepared) -> anyhow::Result<Answer> {
-        let req = Request::post(self.ep.path.as_str())
-            .header(HOST, self.ep.host.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header("mcp-protocol-version", VERSION)
-            .header("mcp-method", p.method)
-            .header("mcp-name", p.name.clone())
-            .body(Full::new(p.body.clone()))?;
+        let req = if p.legacy {
+            if self.session.is_none() {
+                bail!("a 2025-11-25 request on a connection without a session");
+            }
+            self.request(p.body.clone(), &[])?
+        } else {
+            let modern = [
+                ("mcp-protocol-version", HeaderValue::from_static(VERSION)),
+                ("mcp-method", HeaderValue::from_static(p.method)),
+                ("mcp-name", p.name.clone()),
+            ];
+            self.request(p.body.clone(), &modern)?
+        };
         self.send.ready().await?;
         let resp = self.send.send_request(req).await?;
         let status = resp.status();

@@ -166,6 +166,15 @@ impl Report {
              run by tasklift as its stdio child (`command = [\"tasklift-bench\", \"upstream\", \"--stdio\"]`: \
              newline-delimited JSON-RPC on stdin/stdout, one process, every call multiplexed on it); its \
              \"upstream\" CPU is the child's. Closed loop only.\n\
+             - **Legacy upstream** (the retrofit case): the baseline upstream as a 2025-11-25 server \
+             (`tasklift-bench upstream --legacy`: `initialize` opens a session, every other request must carry it, \
+             results without `resultType`), and a second one answering `tools/call` as an SSE stream (`--legacy \
+             --sse`, the SDKs' default). In front of each: nginx, configured as above, loaded by 2025-11-25 \
+             clients (each connection `initialize`s its own session through it; nginx cannot serve a 2026-07-28 \
+             client from a 2025 server), and a tasklift configured as above (era detected: legacy), loaded by the \
+             same 2026-07-28 requests as the modern tasklift (it keeps one upstream session per caller and \
+             translates) and, on the JSON upstream, by 2025-11-25 clients with a session per connection. Closed \
+             loop only.\n\
              - The machine has {cores} cores shared by the load generator, the upstream and the proxy: absolute \
              figures are small-machine figures, the ratios are what to compare.\n\
              - **Disturbed runs**: before each run the harness waits (up to {:.0} s) until the rest of the machine \

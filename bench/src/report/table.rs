@@ -14,13 +14,13 @@ impl Report {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "{:<26} {:>10} {:>19} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "{:<42} {:>10} {:>19} {:>9} {:>9} {:>9} {:>9} {:>8}",
             "target", "req/s", "(min–max)", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors"
         );
         for (label, m) in self.summaries() {
             let _ = writeln!(
                 t,
-                "{:<26} {:>10.0} {:>19} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8}",
+                "{:<42} {:>10.0} {:>19} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8}",
                 label,
                 m.rps.med,
                 format!("({:.0}–{:.0})", m.rps.min, m.rps.max),
@@ -33,7 +33,7 @@ impl Report {
         }
         let _ = writeln!(
             t,
-            "\n{:<26} {:>11} {:>10} {:>13} {:>15} {:>18} {:>16}",
+            "\n{:<42} {:>11} {:>10} {:>13} {:>15} {:>18} {:>16}",
             "CPU (share of a core)",
             "load gen",
             "proxy",
@@ -45,7 +45,7 @@ impl Report {
         for (label, m) in self.summaries() {
             let _ = writeln!(
                 t,
-                "{:<26} {:>10.0}% {:>9.0}% {:>12.0}% {:>15.1} {:>18.1} {:>15.0}%",
+                "{:<42} {:>10.0}% {:>9.0}% {:>12.0}% {:>15.1} {:>18.1} {:>15.0}%",
                 label,
                 m.cpu_client * 100.0,
                 m.cpu_proxy * 100.0,
@@ -127,13 +127,13 @@ impl Report {
         }
         let _ = writeln!(
             t,
-            "\n{:<58} {:>16} {:>26} {:>22} {:>6}",
+            "\n{:<84} {:>16} {:>26} {:>22} {:>6}",
             "ratio", "value", "spread", "target", ""
         );
         for v in verdicts {
             let _ = writeln!(
                 t,
-                "{:<58} {:>16} {:>26} {:>22} {:>6}",
+                "{:<84} {:>16} {:>26} {:>22} {:>6}",
                 v.what,
                 v.value,
                 v.spread,

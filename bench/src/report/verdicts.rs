@@ -9,7 +9,12 @@ use super::figures::{creation_of, spread, Spread};
 use super::{Report, Sample};
 
 /// Pass-through throughput, tasklift ÷ nginx, at least (the aim: 1.0×).
-const PASS_THROUGH_MIN: f64 = 0.85;
+const PASS_THROUGH_MIN: f64 = 0.90;
+/// The same in front of a 2025-11-25 server, JSON and SSE answers, at least.
+const LEGACY_PASS_THROUGH_MIN: f64 = 0.85;
+/// tasklift's CPU per call in front of a 2025-11-25 server, over what it is in
+/// front of a 2026-07-28 one, at most (µs).
+const LEGACY_EXTRA_CPU_MAX_US: f64 = 3.0;
 /// Added p99 over direct in the open loop, at most (µs).
 const ADDED_P99_MAX_US: f64 = 500.0;
 /// tasks/get ÷ direct tools/call throughput, at least.
@@ -173,10 +178,68 @@ impl Report {
             ("tasks/get", "direct"),
             Goal::AtLeast(TASKS_GET_MIN, ""),
         );
+        self.legacy_verdicts(&mut v);
         self.creation_verdicts(&mut v);
         self.memory_verdicts(&mut v);
         self.binary_verdict(&mut v);
         v
+    }
+
+    /// In front of a 2025-11-25 server: throughput against nginx in front of the
+    /// same server, and tasklift's CPU per call against the modern path's.
+    fn legacy_verdicts(&self, v: &mut Vec<Verdict>) {
+        use plan::{
+            LEGACY_DIRECT, LEGACY_NGINX, LEGACY_NGINX_SSE, LEGACY_TL, LEGACY_TL_2025, LEGACY_TL_SSE,
+        };
+        let goal = Goal::AtLeast(LEGACY_PASS_THROUGH_MIN, "");
+        for (what, pair, goal) in [
+            (
+                "legacy upstream, JSON answers: tasklift ÷ nginx",
+                (LEGACY_TL, LEGACY_NGINX),
+                goal,
+            ),
+            (
+                "legacy upstream, SSE answers: tasklift ÷ nginx",
+                (LEGACY_TL_SSE, LEGACY_NGINX_SSE),
+                goal,
+            ),
+            (
+                "legacy upstream, 2025 clients: tasklift ÷ nginx",
+                (LEGACY_TL_2025, LEGACY_NGINX),
+                Goal::Reference,
+            ),
+            (
+                "legacy upstream: tasklift ÷ direct",
+                (LEGACY_TL, LEGACY_DIRECT),
+                Goal::Reference,
+            ),
+        ] {
+            self.rps_ratio(v, what, pair, goal);
+        }
+        for (answers, label) in [
+            ("JSON answers", LEGACY_TL),
+            ("SSE answers", LEGACY_TL_SSE),
+            ("JSON answers, 2025 clients", LEGACY_TL_2025),
+        ] {
+            let Some(s) = self.per_rep(label, "tasklift", |l, m| {
+                l.proxy_us_per_req - m.proxy_us_per_req
+            }) else {
+                continue;
+            };
+            let reference = label == LEGACY_TL_2025;
+            v.push(Verdict {
+                what: format!(
+                    "tasklift CPU per call, legacy upstream ({answers}) − modern upstream"
+                ),
+                value: format!("{:.1} µs", s.med),
+                spread: format!("{:.1} – {:.1} µs", s.min, s.max),
+                target: match reference {
+                    true => "(reference)".into(),
+                    false => format!("≤ {LEGACY_EXTRA_CPU_MAX_US} µs"),
+                },
+                pass: (!reference).then_some(s.med <= LEGACY_EXTRA_CPU_MAX_US),
+            });
+        }
     }
 
     fn creation_verdicts(&self, v: &mut Vec<Verdict>) {

@@ -22,13 +22,15 @@ pub(super) enum Via<'a> {
     Http2(&'a Endpoint),
     /// A stdio upstream: the command tasklift runs as its child.
     Stdio(Vec<String>),
+    /// A 2025-11-25 upstream over HTTP/1.1 (detected as such by tasklift).
+    Legacy(&'a Endpoint),
 }
 
 impl Via<'_> {
     /// The upstream's transport lines of tasklift's configuration.
     fn toml(&self) -> String {
         match self {
-            Via::Http(ep) => format!("url = \"{}\"\n", ep.url()),
+            Via::Http(ep) | Via::Legacy(ep) => format!("url = \"{}\"\n", ep.url()),
             Via::Http2(ep) => format!("url = \"{}\"\nhttp2 = true\n", ep.url()),
             Via::Stdio(cmd) => {
                 // JSON strings are valid TOML basic strings.
@@ -147,7 +149,7 @@ path = "/mcp"
             _dir: dir,
         };
         // The first call makes tasklift detect the upstream's era (a stdio child's
-        // at its start): it must be modern.
+        // at its start): it must be the one the upstream speaks.
         let mut c = Conn::connect(&t.ep).await?;
         c.result(&wire::tool_call("fast", json!({}), true))
             .await
@@ -157,8 +159,12 @@ path = "/mcp"
             .lines()
             .find(|l| l.contains("detected upstream era") || l.contains("child process ready"))
         {
-            if !line.contains("Modern") {
-                bail!("tasklift took the baseline upstream for a legacy server: {line}");
+            let era = match upstream {
+                Via::Legacy(_) => "Legacy",
+                _ => "Modern",
+            };
+            if !line.contains(era) {
+                bail!("tasklift took the baseline upstream for another era than {era}: {line}");
             }
         }
         Ok(t)
@@ -202,17 +208,25 @@ fn tail(p: &Path) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-/// Start the baseline upstream (this binary, `upstream` subcommand).
-pub(super) async fn start_upstream(args: &RunArgs, dir: &Path) -> anyhow::Result<(Proc, Endpoint)> {
+/// Start the baseline upstream (this binary, `upstream` subcommand), with
+/// `flags` (`--legacy`, `--sse`); `tag` names it and its log.
+pub(super) async fn start_upstream(
+    args: &RunArgs,
+    dir: &Path,
+    tag: &str,
+    flags: &[&str],
+) -> anyhow::Result<(Proc, Endpoint)> {
     let me = std::env::current_exe()?;
-    let a = vec![
+    let mut a = vec![
         "upstream".to_string(),
         "--listen".into(),
         "127.0.0.1:0".into(),
         "--threads".into(),
         args.upstream_threads.to_string(),
     ];
-    let mut p = Proc::spawn("baseline upstream", &me, &a, &dir.join("upstream.log"))?;
+    a.extend(flags.iter().map(|f| f.to_string()));
+    let log = dir.join(format!("{tag}.log"));
+    let mut p = Proc::spawn(&format!("{tag} upstream"), &me, &a, &log)?;
     let addr: SocketAddr = p
         .stdout_line("listening on ", Duration::from_secs(10))
         .await?
@@ -240,7 +254,7 @@ pub(super) async fn start_nginx(
     upstream: &Endpoint,
     dir: &Path,
 ) -> anyhow::Result<(Proc, Endpoint)> {
-    let prefix = dir.join("nginx");
+    let prefix = dir.join(format!("nginx-{}", upstream.addr.port()));
     std::fs::create_dir_all(prefix.join("logs"))?;
     let listen = procs::free_port()?;
     let root = std::env::var("USER").map(|u| u == "root").unwrap_or(false)

@@ -25,6 +25,7 @@ use crate::RunArgs;
 
 mod churn;
 mod components;
+mod legacy;
 mod measure;
 mod memory;
 mod tasks;
@@ -33,6 +34,7 @@ use churn::churn;
 use components::{
     find_nginx, start_nginx, start_upstream, stdio_upstream, ScratchDb, Tasklift, TraceSink, Via,
 };
+use legacy::Legacy;
 use measure::{log_run, measured, quiet_budget_left, wait_quiet, Cpu};
 use memory::memory;
 use tasks::{create_completed_tasks, creation};
@@ -58,7 +60,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (soft, hard) = procs::nofile_limits();
     eprintln!("tasklift-bench: open files limit {soft} (hard {hard}); children raise theirs to the hard limit");
     let work = TempDir::new("run")?;
-    let (mut upstream, up) = start_upstream(&args, work.path()).await?;
+    let (mut upstream, up) = start_upstream(&args, work.path(), "baseline", &[]).await?;
     eprintln!("baseline upstream on {}", up.url());
 
     let mut nginx = None;
@@ -112,6 +114,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await?;
         eprintln!("tasklift with a stdio upstream on {}", tl.ep.url());
         stdio = Some(tl);
+    }
+
+    // In front of 2025-11-25 servers: the retrofit case.
+    let mut legacy = None;
+    if !skip(&args, "legacy") {
+        legacy = Some(Legacy::start(&args, &tasklift_bin, work.path()).await?);
     }
 
     // The same tasks/get and creation scenarios with the PostgreSQL store, on a
@@ -239,6 +247,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             log_run(label, &s);
             rep.push(label, s);
         }
+        if let Some(l) = &mut legacy {
+            for (label, ep, cpu, work) in l.targets()? {
+                let s =
+                    measured(&args, &cpu, || loadgen::closed(ep, work.clone(), c, w, d)).await?;
+                log_run(label, &s);
+                rep.push(label, s);
+            }
+        }
         if let Some(gw) = &get_work {
             let s = measured(&args, &tl_cpu, || {
                 loadgen::closed(&main.ep, gw.clone(), c, w, d)
@@ -302,6 +318,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     rep.logs.push(main.log_summary("main"));
+    if let Some(l) = legacy.take() {
+        rep.logs.extend(l.logs());
+    }
     if let Some(tl) = stdio.take() {
         rep.logs.push(tl.log_summary("stdio"));
     }

@@ -1,12 +1,20 @@
 //! The baseline upstream over plain HTTP/1.1: `POST /mcp` answers the MCP
 //! methods, `POST /release` releases every held call, `GET /stats` reports calls,
-//! held requests and open connections as JSON. It is stateless and answers every
-//! request with one JSON body, as a modern server may.
+//! held requests and open connections as JSON. As a modern server it is stateless
+//! and answers every request with one JSON body.
+//!
+//! With `--legacy` it is a 2025-11-25 server instead, as most deployed MCP servers
+//! are (the official SDKs' Streamable HTTP servers): `initialize` opens a session
+//! (`Mcp-Session-Id`), every other request must carry a live one (400 without, 404
+//! for an unknown one), `DELETE` closes it, `GET` streams are refused with 405, and
+//! results carry no `resultType`. With `--sse` too, a `tools/call` is answered as
+//! an SSE stream holding the one response, as those SDKs answer by default.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,7 +28,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::{answer_of, call_of, response, text_result, Call};
+use super::{answer_of, call_of, legacy_answer_of, response, text_result, Call, Mode};
 
 #[derive(Default)]
 struct Stats {
@@ -29,12 +37,19 @@ struct Stats {
     held_peak: AtomicU64,
     connections: AtomicU64,
     connections_peak: AtomicU64,
+    sessions: AtomicU64,
 }
 
 struct State {
     stats: Stats,
     release: watch::Sender<u64>,
+    mode: Mode,
+    /// Live legacy sessions.
+    sessions: Mutex<HashSet<String>>,
 }
+
+/// The legacy session header.
+const SESSION: &str = "mcp-session-id";
 
 /// Decrements a gauge when dropped (a held call whose client went away too).
 struct Gauge<'a>(&'a AtomicU64);
@@ -54,15 +69,15 @@ impl Drop for Gauge<'_> {
 }
 
 /// Run the server until killed; prints `listening on ADDR` first.
-pub fn run(listen: SocketAddr, threads: usize) -> anyhow::Result<()> {
+pub fn run(listen: SocketAddr, threads: usize, mode: Mode) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .enable_all()
         .build()?;
-    rt.block_on(serve(listen))
+    rt.block_on(serve(listen, mode))
 }
 
-async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
+async fn serve(listen: SocketAddr, mode: Mode) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     println!("listening on {addr}");
@@ -72,6 +87,8 @@ async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
     let state = Arc::new(State {
         stats: Stats::default(),
         release,
+        mode,
+        sessions: Mutex::new(HashSet::new()),
     });
     loop {
         let (stream, _) = match listener.accept().await {
@@ -133,6 +150,7 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
                 "heldPeak": s.held_peak.load(Ordering::Relaxed),
                 "connections": s.connections.load(Ordering::Relaxed),
                 "connectionsPeak": s.connections_peak.load(Ordering::Relaxed),
+                "sessionsOpened": s.sessions.load(Ordering::Relaxed),
             });
             json_response(StatusCode::OK, body.to_string().into_bytes())
         }
@@ -140,7 +158,16 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
             state.release.send_modify(|g| *g += 1);
             json_response(StatusCode::OK, b"{}".to_vec())
         }
+        (&Method::GET, "/mcp") if state.mode.legacy => empty(StatusCode::METHOD_NOT_ALLOWED),
+        (&Method::DELETE, "/mcp") if state.mode.legacy => {
+            let sid = session_of(&req).unwrap_or_default();
+            match state.sessions.lock().expect("sessions").remove(&sid) {
+                true => empty(StatusCode::OK),
+                false => empty(StatusCode::NOT_FOUND),
+            }
+        }
         (&Method::POST, "/mcp") => {
+            let sid = session_of(&req);
             let bytes = match req.into_body().collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(_) => {
@@ -158,29 +185,79 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
                     Err((-32700, "Parse error".into())),
                 );
             };
+            let method = msg["method"].as_str().unwrap_or_default();
+            if state.mode.legacy {
+                if method == "initialize" {
+                    return initialize(state, msg.get("id").unwrap_or(&Value::Null));
+                }
+                if let Some(refused) = state.refused(sid.as_deref()) {
+                    return refused;
+                }
+            }
             let Some(id) = msg.get("id").cloned() else {
                 // A notification.
-                let mut r = Response::new(Full::new(Bytes::new()));
-                *r.status_mut() = StatusCode::ACCEPTED;
-                return r;
+                return empty(StatusCode::ACCEPTED);
             };
-            let method = msg["method"].as_str().unwrap_or_default();
-            match answer_of(method) {
+            let answer = match state.mode.legacy {
+                true => legacy_answer_of(method),
+                false => answer_of(method),
+            };
+            match answer {
                 Some(outcome) => rpc(StatusCode::NOT_FOUND, &id, outcome),
                 None => call(state, &id, &msg["params"]).await,
             }
         }
-        _ => {
-            let mut r = Response::new(Full::new(Bytes::new()));
-            *r.status_mut() = StatusCode::NOT_FOUND;
-            r
-        }
+        _ => empty(StatusCode::NOT_FOUND),
     }
+}
+
+fn empty(status: StatusCode) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+fn session_of(req: &Request<Incoming>) -> Option<String> {
+    let v = req.headers().get(SESSION)?;
+    v.to_str().ok().map(str::to_string)
+}
+
+impl State {
+    /// A legacy request without a live session: 400 without one (as the SDKs
+    /// answer, which is also how tasklift's era probe tells a legacy server), 404
+    /// for one that is unknown or closed.
+    fn refused(&self, sid: Option<&str>) -> Option<Response<Full<Bytes>>> {
+        let (status, message) = match sid {
+            None => (
+                StatusCode::BAD_REQUEST,
+                "Bad Request: No valid session ID provided",
+            ),
+            Some(s) if self.sessions.lock().expect("sessions").contains(s) => return None,
+            Some(_) => (StatusCode::NOT_FOUND, "Session not found"),
+        };
+        Some(rpc(status, &Value::Null, Err((-32000, message.into()))))
+    }
+}
+
+/// A legacy `initialize`: a new session, its id in `Mcp-Session-Id`.
+fn initialize(state: &State, id: &Value) -> Response<Full<Bytes>> {
+    let n = state.stats.sessions.fetch_add(1, Ordering::Relaxed);
+    let sid = format!("bench-{}-{n}", std::process::id());
+    state.sessions.lock().expect("sessions").insert(sid.clone());
+    let result = json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "tasklift-bench-upstream", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let mut r = rpc(StatusCode::OK, id, Ok(result));
+    r.headers_mut()
+        .insert(SESSION, HeaderValue::from_str(&sid).expect("header-safe"));
+    r
 }
 
 async fn call(state: &State, id: &Value, params: &Value) -> Response<Full<Bytes>> {
     state.stats.calls.fetch_add(1, Ordering::Relaxed);
-    let outcome = match call_of(params) {
+    let mut outcome = match call_of(params) {
         Call::Now(outcome) => outcome,
         Call::Sleep(d) => {
             tokio::time::sleep(d).await;
@@ -197,5 +274,19 @@ async fn call(state: &State, id: &Value, params: &Value) -> Response<Full<Bytes>
             }))
         }
     };
+    if state.mode.legacy {
+        if let Ok(Value::Object(r)) = &mut outcome {
+            r.remove("resultType");
+        }
+    }
+    if state.mode.sse {
+        let body = serde_json::to_string(&response(id, outcome)).expect("serializes");
+        let mut r = Response::new(Full::new(Bytes::from(format!(
+            "event: message\ndata: {body}\n\n"
+        ))));
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        return r;
+    }
     rpc(StatusCode::OK, id, outcome)
 }

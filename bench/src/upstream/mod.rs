@@ -17,6 +17,15 @@ mod stdio;
 pub use http::run;
 pub use stdio::run as run_stdio;
 
+/// How the HTTP upstream speaks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mode {
+    /// A 2025-11-25 server with sessions instead of a 2026-07-28 one.
+    pub legacy: bool,
+    /// `tools/call` answered as an SSE stream instead of one JSON body.
+    pub sse: bool,
+}
+
 /// JSON-RPC "Method not found".
 const METHOD_NOT_FOUND: i64 = -32601;
 /// JSON-RPC "Invalid params" (an unknown tool).
@@ -51,6 +60,23 @@ fn answer_of(method: &str) -> Option<Result<Value, (i64, String)>> {
         "server/discover" => Ok(discover_result()),
         "ping" => Ok(json!({"resultType": "complete"})),
         "tools/list" => Ok(tools_list()),
+        "tools/call" => return None,
+        _ => Err((METHOD_NOT_FOUND, format!("Method not found: {method}"))),
+    })
+}
+
+/// The answer of a 2025-11-25 server to a method other than `tools/call`
+/// (`initialize` is the HTTP server's: it opens a session).
+fn legacy_answer_of(method: &str) -> Option<Result<Value, (i64, String)>> {
+    Some(match method {
+        "ping" => Ok(json!({})),
+        "tools/list" => {
+            let mut tools = tools_list();
+            for k in ["resultType", "ttlMs", "cacheScope"] {
+                tools.as_object_mut().expect("an object").remove(k);
+            }
+            Ok(tools)
+        }
         "tools/call" => return None,
         _ => Err((METHOD_NOT_FOUND, format!("Method not found: {method}"))),
     })
