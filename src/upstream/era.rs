@@ -42,14 +42,75 @@ pub fn cancelled_notification(id: &Value) -> Value {
     })
 }
 
+/// The per-request protocol fields of `_meta`, which a legacy session carries
+/// instead.
+const SESSION_META: [&str; 3] = [
+    mcp::META_PROTOCOL_VERSION,
+    mcp::META_CLIENT_INFO,
+    mcp::META_CLIENT_CAPABILITIES,
+];
+
+/// [`legacy_request`] with `id`, as bytes, serialized from the borrowed request:
+/// nothing of it is copied on the way (a legacy call's hot path).
+pub fn legacy_bytes(req: &Request, id: Option<&Value>) -> Vec<u8> {
+    use serde::ser::{Serialize, SerializeMap, Serializer};
+
+    /// The params without the session's `_meta` keys (and without a `_meta`
+    /// left empty).
+    struct Params<'a>(&'a Map<String, Value>);
+    /// A `_meta` object without the session's keys.
+    struct Meta<'a>(&'a Map<String, Value>);
+
+    fn kept(meta: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+        meta.iter()
+            .filter(|(k, _)| !SESSION_META.contains(&k.as_str()))
+    }
+    impl Serialize for Meta<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_map(kept(self.0))
+        }
+    }
+    impl Serialize for Params<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut m = s.serialize_map(None)?;
+            for (k, v) in self.0 {
+                match v {
+                    Value::Object(meta) if k == "_meta" => {
+                        if kept(meta).next().is_some() {
+                            m.serialize_entry(k, &Meta(meta))?;
+                        }
+                    }
+                    _ => m.serialize_entry(k, v)?,
+                }
+            }
+            m.end()
+        }
+    }
+    #[derive(serde::Serialize)]
+    struct Wire<'a> {
+        jsonrpc: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a Value>,
+        method: &'a str,
+        params: Params<'a>,
+    }
+    serde_json::to_vec(&Wire {
+        jsonrpc: "2.0",
+        id,
+        method: &req.method,
+        params: Params(&req.params),
+    })
+    .expect("JSON values serialize")
+}
+
 /// A modern request reshaped for a legacy session: the per-request protocol fields
 /// live in the session there, so they are dropped; every other `_meta` key stays.
 pub fn legacy_request(req: &Request) -> Request {
     let mut r = req.clone();
     if let Some(Value::Object(meta)) = r.params.get_mut("_meta") {
-        meta.remove(mcp::META_PROTOCOL_VERSION);
-        meta.remove(mcp::META_CLIENT_INFO);
-        meta.remove(mcp::META_CLIENT_CAPABILITIES);
+        for k in SESSION_META {
+            meta.remove(k);
+        }
         if meta.is_empty() {
             r.params.remove("_meta");
         }
@@ -75,4 +136,50 @@ pub fn discover_from_initialize(init: &Value) -> Value {
         r.insert("instructions".into(), i.clone());
     }
     Value::Object(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(params: Value) -> Request {
+        Request {
+            id: Some(json!(1)),
+            method: "tools/call".into(),
+            params: params.as_object().expect("an object").clone(),
+        }
+    }
+
+    #[test]
+    fn legacy_bytes_are_the_legacy_request_without_copying_it() {
+        let modern_meta = modern_meta();
+        let with_progress = {
+            let mut m = modern_meta.clone();
+            m["progressToken"] = json!("p-1");
+            m
+        };
+        for params in [
+            json!({"name": "fast", "arguments": {"a": [1, {"b": null}]}, "_meta": modern_meta}),
+            json!({"name": "fast", "_meta": with_progress}),
+            json!({"name": "fast", "_meta": 7}),
+            json!({"name": "fast"}),
+            json!({}),
+        ] {
+            let req = request(params.clone());
+            let id = json!("tasklift-3");
+            let bytes = legacy_bytes(&req, Some(&id));
+            let sent: Value = serde_json::from_slice(&bytes).expect("JSON");
+            assert_eq!(
+                sent,
+                wire_message(&req, &Era::Legacy, Some(&id)),
+                "{params}"
+            );
+            assert!(!String::from_utf8_lossy(&bytes).contains("protocolVersion"));
+        }
+        let note = legacy_bytes(&request(json!({})), None);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&note).unwrap(),
+            json!({"jsonrpc": "2.0", "method": "tools/call", "params": {}})
+        );
+    }
 }

@@ -39,8 +39,8 @@ pub use call::{
 pub use client_request::ClientRequest;
 pub use context::{CallContext, ClientPeer};
 pub use era::{
-    cancelled_notification, discover_from_initialize, legacy_request, modern_meta, wire_message,
-    Era,
+    cancelled_notification, discover_from_initialize, legacy_bytes, legacy_request, modern_meta,
+    wire_message, Era,
 };
 pub use error::{broken, broken_by, chain, UpstreamError};
 pub use listen::{agreed_by_capabilities, notification_wanted, Listening};

@@ -3,7 +3,6 @@
 //! proven to belong to, its other notifications to `subscriptions/listen`.
 
 use std::ops::ControlFlow;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -64,9 +63,9 @@ impl Shared {
         let mut changes = s.changes.subscribe();
         let (tx, rx) = mpsc::channel(64);
         let session = s.clone();
-        session.in_flight.fetch_add(1, Ordering::Relaxed);
+        let busy = InFlight::new(&session);
         let task = tokio::spawn(async move {
-            let _busy = InFlight(&session);
+            let _busy = busy;
             loop {
                 match changes.recv().await {
                     Ok(n) => {

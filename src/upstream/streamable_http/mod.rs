@@ -257,11 +257,12 @@ impl Shared {
     /// POST a JSON-RPC message with the configured and per-call headers.
     async fn post(
         &self,
-        body: Vec<u8>,
+        body: impl Into<Bytes>,
         headers: HeaderMap,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
-        self.send(Method::POST, Some(body), headers, ctx).await
+        self.send(Method::POST, Some(body.into()), headers, ctx)
+            .await
     }
 
     /// Send one request. A `429` or `503` whose `Retry-After` asks for a wait of at
@@ -271,7 +272,7 @@ impl Shared {
     async fn send(
         &self,
         method: Method,
-        body: Option<Vec<u8>>,
+        body: Option<Bytes>,
         extra: HeaderMap,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
@@ -298,7 +299,7 @@ impl Shared {
         for (k, v) in extra.iter() {
             h.insert(k.clone(), v.clone());
         }
-        let body = Bytes::from(body.unwrap_or_default());
+        let body = body.unwrap_or_default();
         let client = &self.clients[crate::workers::current() % self.clients.len()];
         let mut retries = 0;
         loop {

@@ -9,30 +9,36 @@ use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::session::InFlight;
-use super::{modern_headers, Shared};
+use super::response::Read;
+use super::session::{Asker, InFlight};
+use super::{modern_headers, Answer, Session, Shared};
 use crate::upstream::{
-    cancelled_notification, upstream_task_of, wire_message, CallContext, CallEvent, Canceller, Era,
-    Events, First, UpstreamCall,
+    cancelled_notification, legacy_bytes, upstream_task_of, CallContext, CallEvent, Canceller, Era,
+    Events, First, UpstreamCall, UpstreamError,
 };
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp;
 
 impl Shared {
-    /// Start one request. It runs in the task that reads its events: a modern
-    /// upstream's JSON answer is the whole call, with no task and no channel of its
-    /// own. An SSE answer, or a call to a legacy upstream (its session, the retry
-    /// on a new one, the server's requests to the client), gets a reader task.
-    /// Cancelling the call drops the request or aborts its reader (closing the HTTP
-    /// stream, which is cancellation on modern HTTP) and, on a legacy session,
-    /// POSTs `notifications/cancelled`.
+    /// Start one request. It runs in the task that reads its events: a JSON answer
+    /// is the whole call, with no task and no channel of its own. An SSE answer, a
+    /// question from a legacy server before its answer, or a legacy request about
+    /// one of the server's own tasks gets a reader task. Cancelling the call drops
+    /// the request or aborts its reader (closing the HTTP stream, which is
+    /// cancellation on modern HTTP) and, on a legacy session, POSTs
+    /// `notifications/cancelled`.
     pub(super) fn start(self: &Arc<Self>, req: &Request, ctx: &CallContext) -> UpstreamCall {
-        // To an upstream known to be modern the request goes as bytes at once, so
+        // To an upstream whose era is known the request goes as bytes at once, so
         // nothing keeps its JSON tree for as long as the call runs.
         let ready = match self.known_era_for(ctx) {
             Some(Era::Modern) => {
                 let id = self.upstream_id();
                 Ready::Modern(req.to_vec_with_id(Some(&id)), modern_headers(req), id)
+            }
+            Some(Era::Legacy)
+                if upstream_task_of(req).is_none() && !req.params.contains_key("task") =>
+            {
+                Ready::Legacy(self.legacy_call(req))
             }
             _ => Ready::Request(req.clone()),
         };
@@ -42,11 +48,18 @@ impl Shared {
         let request = async move {
             let (body, headers, id) = match ready {
                 Ready::Modern(body, headers, id) => (body, headers, id),
+                Ready::Legacy(call) => return shared.legacy_inline(call, ctx, reader).await,
                 Ready::Request(req) => match shared.era_for(&ctx).await {
                     Err(e) => return First::Done(Err(e.to_rpc())),
                     Ok(Era::Modern) => {
                         let id = shared.upstream_id();
                         (req.to_vec_with_id(Some(&id)), modern_headers(&req), id)
+                    }
+                    Ok(Era::Legacy)
+                        if upstream_task_of(&req).is_none() && !req.params.contains_key("task") =>
+                    {
+                        let call = shared.legacy_call(&req);
+                        return shared.legacy_inline(call, ctx, reader).await;
                     }
                     Ok(Era::Legacy) => {
                         let (tx, rx) = mpsc::channel(64);
@@ -82,7 +95,7 @@ impl Shared {
             };
             tokio::spawn(async move {
                 let body = serde_json::to_vec(&cancelled_notification(&ci.id)).expect("serializes");
-                match shared.post(body, ci.headers, &ci.ctx).await {
+                match shared.post(body, ci.session.headers(), &ci.ctx).await {
                     Ok(ans) => {
                         let _ = shared.read_all(ans.body).await;
                     }
@@ -98,7 +111,125 @@ impl Shared {
         }
     }
 
-    /// Run one request on a legacy session, sending its events to `tx`.
+    /// A request for a legacy session, not about one of the server's own tasks.
+    fn legacy_call(&self, req: &Request) -> LegacyCall {
+        let id = self.upstream_id();
+        LegacyCall {
+            body: legacy_bytes(req, Some(&id)).into(),
+            asks: mcp::may_ask(&req.method),
+            id,
+        }
+    }
+
+    /// Run `call` on a legacy session in the task that reads its events, like a
+    /// modern call: a JSON answer ends it with no task or channel read by another.
+    /// An SSE answer is pumped by a reader task; so is the rest of the call when the
+    /// server asks the client something (on the session's GET stream, routed to the
+    /// call's channel) before it answers, since nobody reads that channel until the
+    /// call hands its events over.
+    async fn legacy_inline(
+        self: Arc<Self>,
+        call: LegacyCall,
+        ctx: CallContext,
+        stop: Arc<Mutex<Stop>>,
+    ) -> First {
+        let (tx, mut rx) = mpsc::channel(64);
+        let mut posted = Box::pin(
+            self.clone()
+                .legacy_post(call, ctx, tx.clone(), stop.clone()),
+        );
+        let asked = tokio::select! {
+            biased;
+            p = &mut posted => match p {
+                Posted::Read(read) => return read.into(),
+                Posted::Stream(stream) => {
+                    let task = tokio::spawn(async move { stream.pump(&self, tx).await });
+                    stop.lock().expect("cancel lock").reader = Some(task.abort_handle());
+                    return First::Stream(rx);
+                }
+            },
+            Some(ev) = rx.recv() => ev,
+        };
+        // Asked before the answer: a reader task hands the question on first, then
+        // whatever else comes, and finishes the call on the same channel.
+        let (out, events) = mpsc::channel(64);
+        let task = tokio::spawn(async move {
+            if out.send(asked).await.is_err() {
+                return;
+            }
+            let finish = async {
+                match posted.await {
+                    Posted::Read(read) => {
+                        let outcome = match read {
+                            Read::Done(o) => o,
+                            Read::Raw(r) => r.outcome(),
+                        };
+                        let _ = tx.send(CallEvent::Done(outcome)).await;
+                    }
+                    Posted::Stream(stream) => stream.pump(&self, tx).await,
+                }
+            };
+            let forward = async {
+                while let Some(ev) = rx.recv().await {
+                    let done = matches!(ev, CallEvent::Done(_));
+                    if out.send(ev).await.is_err() || done {
+                        return;
+                    }
+                }
+            };
+            tokio::join!(finish, forward);
+        });
+        stop.lock().expect("cancel lock").reader = Some(task.abort_handle());
+        First::Stream(events)
+    }
+
+    /// POST `call` on the caller's session (once more on a new session after 404):
+    /// its answer read, or its SSE stream with what pumping it needs.
+    async fn legacy_post(
+        self: Arc<Self>,
+        call: LegacyCall,
+        ctx: CallContext,
+        tx: mpsc::Sender<CallEvent>,
+        stop: Arc<Mutex<Stop>>,
+    ) -> Posted {
+        let failed = |e: UpstreamError| Posted::Read(Read::Done(Err(e.to_rpc())));
+        let mut stale = None;
+        loop {
+            let asks = call.asks.then_some((&call.id, &tx));
+            let (session, asker) = match self.call_session(&ctx, stale.as_ref(), asks, None).await {
+                Ok(s) => s,
+                Err(e) => return failed(e),
+            };
+            stop.lock().expect("cancel lock").legacy = Some(CancelInfo {
+                session: session.clone(),
+                id: call.id.clone(),
+                ctx: ctx.clone(),
+            });
+            let busy = InFlight::new(&session);
+            let ans = match self.post(call.body.clone(), session.headers(), &ctx).await {
+                Ok(a) => a,
+                Err(e) => return failed(e),
+            };
+            if ans.status == StatusCode::NOT_FOUND && session.id.is_some() && stale.is_none() {
+                stale = Some(session);
+                continue;
+            }
+            let read = self.answered_as(ans, true).await;
+            session.last_used.store(self.now_ms(), Ordering::Relaxed);
+            return match read {
+                Ok(read) => Posted::Read(read),
+                Err(ans) => Posted::Stream(LegacyStream {
+                    ans,
+                    id: call.id,
+                    session,
+                    _held: (busy, asker),
+                }),
+            };
+        }
+    }
+
+    /// Run one request about one of a legacy server's own tasks on the session that
+    /// holds the task, sending its events to `tx`.
     async fn run_legacy(
         self: Arc<Self>,
         req: Request,
@@ -107,8 +238,7 @@ impl Shared {
         stop: Arc<Mutex<Stop>>,
     ) {
         let id = self.upstream_id();
-        let body =
-            serde_json::to_vec(&wire_message(&req, &Era::Legacy, Some(&id))).expect("serializes");
+        let body = bytes::Bytes::from(legacy_bytes(&req, Some(&id)));
         let mut stale = None;
         let asks = mcp::may_ask(&req.method).then_some((&id, &tx));
         let task = upstream_task_of(&req);
@@ -122,12 +252,11 @@ impl Shared {
                 }
             };
             stop.lock().expect("cancel lock").legacy = Some(CancelInfo {
-                headers: session.headers(),
+                session: session.clone(),
                 id: id.clone(),
                 ctx: ctx.clone(),
             });
-            session.in_flight.fetch_add(1, Ordering::Relaxed);
-            let _busy = InFlight(&session);
+            let _busy = InFlight::new(&session);
             let ans = match self.post(body.clone(), session.headers(), &ctx).await {
                 Ok(a) => a,
                 Err(e) => {
@@ -155,10 +284,47 @@ impl Shared {
     }
 }
 
+/// A legacy request as bytes, with its upstream id and whether the server may ask
+/// the client something while it runs.
+struct LegacyCall {
+    body: bytes::Bytes,
+    id: Value,
+    asks: bool,
+}
+
+/// A legacy POST, answered.
+enum Posted {
+    /// The answer, read: the call is over.
+    Read(Read),
+    /// An SSE stream to pump.
+    Stream(LegacyStream),
+}
+
+/// A legacy call's SSE answer and what stays held while it is pumped: the
+/// session's in-flight count and the call's place among its askers.
+struct LegacyStream {
+    ans: Answer,
+    id: Value,
+    session: Arc<Session>,
+    _held: (InFlight, Option<Asker>),
+}
+
+impl LegacyStream {
+    async fn pump(self, shared: &Arc<Shared>, tx: mpsc::Sender<CallEvent>) {
+        shared
+            .pump(self.ans, self.id, tx, Some(&self.session))
+            .await;
+        self.session
+            .last_used
+            .store(shared.now_ms(), Ordering::Relaxed);
+    }
+}
+
 /// A request as `start` hands it to the call: serialized for an upstream known to
 /// be modern, else as it is, until the upstream's era says how it goes.
 enum Ready {
     Modern(Vec<u8>, HeaderMap, Value),
+    Legacy(LegacyCall),
     Request(Request),
 }
 
@@ -170,9 +336,9 @@ struct Stop {
     legacy: Option<CancelInfo>,
 }
 
-/// What a legacy cancellation needs: the session headers and the upstream request id.
+/// What a legacy cancellation needs: the session and the upstream request id.
 struct CancelInfo {
-    headers: HeaderMap,
+    session: Arc<Session>,
     id: Value,
     ctx: CallContext,
 }

@@ -30,7 +30,7 @@ impl Shared {
                 }
             }
         }
-        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        hex(&h.finalize())
     }
 
     /// The `initialize` result the upstream gives the 2025 client of `ctx` (its
@@ -53,15 +53,24 @@ impl Shared {
         ctx: &CallContext,
         stale: Option<&Arc<Session>>,
     ) -> Result<Arc<Session>, UpstreamError> {
-        let key = self.session_key(ctx);
+        self.session_keyed(ctx, &self.session_key(ctx), stale).await
+    }
+
+    /// [`Shared::session`] for the caller whose `session_key` is `key`.
+    async fn session_keyed(
+        self: &Arc<Self>,
+        ctx: &CallContext,
+        key: &str,
+        stale: Option<&Arc<Session>>,
+    ) -> Result<Arc<Session>, UpstreamError> {
         loop {
-            let slot = self.slot(ctx);
+            let slot = self.slot(key);
             let mut cur = slot.current.lock().await;
             // `close_idle` may have emptied this slot and dropped it from the map
             // while we waited: a session opened in it would never be closed.
             if !self
                 .sessions
-                .get(&key)
+                .get(key)
                 .is_some_and(|e| Arc::ptr_eq(e.value(), &slot))
             {
                 continue;
@@ -112,7 +121,8 @@ impl Shared {
         };
         // A request about an upstream task goes to the session that created it: the
         // server keeps its tasks per session.
-        let home_key = task.map(|t| format!("{}\n{t}", self.session_key(ctx)));
+        let key = self.session_key(ctx);
+        let home_key = task.map(|t| format!("{key}\n{t}"));
         if let Some(home) = home_key
             .as_ref()
             .and_then(|k| self.task_homes.get(k).and_then(|w| w.upgrade()))
@@ -122,7 +132,7 @@ impl Shared {
             let asker = asks.map(|a| register(&home, a));
             return Ok((home, asker));
         }
-        let main = self.session(ctx, stale).await?;
+        let main = self.session_keyed(ctx, &key, stale).await?;
         let Some(asks) = asks else {
             return Ok((main, None));
         };
@@ -132,7 +142,7 @@ impl Shared {
         if main.id.is_none() {
             return Ok((main.clone(), Some(claim(&main))));
         }
-        let slot = self.slot(ctx);
+        let slot = self.slot(&key);
         let mut extra = slot.extra.lock().await;
         if let Some(st) = stale {
             extra.retain(|s| !Arc::ptr_eq(s, st));
@@ -165,10 +175,13 @@ impl Shared {
         Ok((chosen.clone(), Some(claim(&chosen))))
     }
 
-    /// The caller's slot of sessions.
-    fn slot(&self, ctx: &CallContext) -> Arc<SessionSlot> {
+    /// The slot of sessions of the caller whose `session_key` is `key`.
+    fn slot(&self, key: &str) -> Arc<SessionSlot> {
+        if let Some(slot) = self.sessions.get(key) {
+            return slot.clone();
+        }
         self.sessions
-            .entry(self.session_key(ctx))
+            .entry(key.to_string())
             .or_insert_with(|| Arc::new(SessionSlot::default()))
             .clone()
     }
@@ -361,11 +374,30 @@ impl Drop for Asker {
     }
 }
 
-/// Decrements a session's in-flight count when a request using it ends.
-pub(super) struct InFlight<'a>(pub(super) &'a Session);
+/// A request using a session: counted in its in-flight count (so `close_idle`
+/// leaves the session alone) until dropped.
+pub(super) struct InFlight(Arc<Session>);
 
-impl Drop for InFlight<'_> {
+impl InFlight {
+    pub(super) fn new(session: &Arc<Session>) -> Self {
+        session.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(session.clone())
+    }
+}
+
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
 }
