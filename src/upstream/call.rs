@@ -163,6 +163,8 @@ pub struct RawResult {
     /// Where the result object is in `body`.
     start: usize,
     end: usize,
+    /// Where the response's id is in `body`, if it has one.
+    id: Option<(usize, usize)>,
     /// It says `"resultType": "complete"` itself.
     complete: bool,
 }
@@ -178,6 +180,8 @@ impl std::fmt::Debug for RawResult {
 /// The top of an answer, borrowed: what decides whether it passes as bytes.
 #[derive(Deserialize)]
 struct AnswerTop<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
     #[serde(borrow)]
     result: Option<&'a RawValue>,
     error: Option<IgnoredAny>,
@@ -224,18 +228,28 @@ impl RawResult {
                 Some("complete") => true,
                 Some(_) => return None,
             };
-            let start = result.as_ptr() as usize - text.as_ptr() as usize;
-            Some((start, start + result.len(), complete))
+            let at = |r: &str| r.as_ptr() as usize - text.as_ptr() as usize;
+            let start = at(result);
+            let id = top.id.map(|i| (at(i.get()), at(i.get()) + i.get().len()));
+            Some((start, start + result.len(), id, complete))
         })();
         match found {
-            Some((start, end, complete)) => Ok(Self {
+            Some((start, end, id, complete)) => Ok(Self {
                 body,
                 start,
                 end,
+                id,
                 complete,
             }),
             None => Err(body),
         }
+    }
+
+    /// Whether it is the response to `id`.
+    pub fn id_is(&self, id: &Value) -> bool {
+        self.id.is_some_and(|(a, b)| {
+            serde_json::from_slice::<Value>(&self.body[a..b]).is_ok_and(|v| &v == id)
+        })
     }
 
     /// The result as a value, `resultType` included.
@@ -496,6 +510,11 @@ mod tests {
         // The outcome, for readers that need the value, matches.
         let r = scan(up).unwrap();
         assert_eq!(r.outcome().unwrap()["resultType"], "complete");
+        // The response's id, as JSON.
+        assert!(r.id_is(&json!("tasklift-9")));
+        assert!(!r.id_is(&json!("tasklift-90")) && !r.id_is(&json!(9)));
+        assert!(scan(complete).unwrap().id_is(&json!(3)));
+        assert!(!scan(r#"{"result":{}}"#).unwrap().id_is(&Value::Null));
     }
 
     #[test]

@@ -9,9 +9,9 @@ use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::response::Read;
+use super::response::{Read, Started};
 use super::session::{Asker, InFlight};
-use super::{modern_headers, Answer, Session, Shared};
+use super::{modern_headers, Session, Shared};
 use crate::upstream::{
     cancelled_notification, legacy_bytes, upstream_task_of, CallContext, CallEvent, Canceller, Era,
     Events, First, UpstreamCall, UpstreamError,
@@ -74,11 +74,18 @@ impl Shared {
                 Ok(ans) => ans,
                 Err(e) => return First::Done(Err(e.to_rpc())),
             };
-            match shared.answered_as(ans, true).await {
+            let stream = match shared.answered_as(ans, true).await {
+                Ok(read) => return read.into(),
+                Err(stream) => stream,
+            };
+            match shared.first_answer(stream, &id).await {
                 Ok(read) => read.into(),
-                Err(stream) => {
+                Err(started) => {
                     let (tx, rx) = mpsc::channel(64);
-                    let task = tokio::spawn(async move { shared.pump(stream, id, tx, None).await });
+                    let task =
+                        tokio::spawn(
+                            async move { shared.pump_started(started, id, tx, None).await },
+                        );
                     reader.lock().expect("cancel lock").reader = Some(task.abort_handle());
                     First::Stream(rx)
                 }
@@ -214,16 +221,19 @@ impl Shared {
                 stale = Some(session);
                 continue;
             }
-            let read = self.answered_as(ans, true).await;
+            let read = match self.answered_as(ans, true).await {
+                Ok(read) => Ok(read),
+                Err(stream) => self.first_answer(stream, &call.id).await,
+            };
             session.last_used.store(self.now_ms(), Ordering::Relaxed);
             return match read {
                 Ok(read) => Posted::Read(read),
-                Err(ans) => Posted::Stream(LegacyStream {
-                    ans,
+                Err(started) => Posted::Stream(Box::new(LegacyStream {
+                    started,
                     id: call.id,
                     session,
                     _held: (busy, asker),
-                }),
+                })),
             };
         }
     }
@@ -297,13 +307,13 @@ enum Posted {
     /// The answer, read: the call is over.
     Read(Read),
     /// An SSE stream to pump.
-    Stream(LegacyStream),
+    Stream(Box<LegacyStream>),
 }
 
-/// A legacy call's SSE answer and what stays held while it is pumped: the
+/// A legacy call's SSE answer, started, and what stays held while it is pumped: the
 /// session's in-flight count and the call's place among its askers.
 struct LegacyStream {
-    ans: Answer,
+    started: Started,
     id: Value,
     session: Arc<Session>,
     _held: (InFlight, Option<Asker>),
@@ -312,7 +322,7 @@ struct LegacyStream {
 impl LegacyStream {
     async fn pump(self, shared: &Arc<Shared>, tx: mpsc::Sender<CallEvent>) {
         shared
-            .pump(self.ans, self.id, tx, Some(&self.session))
+            .pump_started(self.started, self.id, tx, Some(&self.session))
             .await;
         self.session
             .last_used

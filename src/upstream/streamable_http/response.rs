@@ -6,6 +6,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -142,36 +143,71 @@ impl Shared {
         tx: mpsc::Sender<CallEvent>,
         session: Option<&Session>,
     ) {
-        let name = &self.cfg.name;
-        let ans = match self.answered(ans).await {
+        match self.answered(ans).await {
             Ok(outcome) => {
                 let _ = tx.send(CallEvent::Done(outcome)).await;
-                return;
             }
-            Err(stream) => stream,
-        };
+            Err(stream) => {
+                let started = Started::new(stream.body);
+                self.pump_started(started, id, tx, session).await
+            }
+        }
+    }
+
+    /// Read an SSE answer in the caller's task until its first event: when that is
+    /// the call's own response (a quick tool on an SDK server, which answers every
+    /// POST as a stream), the call is over without a reader task, its result kept
+    /// as bytes when it can pass unchanged. Otherwise (a notification or a request
+    /// first, or a stream that ended without a word, to be resumed) the stream, with
+    /// what was read of it, goes to [`Shared::pump_started`].
+    pub(super) async fn first_answer(&self, stream: Answer, id: &Value) -> Result<Read, Started> {
+        let mut started = Started::new(stream.body);
+        loop {
+            let Some((events, ended)) = started.reading.next(&self.cfg.name).await else {
+                continue;
+            };
+            let Some(first) = events.iter().find(|d| !d.trim().is_empty()) else {
+                // Only a priming event (an id, no data): it set the resumption point.
+                if ended {
+                    started.ended = true;
+                    return Err(started);
+                }
+                continue;
+            };
+            if let Some(read) = own_response(first, id) {
+                return Ok(read);
+            }
+            started.pending = events;
+            started.ended = ended;
+            return Err(started);
+        }
+    }
+
+    /// [`Shared::pump`] for a stream already started (by [`Shared::first_answer`]).
+    pub(super) async fn pump_started(
+        self: &Arc<Self>,
+        mut started: Started,
+        id: Value,
+        tx: mpsc::Sender<CallEvent>,
+        session: Option<&Session>,
+    ) {
+        let name = &self.cfg.name;
         let stream = OwnStream {
             shared: self,
             id: &id,
             tx: &tx,
             session,
         };
-        let mut reading = Reading {
-            parser: SseParser::default(),
-            body: ans.body,
-            resumes: 0,
-            broke: None,
-        };
+        let reading = &mut started.reading;
+        let (mut events, mut ended) = (std::mem::take(&mut started.pending), started.ended);
         loop {
-            let Some((events, ended)) = reading.next(name).await else {
-                continue;
-            };
             if reading.deliver(&stream, events, name).await.is_break() {
                 return;
             }
-            if ended && !self.resume(&mut reading, session).await {
+            if ended && !self.resume(reading, session).await {
                 break;
             }
+            (events, ended) = reading.next(name).await.unwrap_or_default();
         }
         let _ = tx.send(CallEvent::Done(Err(reading.error(name)))).await;
     }
@@ -275,6 +311,42 @@ fn retry_note(headers: &http::HeaderMap) -> String {
         .and_then(|v| v.to_str().ok())
         .map(|v| format!(" (Retry-After: {})", v.trim()))
         .unwrap_or_default()
+}
+
+/// The call's own response, when `data` (an SSE event's) is it: as bytes when it
+/// can pass unchanged, else parsed.
+fn own_response(data: &str, id: &Value) -> Option<Read> {
+    match RawResult::scan(Bytes::copy_from_slice(data.as_bytes())) {
+        Ok(raw) if raw.id_is(id) => Some(Read::Raw(raw)),
+        Ok(_) => None,
+        Err(_) => match router::parse(data)? {
+            Msg::Response { id: got, outcome } if &got == id => Some(Read::Done(outcome)),
+            _ => None,
+        },
+    }
+}
+
+/// A response stream whose first events were read in the caller's task: the
+/// stream, those events (not yet delivered) and whether it ended with them.
+pub(super) struct Started {
+    reading: Reading,
+    pending: Vec<String>,
+    ended: bool,
+}
+
+impl Started {
+    fn new(body: Incoming) -> Self {
+        Self {
+            reading: Reading {
+                parser: SseParser::default(),
+                body,
+                resumes: 0,
+                broke: None,
+            },
+            pending: Vec::new(),
+            ended: false,
+        }
+    }
 }
 
 /// A response stream being read, across its resumptions.
