@@ -6,8 +6,8 @@
 pub struct SseParser {
     /// Bytes not yet forming a complete line.
     buf: Vec<u8>,
-    /// `data:` lines of the event being read.
-    data: Vec<String>,
+    /// The data of the event being read: its `data:` lines, joined by `\n`.
+    data: String,
     /// Whether the current event had any data line.
     has_data: bool,
     /// The id of the last complete event (`id:`), for resuming with `Last-Event-ID`.
@@ -19,64 +19,73 @@ pub struct SseParser {
 }
 
 impl SseParser {
-    /// Feed a chunk; returns the data of every event completed by it.
+    /// Feed a chunk; returns the data of every event completed by it. Lines are
+    /// read where they lie (in the chunk itself when no partial line is waiting),
+    /// and only a trailing partial line is kept.
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
-        self.buf.extend_from_slice(chunk);
         let mut events = Vec::new();
-        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
-            let mut line: Vec<u8> = self.buf.drain(..=pos).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            let line = String::from_utf8_lossy(&line);
-            if line.is_empty() {
-                if let Some(id) = self.pending_id.take() {
-                    self.last_event_id = Some(id);
-                }
-                if self.has_data {
-                    events.push(self.data.join("\n"));
-                }
-                self.data.clear();
-                self.has_data = false;
-            } else if let Some(rest) = line.strip_prefix("data:") {
-                self.data
-                    .push(rest.strip_prefix(' ').unwrap_or(rest).to_string());
-                self.has_data = true;
-            } else if let Some(rest) = line.strip_prefix("id:") {
-                let id = rest.strip_prefix(' ').unwrap_or(rest);
-                // An id containing NUL is ignored, as the SSE standard says.
-                if !id.contains('\0') {
-                    self.pending_id = Some(id.to_string());
-                }
-            } else if let Some(rest) = line.strip_prefix("retry:") {
-                if let Ok(ms) = rest.trim().parse() {
-                    self.retry_ms = Some(ms);
-                }
-            }
-            // comments (":") and event: carry nothing tasklift needs.
+        let joined;
+        let input: &[u8] = if self.buf.is_empty() {
+            chunk
+        } else {
+            self.buf.extend_from_slice(chunk);
+            joined = std::mem::take(&mut self.buf);
+            &joined
+        };
+        let mut start = 0;
+        while let Some(n) = input[start..].iter().position(|&b| b == b'\n') {
+            let line = &input[start..start + n];
+            start += n + 1;
+            self.line(line.strip_suffix(b"\r").unwrap_or(line), &mut events);
         }
+        self.buf = input[start..].to_vec();
         events
+    }
+
+    /// One complete line, without its line ending.
+    fn line(&mut self, line: &[u8], events: &mut Vec<String>) {
+        let line = String::from_utf8_lossy(line);
+        if line.is_empty() {
+            if let Some(id) = self.pending_id.take() {
+                self.last_event_id = Some(id);
+            }
+            if std::mem::take(&mut self.has_data) {
+                events.push(std::mem::take(&mut self.data));
+            }
+        } else if let Some(rest) = line.strip_prefix("data:") {
+            self.data_line(rest);
+        } else if let Some(rest) = line.strip_prefix("id:") {
+            let id = rest.strip_prefix(' ').unwrap_or(rest);
+            // An id containing NUL is ignored, as the SSE standard says.
+            if !id.contains('\0') {
+                self.pending_id = Some(id.to_string());
+            }
+        } else if let Some(rest) = line.strip_prefix("retry:") {
+            if let Ok(ms) = rest.trim().parse() {
+                self.retry_ms = Some(ms);
+            }
+        }
+        // comments (":") and event: carry nothing tasklift needs.
+    }
+
+    fn data_line(&mut self, rest: &str) {
+        if self.has_data {
+            self.data.push('\n');
+        }
+        self.data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+        self.has_data = true;
     }
 
     /// At end of stream: the last event if it was not terminated by a blank line.
     pub fn finish(&mut self) -> Option<String> {
         if !self.buf.is_empty() {
             let rest = std::mem::take(&mut self.buf);
-            let mut ev = self.feed(&[]);
-            let line = String::from_utf8_lossy(&rest)
-                .trim_end_matches('\r')
-                .to_string();
-            if let Some(d) = line.strip_prefix("data:") {
-                self.data.push(d.strip_prefix(' ').unwrap_or(d).to_string());
-                self.has_data = true;
-            }
-            if let Some(e) = ev.pop() {
-                return Some(e);
+            let line = String::from_utf8_lossy(&rest);
+            if let Some(d) = line.trim_end_matches('\r').strip_prefix("data:") {
+                self.data_line(d);
             }
         }
-        self.has_data
-            .then(|| std::mem::take(&mut self.data).join("\n"))
+        std::mem::take(&mut self.has_data).then(|| std::mem::take(&mut self.data))
     }
 }
 
@@ -131,6 +140,28 @@ mod tests {
         assert!(p.feed(b"event: message\r\nda").is_empty());
         let ev = p.feed(b"ta: {\"a\":1}\r\n\r\n: comment\n\ndata: x\ndata: y\n\n");
         assert_eq!(ev, vec!["{\"a\":1}".to_string(), "x\ny".to_string()]);
+    }
+
+    #[test]
+    fn lines_split_anywhere_even_inside_a_character_come_out_whole() {
+        let text = "id: 7\nretry: 250\ndata: {\"é\":1}\ndata: two\n\ndata: \n\n";
+        for cut in 0..text.len() {
+            for cut2 in cut..text.len() {
+                let mut p = SseParser::default();
+                let b = text.as_bytes();
+                let mut ev = p.feed(&b[..cut]);
+                ev.extend(p.feed(&b[cut..cut2]));
+                ev.extend(p.feed(&b[cut2..]));
+                assert_eq!(
+                    ev,
+                    vec!["{\"é\":1}\ntwo".to_string(), String::new()],
+                    "{cut} {cut2}"
+                );
+                assert_eq!(p.last_event_id.as_deref(), Some("7"));
+                assert_eq!(p.retry_ms, Some(250));
+                assert_eq!(p.finish(), None);
+            }
+        }
     }
 
     #[test]

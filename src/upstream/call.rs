@@ -245,6 +245,11 @@ impl RawResult {
         }
     }
 
+    /// The answer it was scanned from.
+    pub fn into_body(self) -> Bytes {
+        self.body
+    }
+
     /// Whether it is the response to `id`.
     pub fn id_is(&self, id: &Value) -> bool {
         self.id.is_some_and(|(a, b)| {

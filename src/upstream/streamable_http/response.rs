@@ -166,7 +166,7 @@ impl Shared {
             let Some((events, ended)) = started.reading.next(&self.cfg.name).await else {
                 continue;
             };
-            let Some(first) = events.iter().find(|d| !d.trim().is_empty()) else {
+            let Some(first) = events.iter().position(|d| !d.trim().is_empty()) else {
                 // Only a priming event (an id, no data): it set the resumption point.
                 if ended {
                     started.ended = true;
@@ -174,8 +174,10 @@ impl Shared {
                 }
                 continue;
             };
-            if let Some(read) = own_response(first, id) {
-                return Ok(read);
+            let mut events = events;
+            match own_response(std::mem::take(&mut events[first]), id) {
+                Ok(read) => return Ok(read),
+                Err(data) => events[first] = data,
             }
             started.pending = events;
             started.ended = ended;
@@ -314,15 +316,20 @@ fn retry_note(headers: &http::HeaderMap) -> String {
 }
 
 /// The call's own response, when `data` (an SSE event's) is it: as bytes when it
-/// can pass unchanged, else parsed.
-fn own_response(data: &str, id: &Value) -> Option<Read> {
-    match RawResult::scan(Bytes::copy_from_slice(data.as_bytes())) {
-        Ok(raw) if raw.id_is(id) => Some(Read::Raw(raw)),
-        Ok(_) => None,
-        Err(_) => match router::parse(data)? {
-            Msg::Response { id: got, outcome } if &got == id => Some(Read::Done(outcome)),
-            _ => None,
-        },
+/// can pass unchanged (taking the event's text without a copy), else parsed;
+/// `data` back when it is something else.
+fn own_response(data: String, id: &Value) -> Result<Read, String> {
+    let back = |b: Bytes| String::from_utf8(Vec::from(b)).expect("it was a String");
+    match RawResult::scan(Bytes::from(data)) {
+        Ok(raw) if raw.id_is(id) => Ok(Read::Raw(raw)),
+        Ok(raw) => Err(back(raw.into_body())),
+        Err(body) => {
+            let data = back(body);
+            match router::parse(&data) {
+                Some(Msg::Response { id: got, outcome }) if &got == id => Ok(Read::Done(outcome)),
+                _ => Err(data),
+            }
+        }
     }
 }
 
