@@ -4,6 +4,7 @@
 //! ```text
 //! tasklift-bench [--duration 5s] [--warmup 1s] [--reps 3] [--concurrency 16] [--rate 2000]
 //!                [--tasks 10000] [--skip nginx,stdio,memory,churn,...] [--out docs/benchmarks] [--quick]
+//!                [--mcp-proxy PATH] [--mcp-proxy-2026 PATH]
 //! tasklift-bench upstream --listen 127.0.0.1:0      # the baseline upstream alone
 //! tasklift-bench upstream --stdio                   # the same on stdin/stdout
 //! tasklift-bench upstream --legacy [--sse]          # a 2025-11-25 server with sessions
@@ -14,7 +15,8 @@
 //!
 //! Scenarios: pass-through throughput and latency (direct to the upstream, through
 //! nginx, through tasklift; closed loop and open loop at a fixed rate), pass-through
-//! throughput of tasklift fronting the same upstream as a stdio child, `tasks/get`
+//! throughput of tasklift fronting the same upstream as a stdio child, tasklift, nginx
+//! and `mcp-proxy` (a peer gateway) in front of a 2025-11-25 upstream, `tasks/get`
 //! throughput, task creation (time to handle, time to a visible completion), memory
 //! per running task with 10,000 held calls, and the store churn example. Results go
 //! to stdout, `results.md`, `throughput.svg` and `latency.svg` in `--out`.
@@ -112,7 +114,8 @@ pub struct RunArgs {
     /// Clients of the task-creation scenario.
     #[arg(long, default_value_t = 8)]
     pub creation_clients: usize,
-    /// Scenarios to leave out: nginx, traced, stdio, legacy, open, tasks-get, creation, memory, churn.
+    /// Scenarios to leave out: nginx, traced, stdio, legacy, peers, open, tasks-get, creation,
+    /// memory, churn.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// Where results.md and the SVG charts go.
@@ -127,6 +130,14 @@ pub struct RunArgs {
     /// The nginx binary (default: `nginx` on PATH or in /usr/sbin).
     #[arg(long)]
     pub nginx: Option<PathBuf>,
+    /// The `mcp-proxy` 0.6.0 binary, a peer in front of the legacy upstream (default:
+    /// target/tools/mcp-proxy/bin/mcp-proxy, installed by scripts/bench, when present).
+    #[arg(long)]
+    pub mcp_proxy: Option<PathBuf>,
+    /// The same built with `--features protocol-2026-07-28` (default:
+    /// target/tools/mcp-proxy-2026/bin/mcp-proxy when present).
+    #[arg(long)]
+    pub mcp_proxy_2026: Option<PathBuf>,
     /// Also measure tasks/get and task creation with the PostgreSQL store on this
     /// server (a scratch database is created and dropped), e.g.
     /// postgres://postgres@127.0.0.1:5432/postgres.

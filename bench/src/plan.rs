@@ -38,6 +38,14 @@ pub const LEGACY_NGINX_SSE: &str = "nginx, legacy SSE upstream (2025 client)";
 /// and through tasklift with a 2026-07-28 client.
 pub const LEGACY_TL_SSE: &str = "tasklift, legacy SSE upstream";
 
+/// Peers in front of the same legacy JSON upstream (`scenarios/peers.rs`):
+/// `mcp-proxy` 0.6.0, the plain build, with 2025-11-25 clients,
+pub const PEER_MCP_PROXY: &str = "mcp-proxy, legacy upstream (2025 client)";
+/// its `protocol-2026-07-28` build with a 2026-07-28 client,
+pub const PEER_MCP_PROXY_2026: &str = "mcp-proxy-2026, legacy upstream";
+/// or, if that build refused one, with 2025-11-25 clients.
+pub const PEER_MCP_PROXY_2026_LEGACY: &str = "mcp-proxy-2026, legacy upstream (2025 client)";
+
 /// Whether `--skip` names this scenario.
 pub fn skip(args: &RunArgs, what: &str) -> bool {
     args.skip.iter().any(|s| s.trim() == what)
@@ -66,6 +74,13 @@ pub fn order(args: &RunArgs) -> Vec<String> {
             v.push(LEGACY_NGINX_SSE.into());
         }
         v.push(LEGACY_TL_SSE.into());
+        if !skip(args, "peers") {
+            v.extend([
+                PEER_MCP_PROXY.into(),
+                PEER_MCP_PROXY_2026.into(),
+                PEER_MCP_PROXY_2026_LEGACY.into(),
+            ]);
+        }
     }
     if !skip(args, "tasks-get") {
         v.push("tasks/get".into());

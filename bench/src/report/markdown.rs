@@ -8,7 +8,7 @@ use crate::loadgen::quantile;
 use crate::plan;
 use crate::RunArgs;
 
-use super::figures::{creation_of, CreationAll};
+use super::figures::{creation_of, summarize, CreationAll};
 use super::verdicts::{grouped, pass_text, Verdict};
 use super::{Binary, Profile, Report};
 
@@ -47,7 +47,100 @@ fn creation_table(s: &mut String, c: &CreationAll) {
     row(s, &what, &c.over_sorted);
 }
 
+/// The peers table's rows: label, proxy, its clients' revision.
+const PEER_ROWS: [(&str, &str, &str); 7] = [
+    (plan::LEGACY_DIRECT, "none (direct)", "2025-11-25"),
+    (plan::LEGACY_NGINX, "nginx", "2025-11-25"),
+    (plan::LEGACY_TL_2025, "tasklift", "2025-11-25"),
+    (plan::LEGACY_TL, "tasklift", "2026-07-28"),
+    (plan::PEER_MCP_PROXY, "mcp-proxy 0.6.0", "2025-11-25"),
+    (
+        plan::PEER_MCP_PROXY_2026,
+        "mcp-proxy 0.6.0, `protocol-2026-07-28` build",
+        "2026-07-28",
+    ),
+    (
+        plan::PEER_MCP_PROXY_2026_LEGACY,
+        "mcp-proxy 0.6.0, `protocol-2026-07-28` build",
+        "2025-11-25",
+    ),
+];
+
 impl Report {
+    /// Whether a peer (mcp-proxy) was measured.
+    fn has_peers(&self) -> bool {
+        PEER_ROWS[4..]
+            .iter()
+            .any(|(l, ..)| self.samples.contains_key(*l))
+    }
+
+    /// The Setup bullet on the peers, when they ran.
+    fn peers_setup(&self, s: &mut String) {
+        if !self.has_peers() {
+            return;
+        }
+        let modern = if self.samples.contains_key(plan::PEER_MCP_PROXY_2026) {
+            "by the same 2026-07-28 requests as tasklift (sessionless; named `legacy/fast`)"
+        } else {
+            "by 2025-11-25 clients too (it refused a 2026-07-28 client: see the run's stderr)"
+        };
+        let _ = writeln!(
+            s,
+            "- **Peers**: `mcp-proxy` 0.6.0 from crates.io (a tower-mcp gateway), installed by `scripts/bench` \
+             under `target/tools/` with `cargo install --locked --no-default-features` and again with `--features \
+             protocol-2026-07-28`, each run as `mcp-proxy --config FILE` in front of the legacy JSON upstream above: \
+             one `http` backend named `legacy` (so the upstream's `fast` is `legacy/fast`), everything else at its \
+             defaults (no auth, audit log, cache or resilience layers) but the log level, set to its documented \
+             default `info` (0.6.0 without an `[observability]` table logs every level, two DEBUG lines a call). \
+             It serves MCP on `/` and speaks 2025-11-25 to the backend on one session of its own. The plain build \
+             is loaded by 2025-11-25 clients with a session per connection (mcp-proxy's own sessions), the \
+             `protocol-2026-07-28` build {modern}. Closed loop only; the Peers table below puts them beside nginx \
+             and tasklift."
+        );
+    }
+
+    /// nginx, tasklift and the peers in front of the same legacy JSON upstream,
+    /// with each one's memory after the load.
+    fn peers_table(&self, s: &mut String, args: &RunArgs) {
+        if !self.has_peers() {
+            return;
+        }
+        let _ = writeln!(s, "## Peers\n");
+        let _ = writeln!(
+            s,
+            "What users would pick instead of tasklift, each in front of the same 2025-11-25 server (the legacy \
+             upstream with JSON answers): closed loop, {} connections, medians over repetitions. The CPU per call is \
+             the proxy's alone; RSS is `VmRSS` after the load runs (nginx: master and workers summed; tasklift: the \
+             one instance both its rows measured, with its sled store).\n",
+            args.concurrency
+        );
+        let _ = writeln!(
+            s,
+            "| proxy | clients | req/s | p50 ms | p99 ms | proxy CPU µs/call | RSS MiB |\n|---|---|---:|---:|---:|---:|---:|"
+        );
+        for (label, proxy, clients) in PEER_ROWS {
+            let Some(v) = self.samples.get(label) else {
+                continue;
+            };
+            let m = summarize(v);
+            let rss = self
+                .peer_mem
+                .iter()
+                .find(|(l, _)| l == label)
+                .map(|(_, m)| format!("{:.1}", m.rss_kib as f64 / 1024.0))
+                .unwrap_or_else(|| "–".into());
+            let _ = writeln!(
+                s,
+                "| {proxy} | {clients} | {:.0} | {:.3} | {:.3} | {:.1} | {rss} |",
+                m.rps.med,
+                m.p50 / 1000.0,
+                m.p99.med / 1000.0,
+                m.proxy_us,
+            );
+        }
+        let _ = writeln!(s);
+    }
+
     pub(super) fn markdown(
         &self,
         args: &RunArgs,
@@ -174,8 +267,13 @@ impl Report {
              client from a 2025 server), and a tasklift configured as above (era detected: legacy), loaded by the \
              same 2026-07-28 requests as the modern tasklift (it keeps one upstream session per caller and \
              translates) and, on the JSON upstream, by 2025-11-25 clients with a session per connection. Closed \
-             loop only.\n\
-             - The machine has {cores} cores shared by the load generator, the upstream and the proxy: absolute \
+             loop only.",
+            stdio = plan::STDIO,
+        );
+        self.peers_setup(&mut s);
+        let _ = writeln!(
+            s,
+            "- The machine has {cores} cores shared by the load generator, the upstream and the proxy: absolute \
              figures are small-machine figures, the ratios are what to compare.\n\
              - **Disturbed runs**: before each run the harness waits (up to {:.0} s) until the rest of the machine \
              uses less than {:.0}% of a core; a run during which it used more is run again (up to {} more times) \
@@ -185,7 +283,6 @@ impl Report {
             args.max_other * 100.0,
             args.retries,
             args.quiet_budget.as_secs_f64(),
-            stdio = plan::STDIO,
         );
         let _ = writeln!(s, "## Summary\n");
         let _ = writeln!(
@@ -303,6 +400,7 @@ impl Report {
                 m.rss_kib, m.pss_kib
             );
         }
+        self.peers_table(&mut s, args);
         if let Some(c) = self.creation_all() {
             let q = |v: &[u32], x: f64| quantile(v, x) as f64 / 1000.0;
             let _ = writeln!(s, "## Task creation\n");

@@ -219,6 +219,9 @@ pub struct Report {
     pub logs: Vec<LogSummary>,
     /// The main tasklift's memory after the load runs.
     pub main_mem: Option<Mem>,
+    /// Memory of the proxies in front of the legacy JSON upstream (nginx, tasklift,
+    /// the peers) after the load runs, by label.
+    pub peer_mem: Vec<(String, Mem)>,
     /// When the run started.
     pub started: Option<SystemTime>,
     /// Latency of a small write + fdatasync in the temp directory, sorted (µs).
@@ -240,6 +243,7 @@ impl Report {
             churn: None,
             logs: Vec::new(),
             main_mem: None,
+            peer_mem: Vec::new(),
             started: None,
             fsync: Vec::new(),
             binary: None,

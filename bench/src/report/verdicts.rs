@@ -189,7 +189,8 @@ impl Report {
     /// same server, and tasklift's CPU per call against the modern path's.
     fn legacy_verdicts(&self, v: &mut Vec<Verdict>) {
         use plan::{
-            LEGACY_DIRECT, LEGACY_NGINX, LEGACY_NGINX_SSE, LEGACY_TL, LEGACY_TL_2025, LEGACY_TL_SSE,
+            LEGACY_DIRECT, LEGACY_NGINX, LEGACY_NGINX_SSE, LEGACY_TL, LEGACY_TL_2025,
+            LEGACY_TL_SSE, PEER_MCP_PROXY, PEER_MCP_PROXY_2026, PEER_MCP_PROXY_2026_LEGACY,
         };
         let goal = Goal::AtLeast(LEGACY_PASS_THROUGH_MIN, "");
         for (what, pair, goal) in [
@@ -211,6 +212,22 @@ impl Report {
             (
                 "legacy upstream: tasklift ÷ direct",
                 (LEGACY_TL, LEGACY_DIRECT),
+                Goal::Reference,
+            ),
+            // Against what users would pick instead (peers.rs), same clients.
+            (
+                "legacy upstream, 2025 clients: tasklift ÷ mcp-proxy",
+                (LEGACY_TL_2025, PEER_MCP_PROXY),
+                Goal::Reference,
+            ),
+            (
+                "legacy upstream: tasklift ÷ mcp-proxy (protocol-2026-07-28 build)",
+                (LEGACY_TL, PEER_MCP_PROXY_2026),
+                Goal::Reference,
+            ),
+            (
+                "legacy upstream, 2025 clients: tasklift ÷ mcp-proxy (protocol-2026-07-28 build)",
+                (LEGACY_TL_2025, PEER_MCP_PROXY_2026_LEGACY),
                 Goal::Reference,
             ),
         ] {

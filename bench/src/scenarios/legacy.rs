@@ -19,7 +19,7 @@ use crate::plan::{
     skip, GET_THRESHOLD, LEGACY_DIRECT, LEGACY_NGINX, LEGACY_NGINX_SSE, LEGACY_TL, LEGACY_TL_2025,
     LEGACY_TL_SSE, MAIN_THRESHOLD,
 };
-use crate::procs::{self, Proc};
+use crate::procs::{self, Mem, Proc};
 use crate::report::LogSummary;
 use crate::wire::{self, Endpoint};
 use crate::RunArgs;
@@ -144,6 +144,29 @@ impl Legacy {
             self.modern.clone(),
         ));
         Ok(t)
+    }
+
+    /// The JSON upstream's endpoint and pid (the peers go in front of it).
+    pub(super) fn json_upstream(&self) -> anyhow::Result<(&Endpoint, u32)> {
+        Ok((&self.json.ep, self.json.upstream.pid()?))
+    }
+
+    /// What nginx (master and workers summed, if it runs) and tasklift in front
+    /// of the JSON upstream hold in memory now.
+    pub(super) fn json_mem(&self) -> anyhow::Result<(Option<Mem>, Mem)> {
+        let nginx = match &self.json.nginx {
+            Some((p, _)) => {
+                let mut sum = Mem::default();
+                for pid in procs::with_children(p.pid()?) {
+                    let m = procs::mem(pid)?;
+                    sum.rss_kib += m.rss_kib;
+                    sum.pss_kib += m.pss_kib;
+                }
+                Some(sum)
+            }
+            None => None,
+        };
+        Ok((nginx, procs::mem(self.json.tasklift.pid()?)?))
     }
 
     /// The tasklift logs, for the report.

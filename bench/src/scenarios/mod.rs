@@ -3,8 +3,9 @@
 //! hand everything to the report.
 //!
 //! This module has the run itself; `components` starts what is measured,
-//! `measure` runs a load on a quiet machine, `tasks`, `memory` and `churn` are
-//! the other scenarios.
+//! `measure` runs a load on a quiet machine, `legacy` and `peers` put proxies in
+//! front of 2025-11-25 servers, `tasks`, `memory` and `churn` are the other
+//! scenarios.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,8 +16,8 @@ use tokio::time::Instant;
 
 use crate::loadgen::{self, Workload};
 use crate::plan::{
-    skip, CREATION_THRESHOLD, GET_THRESHOLD, MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET, STDIO,
-    TRACED,
+    skip, CREATION_THRESHOLD, GET_THRESHOLD, LEGACY_NGINX, LEGACY_TL, LEGACY_TL_2025,
+    MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET, STDIO, TRACED,
 };
 use crate::procs::{self, TempDir};
 use crate::report::{Binary, Report};
@@ -28,6 +29,7 @@ mod components;
 mod legacy;
 mod measure;
 mod memory;
+mod peers;
 mod tasks;
 
 use churn::churn;
@@ -37,6 +39,7 @@ use components::{
 use legacy::Legacy;
 use measure::{log_run, measured, quiet_budget_left, wait_quiet, Cpu};
 use memory::memory;
+use peers::Peers;
 use tasks::{create_completed_tasks, creation};
 
 /// Run everything and write the report.
@@ -120,6 +123,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut legacy = None;
     if !skip(&args, "legacy") {
         legacy = Some(Legacy::start(&args, &tasklift_bin, work.path()).await?);
+    }
+    // What users would pick instead, in front of the same legacy JSON upstream.
+    let mut peers = None;
+    if !skip(&args, "peers") {
+        match &legacy {
+            Some(l) => peers = Some(Peers::start(&args, l.json_upstream()?.0).await?),
+            None => eprintln!(
+                "peers: not measured: they go in front of the legacy upstream (--skip legacy)"
+            ),
+        }
     }
 
     // The same tasks/get and creation scenarios with the PostgreSQL store, on a
@@ -255,6 +268,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 rep.push(label, s);
             }
         }
+        if let (Some(p), Some(l)) = (&mut peers, &legacy) {
+            for (label, ep, cpu, work) in p.targets(l.json_upstream()?.1)? {
+                let s =
+                    measured(&args, &cpu, || loadgen::closed(ep, work.clone(), c, w, d)).await?;
+                log_run(label, &s);
+                rep.push(label, s);
+            }
+        }
         if let Some(gw) = &get_work {
             let s = measured(&args, &tl_cpu, || {
                 loadgen::closed(&main.ep, gw.clone(), c, w, d)
@@ -315,6 +336,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         upstream.check_alive()?;
         if let Some(tl) = &mut stdio {
             tl.check_alive()?;
+        }
+    }
+    // The proxies in front of the legacy JSON upstream, after the load.
+    if let Some(l) = &legacy {
+        let (nginx, tl) = l.json_mem()?;
+        if let Some(m) = nginx {
+            rep.peer_mem.push((LEGACY_NGINX.into(), m));
+        }
+        rep.peer_mem.push((LEGACY_TL.into(), tl));
+        rep.peer_mem.push((LEGACY_TL_2025.into(), tl));
+    }
+    if let Some(p) = peers.take() {
+        for (label, m) in p.mem()? {
+            rep.peer_mem.push((label.into(), m));
         }
     }
     rep.logs.push(main.log_summary("main"));
