@@ -71,14 +71,24 @@ impl Drivers {
     /// Own a task until it settles, recording each change: one event at a time
     /// (progress due, the upstream's next event, a control message), each step
     /// saying whether the task goes on, then its settling.
-    pub(super) async fn own(
+    ///
+    /// Its future lives as long as the task runs, one per running task, so it is
+    /// kept small: the loop's state is built before it starts (so the record and
+    /// the call are not held twice, as arguments and inside the `Driver`), and the
+    /// settling, whose future is several KiB, is boxed and exists only at the end.
+    pub(super) fn own(
         self,
         rec: TaskRecord,
         o: RunningCall,
-        mut control: mpsc::Receiver<Control>,
+        control: mpsc::Receiver<Control>,
         traced: Span,
-    ) {
-        let mut d = Driver::new(self, rec, o);
+    ) -> impl std::future::Future<Output = ()> + Send {
+        Self::drive(Box::new(Driver::new(self, rec, o)), control, traced)
+    }
+
+    /// `own`'s loop. The `Driver` comes boxed: an async fn's argument is moved into
+    /// its body, and the future keeps room for both.
+    async fn drive(mut d: Box<Driver>, mut control: mpsc::Receiver<Control>, traced: Span) {
         loop {
             let goes_on = tokio::select! {
                 _ = sleep_until_opt(d.progress_due) => d.write_progress().await,
@@ -97,7 +107,7 @@ impl Drivers {
                 break;
             }
         }
-        d.finish(traced).await;
+        Box::pin(d.finish(traced)).await;
     }
 
     /// A task's end from the upstream's answer: its result, within the result
