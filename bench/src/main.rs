@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! tasklift-bench [--duration 5s] [--warmup 1s] [--reps 3] [--concurrency 16] [--rate 2000]
-//!                [--tasks 10000] [--skip nginx,stdio,memory,churn,...] [--out docs/benchmarks] [--quick]
+//!                [--tasks 10000] [--scale-levels 1000,10000,100000]
+//!                [--skip nginx,stdio,memory,scale,churn,...] [--out docs/benchmarks] [--quick]
 //!                [--mcp-proxy PATH] [--mcp-proxy-2026 PATH]
 //! tasklift-bench upstream --listen 127.0.0.1:0      # the baseline upstream alone
 //! tasklift-bench upstream --stdio                   # the same on stdin/stdout
@@ -18,8 +19,10 @@
 //! throughput of tasklift fronting the same upstream as a stdio child, tasklift, nginx
 //! and `mcp-proxy` (a peer gateway) in front of a 2025-11-25 upstream, `tasks/get`
 //! throughput, task creation (time to handle, time to a visible completion), memory
-//! per running task with 10,000 held calls, and the store churn example. Results go
-//! to stdout, `results.md`, `throughput.svg` and `latency.svg` in `--out`.
+//! per running task with 10,000 held calls, running tasks on one instance at scale
+//! (RSS, CPU, store size and `tasks/get` latency at 1,000, 10,000 and 100,000), and
+//! the store churn example. Results go to stdout, `results.md`, `throughput.svg`,
+//! `latency.svg` and `scale.svg` in `--out`.
 //! `scripts/bench` installs nginx, builds in release mode and runs this.
 
 mod crash;
@@ -105,9 +108,14 @@ pub struct RunArgs {
     /// Running tasks in the memory scenario.
     #[arg(long, default_value_t = 10_000)]
     pub tasks: usize,
-    /// Client connections that start the memory scenario's calls.
+    /// Client connections that start the memory scenario's calls (and the scale
+    /// scenario's).
     #[arg(long, default_value_t = 200)]
     pub memory_clients: usize,
+    /// Running tasks at each step of the scale scenario, one instance ramped from
+    /// one to the next [default: 1000,10000,100000; with --quick: 100,1000].
+    #[arg(long, value_delimiter = ',')]
+    pub scale_levels: Vec<usize>,
     /// Tasks created for the tasks/get scenario.
     #[arg(long, default_value_t = 1000)]
     pub get_tasks: usize,
@@ -115,7 +123,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 8)]
     pub creation_clients: usize,
     /// Scenarios to leave out: nginx, traced, stdio, legacy, peers, open, tasks-get, creation,
-    /// memory, churn.
+    /// memory, scale, churn.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// Where results.md and the SVG charts go.
@@ -214,10 +222,19 @@ fn main() -> ExitCode {
                 args.rate = args.rate.min(500.0);
                 args.open_connections = args.open_connections.min(8);
                 args.memory_clients = args.memory_clients.min(50);
+                if args.scale_levels.is_empty() {
+                    args.scale_levels = vec![100, 1000];
+                }
                 args.retries = 0;
                 args.quiet_wait = Duration::ZERO;
                 args.quiet_budget = Duration::ZERO;
             }
+            if args.scale_levels.is_empty() {
+                args.scale_levels = vec![1000, 10_000, 100_000];
+            }
+            args.scale_levels.retain(|n| *n > 0);
+            args.scale_levels.sort_unstable();
+            args.scale_levels.dedup();
             // One core for the load generator, like `wrk -t1`.
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -13,8 +13,20 @@ pub const GET_THRESHOLD: Duration = Duration::from_millis(20);
 pub const CREATION_THRESHOLD: Duration = Duration::from_millis(50);
 /// The creation scenario's upstream sleep.
 pub const CREATION_SLEEP: Duration = Duration::from_millis(200);
-/// The memory scenario's threshold.
+/// The memory scenario's threshold (the scale scenario's too).
 pub const MEMORY_THRESHOLD: Duration = Duration::from_millis(10);
+/// The scale scenario: `tasks/get`s timed at each level (a smoke run: fewer),
+pub const SCALE_GETS: usize = 5000;
+/// over this many connections, each sending its next when the last is answered.
+pub const SCALE_GET_CONNECTIONS: usize = 8;
+/// How long the upstream holds a call at most: past the longest ramp and drain.
+pub const SCALE_HOLD: Duration = Duration::from_secs(1800);
+/// The scale scenario's targets (issue 32, item 4): RSS at most this with ...
+pub const SCALE_RSS_MAX_KIB: u64 = 1024 * 1024;
+/// ... `tasks/get` p99 at most this (µs) ...
+pub const SCALE_GET_P99_MAX_US: u32 = 5000;
+/// ... with this many tasks running.
+pub const SCALE_AT: usize = 100_000;
 
 /// The label of `tasks/get` with the PostgreSQL store.
 pub const PG_GET: &str = "tasks/get (PostgreSQL)";

@@ -209,11 +209,56 @@ pub fn mem(pid: u32) -> anyhow::Result<Mem> {
     Ok(Mem { rss_kib, pss_kib })
 }
 
+/// The size of a directory tree on disk, in bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Disk {
+    /// The files' lengths summed (`du --apparent-size`).
+    pub apparent: u64,
+    /// The blocks allocated to them (`du`): sparse files count less, files
+    /// preallocated past their data more.
+    pub allocated: u64,
+}
+
+/// Sum the sizes of every file under `dir` (0 if it does not exist; files removed
+/// while it is walked are skipped).
+pub fn disk_usage(dir: &Path) -> Disk {
+    use std::os::unix::fs::MetadataExt;
+    let mut d = Disk::default();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&p) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                todo.push(e.path());
+            } else {
+                d.apparent += m.len();
+                d.allocated += m.blocks() * 512;
+            }
+        }
+    }
+    d
+}
+
 /// Open file descriptors of `pid`.
 pub fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
+}
+
+/// Raise this process's soft open-files limit to its hard limit (the scale
+/// scenario's client connections; the children the harness starts inherit it,
+/// and raise theirs again). The limits after, soft and hard.
+pub fn raise_nofile() -> anyhow::Result<(u64, u64)> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("getrlimit(RLIMIT_NOFILE)")?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).context("setrlimit(RLIMIT_NOFILE)")?;
+    }
+    Ok(getrlimit(Resource::RLIMIT_NOFILE)?)
 }
 
 /// The soft and hard open-files limits of this process.

@@ -1,8 +1,8 @@
 //! A smoke run of the benchmark harness (`tasklift-bench --quick`): it starts the
 //! baseline upstream and tasklift as processes (one with the upstream as its stdio
-//! child), drives every scenario but nginx and the store churn briefly, and writes
-//! its report. No timing is asserted, only that each scenario ran, answered and
-//! failed nothing.
+//! child), drives every scenario but nginx and the store churn briefly (the scale
+//! scenario to 1,000 running tasks), and writes its report. No timing is asserted,
+//! only that each scenario ran, answered and failed nothing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -76,12 +76,25 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         "## Pass-through and tasks/get",
         "## Task creation",
         "## Memory per running task",
+        "## Running tasks at scale",
     ] {
         assert!(md.contains(section), "{section} missing:\n{md}");
     }
     assert!(
         md.contains("- completed: 300, errors: 0"),
         "memory scenario:\n{md}"
+    );
+    // The scale scenario ramps one instance to 100 and 1,000 running tasks in a
+    // quick run, and every task completes.
+    for row in ["| 100 | ", "| 1,000 | "] {
+        assert!(
+            md.lines().any(|l| l.starts_with(row)),
+            "scale level {row}:\n{md}"
+        );
+    }
+    assert!(
+        md.contains("- completed: 1000 of 1000, errors: 0"),
+        "scale scenario:\n{md}"
     );
     // The summary weighs the run against every target that applies to it.
     for row in [
@@ -90,6 +103,8 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         "| RSS per running task, 300 running, HTTP/2 upstream |",
         "| RSS per running task, 300 running, HTTP/1.1 upstream |",
         "| 300 concurrent slow calls complete, HTTP/2 upstream |",
+        "| 1,000 concurrent slow calls become tasks and complete, HTTP/2 upstream (scale) |",
+        "| tasks/get p99 with 1,000 running tasks (scale) |",
         "| idle RSS of tasklift (memory scenario, before the load) |",
         "| tasklift binary size |",
     ] {
@@ -103,7 +118,7 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
     assert!(tasks > 0, "{creation}");
     assert!(md.contains("Errors: 0."), "task creation errors:\n{md}");
 
-    for chart in ["throughput.svg", "latency.svg"] {
+    for chart in ["throughput.svg", "latency.svg", "scale.svg"] {
         let svg = std::fs::read_to_string(out.path().join(chart)).expect(chart);
         assert!(svg.starts_with("<svg"), "{chart}: {svg}");
         assert!(svg.trim_end().ends_with("</svg>"), "{chart}");

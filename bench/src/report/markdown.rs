@@ -141,6 +141,118 @@ impl Report {
         let _ = writeln!(s);
     }
 
+    /// The scale scenario: a row per level, the release, the chart.
+    fn scale_section(&self, s: &mut String) {
+        let Some(sc) = &self.scale else { return };
+        let mib = |b: u64| b as f64 / 1048576.0;
+        let _ = writeln!(
+            s,
+            "## Running tasks at scale, one instance, an HTTP/2 upstream\n"
+        );
+        let _ = writeln!(
+            s,
+            "A fresh tasklift (threshold {} ms, the upstream over HTTP/2 with `http2 = true`, no limit on calls or \
+             tasks per principal, task TTL 1 h) ramped through {} running tasks: {} client connections (kept from \
+             step to step) start `hold` calls until that many are running as tasks (each answered with a handle \
+             after the threshold, its call held open at the upstream until the harness releases it, confirmed by \
+             the upstream's count of held requests). At each level, tasklift's RSS (`VmRSS`) and PSS, its CPU time \
+             (user + system from /proc/PID/stat: since it started, and to start this step's calls), its CPU while \
+             holding the tasks for a second with nothing asked of it, its store's size on disk (every file under \
+             its `data_dir`: sled and result files; allocated blocks, as `du`, and apparent size, as `du \
+             --apparent-size`), its open descriptors, and the latency of {} `tasks/get`s of running tasks spread \
+             over all of them, from {} connections each sending its next when the last is answered. The harness \
+             raised its open-files limit to the hard limit ({}); every process it starts does too. Then every call \
+             is released and each task polled through `tasks/get` until it reads `completed`.\n",
+            plan::MEMORY_THRESHOLD.as_millis(),
+            sc.levels
+                .iter()
+                .map(|l| grouped(l.running as u64))
+                .collect::<Vec<_>>()
+                .join(", "),
+            sc.clients,
+            sc.levels.first().map(|l| l.get_lat.len() + l.get_errors as usize).unwrap_or(0),
+            sc.get_connections,
+            crate::procs::nofile_limits().0,
+        );
+        let _ = writeln!(s, "![running tasks at scale](scale.svg)\n");
+        let _ = writeln!(
+            s,
+            "| running tasks | started in s | RSS MiB | PSS MiB | RSS KiB per task | CPU s so far | CPU s this step | \
+             CPU holding | store MiB (allocated) | store MiB (apparent) | open fds | held upstream | tasks/get p50 ms | \
+             p99 ms | max ms | errors |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        let _ = writeln!(
+            s,
+            "| idle | | {:.1} | {:.1} | | | | | {:.2} | {:.2} | {} | | | | | |",
+            sc.idle.rss_kib as f64 / 1024.0,
+            sc.idle.pss_kib as f64 / 1024.0,
+            mib(sc.idle_store.allocated),
+            mib(sc.idle_store.apparent),
+            sc.idle_fds
+        );
+        for l in &sc.levels {
+            let q = |x: f64| quantile(&l.get_lat, x) as f64 / 1000.0;
+            let _ = writeln!(
+                s,
+                "| {} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0}% | {:.2} | {:.2} | {} | {} | {:.3} | {:.3} | {:.3} | {} |",
+                grouped(l.running as u64),
+                l.ramp.as_secs_f64(),
+                l.mem.rss_kib as f64 / 1024.0,
+                l.mem.pss_kib as f64 / 1024.0,
+                l.per_task_kib(&sc.idle),
+                l.cpu_total,
+                l.cpu_step,
+                l.cpu_holding * 100.0,
+                mib(l.store.allocated),
+                mib(l.store.apparent),
+                l.fds,
+                l.held,
+                q(0.5),
+                q(0.99),
+                q(1.0),
+                l.errors + l.get_errors as usize
+            );
+        }
+        if let Some(a) = sc.after {
+            let _ = writeln!(
+                s,
+                "| all completed (0.5 s after) | | {:.1} | {:.1} | | | | | {:.2} | {:.2} | | | | | | |",
+                a.rss_kib as f64 / 1024.0,
+                a.pss_kib as f64 / 1024.0,
+                mib(sc.after_store.allocated),
+                mib(sc.after_store.apparent),
+            );
+        }
+        let _ = writeln!(s);
+        for l in &sc.levels {
+            let _ = writeln!(
+                s,
+                "- {} running: {} calls started in {:.2} s ({:.0}/s); the upstream's RSS {:.1} MiB; tasklift's CPU per \
+                 `tasks/get` {:.1} µs",
+                grouped(l.running as u64),
+                l.started,
+                l.ramp.as_secs_f64(),
+                l.started as f64 / l.ramp.as_secs_f64().max(1e-9),
+                l.upstream_mem.rss_kib as f64 / 1024.0,
+                l.get_cpu_us
+            );
+        }
+        let _ = writeln!(
+            s,
+            "- release → all `completed` (polled through `tasks/get`): {:.2} s, {:.2} s of tasklift's CPU\n\
+             - completed: {} of {}, errors: {}{}\n",
+            sc.drain.as_secs_f64(),
+            sc.cpu_drain,
+            sc.completed,
+            sc.tasks(),
+            sc.errors(),
+            sc.first_error()
+                .map(|e| format!(" (first: `{}`)", e.replace('`', "'")))
+                .unwrap_or_default()
+        );
+    }
+
     pub(super) fn markdown(
         &self,
         args: &RunArgs,
@@ -504,6 +616,7 @@ impl Report {
                     .unwrap_or_default()
             );
         }
+        self.scale_section(&mut s);
         if !self.logs.is_empty() {
             let _ = writeln!(s, "## tasklift's logs\n");
             let _ = writeln!(

@@ -11,7 +11,7 @@ use anyhow::Context;
 
 use crate::loadgen::Pct;
 use crate::plan;
-use crate::procs::Mem;
+use crate::procs::{Disk, Mem};
 use crate::RunArgs;
 
 mod figures;
@@ -133,6 +133,117 @@ impl Memory {
     }
 }
 
+/// One step of the scale scenario: the figures with this many tasks running.
+#[derive(Default, Clone)]
+pub struct ScaleLevel {
+    /// Tasks running: calls started so far in the scenario.
+    pub running: usize,
+    /// Calls started in this step.
+    pub started: usize,
+    /// Time until this step's handles were all back.
+    pub ramp: Duration,
+    /// Calls of this step that did not come back as a task handle.
+    pub errors: usize,
+    /// The first of them.
+    pub first_error: Option<String>,
+    /// Calls the upstream held (of this scenario).
+    pub held: u64,
+    /// tasklift's memory.
+    pub mem: Mem,
+    /// The upstream's memory.
+    pub upstream_mem: Mem,
+    /// tasklift's CPU time (user + system) since it started, seconds.
+    pub cpu_total: f64,
+    /// Its CPU time during this step's ramp (starting its calls), seconds.
+    pub cpu_step: f64,
+    /// Its CPU time during the ramps so far (no `tasks/get` runs), seconds.
+    pub cpu_ramps: f64,
+    /// Its CPU while the tasks were running and nothing was asked of it, as a
+    /// share of one core.
+    pub cpu_holding: f64,
+    /// Its store's directory.
+    pub store: Disk,
+    /// Its open file descriptors.
+    pub fds: usize,
+    /// `tasks/get` latencies of running tasks under this load, sorted (µs).
+    pub get_lat: Vec<u32>,
+    /// Its CPU time per `tasks/get`, µs.
+    pub get_cpu_us: f64,
+    /// Failed `tasks/get`s (not HTTP 200, a JSON-RPC error, or not `working`).
+    pub get_errors: u64,
+    /// The first of them.
+    pub get_first_error: Option<String>,
+}
+
+/// The scale scenario: one tasklift (HTTP/2 upstream) ramped through levels of
+/// running tasks, then every task released and checked.
+#[derive(Default, Clone)]
+pub struct Scale {
+    /// Client connections that started the calls.
+    pub clients: usize,
+    /// Connections of each `tasks/get` run.
+    pub get_connections: usize,
+    /// tasklift idle.
+    pub idle: Mem,
+    /// Its file descriptors idle.
+    pub idle_fds: usize,
+    /// Its store idle.
+    pub idle_store: Disk,
+    /// Each level.
+    pub levels: Vec<ScaleLevel>,
+    /// Release to every task `completed`.
+    pub drain: Duration,
+    /// Tasks seen `completed`.
+    pub completed: usize,
+    /// Tasks that ended otherwise, or were not seen `completed` in time.
+    pub drain_errors: usize,
+    /// The first of them.
+    pub drain_first_error: Option<String>,
+    /// tasklift after they all completed.
+    pub after: Option<Mem>,
+    /// Its store then.
+    pub after_store: Disk,
+    /// Its CPU time during the drain, seconds.
+    pub cpu_drain: f64,
+}
+
+impl Scale {
+    /// Calls started in all.
+    pub fn tasks(&self) -> usize {
+        self.levels.iter().map(|l| l.started).sum()
+    }
+
+    /// Every failure: calls that were no task, failed `tasks/get`s, tasks that did
+    /// not complete.
+    pub fn errors(&self) -> usize {
+        self.levels
+            .iter()
+            .map(|l| l.errors + l.get_errors as usize)
+            .sum::<usize>()
+            + self.drain_errors
+    }
+
+    /// The first failure.
+    pub fn first_error(&self) -> Option<&str> {
+        self.levels
+            .iter()
+            .find_map(|l| l.first_error.as_deref().or(l.get_first_error.as_deref()))
+            .or(self.drain_first_error.as_deref())
+    }
+
+    /// The level with the most tasks running.
+    pub fn top(&self) -> Option<&ScaleLevel> {
+        self.levels.last()
+    }
+}
+
+impl ScaleLevel {
+    /// RSS growth per running task over idle, KiB.
+    pub fn per_task_kib(&self, idle: &Mem) -> f64 {
+        (self.mem.rss_kib as f64 - idle.rss_kib as f64) / self.running.max(1) as f64
+    }
+}
+
 /// What one tasklift instance logged (default level, `info`).
 #[derive(Default, Clone)]
 pub struct LogSummary {
@@ -213,6 +324,8 @@ pub struct Report {
     pub memory: Option<Memory>,
     /// The memory scenario with the upstream over HTTP/2.
     pub memory_h2: Option<Memory>,
+    /// The scale scenario.
+    pub scale: Option<Scale>,
     /// Store churn.
     pub churn: Option<Churn>,
     /// What the tasklift instances logged.
@@ -240,6 +353,7 @@ impl Report {
             creation_pg: Vec::new(),
             memory: None,
             memory_h2: None,
+            scale: None,
             churn: None,
             logs: Vec::new(),
             main_mem: None,
@@ -267,10 +381,12 @@ impl Report {
         std::fs::write(args.out.join("results.md"), md)?;
         std::fs::write(args.out.join("throughput.svg"), self.throughput_svg(args))?;
         std::fs::write(args.out.join("latency.svg"), self.latency_svg(args))?;
-        eprintln!(
-            "wrote {}/results.md, throughput.svg, latency.svg",
-            args.out.display()
-        );
+        let mut wrote = "throughput.svg, latency.svg".to_string();
+        if let Some(svg) = self.scale_svg() {
+            std::fs::write(args.out.join("scale.svg"), svg)?;
+            wrote.push_str(", scale.svg");
+        }
+        eprintln!("wrote {}/results.md, {wrote}", args.out.display());
         let misses = verdicts.iter().filter(|v| v.pass == Some(false)).count();
         if misses > 0 {
             eprintln!("{misses} target(s) missed (see the table)");

@@ -116,6 +116,58 @@ impl Report {
                 m.errors
             );
         }
+        if let Some(sc) = &self.scale {
+            let _ = writeln!(
+                t,
+                "\nscale, HTTP/2 upstream: idle RSS {} KiB, store {:.1} MiB\n{:>10} {:>8} {:>10} {:>9} {:>9} {:>9} {:>10} {:>11} {:>6} {:>9} {:>9} {:>9} {:>7}",
+                sc.idle.rss_kib,
+                sc.idle_store.allocated as f64 / 1048576.0,
+                "running",
+                "ramp s",
+                "RSS MiB",
+                "KiB/task",
+                "CPU s",
+                "step s",
+                "holding %",
+                "store MiB",
+                "fds",
+                "get p50",
+                "get p99",
+                "get max",
+                "errors"
+            );
+            for l in &sc.levels {
+                let q = |x: f64| quantile(&l.get_lat, x) as f64 / 1000.0;
+                let _ = writeln!(
+                    t,
+                    "{:>10} {:>8.2} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>9.0}% {:>11.1} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>7}",
+                    l.running,
+                    l.ramp.as_secs_f64(),
+                    l.mem.rss_kib as f64 / 1024.0,
+                    l.per_task_kib(&sc.idle),
+                    l.cpu_total,
+                    l.cpu_step,
+                    l.cpu_holding * 100.0,
+                    l.store.allocated as f64 / 1048576.0,
+                    l.fds,
+                    q(0.5),
+                    q(0.99),
+                    q(1.0),
+                    l.errors + l.get_errors as usize
+                );
+            }
+            let _ = writeln!(
+                t,
+                "released: {} of {} completed in {:.2} s ({:.2} s CPU), {} errors; RSS after {} KiB, store {:.1} MiB",
+                sc.completed,
+                sc.tasks(),
+                sc.drain.as_secs_f64(),
+                sc.cpu_drain,
+                sc.errors(),
+                sc.after.map(|m| m.rss_kib).unwrap_or(0),
+                sc.after_store.allocated as f64 / 1048576.0
+            );
+        }
         if let Some(c) = &self.churn {
             let last: Vec<&str> = c.output.lines().rev().take(3).collect();
             let _ = writeln!(

@@ -181,6 +181,7 @@ impl Report {
         self.legacy_verdicts(&mut v);
         self.creation_verdicts(&mut v);
         self.memory_verdicts(&mut v);
+        self.scale_verdicts(&mut v);
         self.binary_verdict(&mut v);
         v
     }
@@ -360,6 +361,56 @@ impl Report {
             spread: format!("PSS {:.1} MiB", m.idle.pss_kib as f64 / 1024.0),
             target: format!("≤ {} MiB", IDLE_RSS_MAX_KIB / 1024),
             pass: Some(m.idle.rss_kib <= IDLE_RSS_MAX_KIB),
+        });
+    }
+
+    /// Issue 32 item 4: at 100,000 running tasks on one instance (HTTP/2
+    /// upstream), RSS and `tasks/get` p99 under that load; every call a task that
+    /// completes, at any size.
+    fn scale_verdicts(&self, v: &mut Vec<Verdict>) {
+        let Some(sc) = &self.scale else { return };
+        let Some(top) = sc.top() else { return };
+        let at = grouped(plan::SCALE_AT as u64);
+        // Fewer tasks say nothing about the target (a smoke run): a reference row.
+        let judged = top.running >= plan::SCALE_AT;
+        let running = grouped(top.running as u64);
+        v.push(Verdict {
+            what: format!("tasklift RSS with {running} running tasks, HTTP/2 upstream (scale)"),
+            value: format!("{:.1} MiB", top.mem.rss_kib as f64 / 1024.0),
+            spread: format!("{:.2} KiB/task", top.per_task_kib(&sc.idle)),
+            target: match judged {
+                true => format!("≤ {} MiB", plan::SCALE_RSS_MAX_KIB / 1024),
+                false => format!("≤ {} MiB at {at}", plan::SCALE_RSS_MAX_KIB / 1024),
+            },
+            pass: judged.then_some(top.mem.rss_kib <= plan::SCALE_RSS_MAX_KIB),
+        });
+        let p99 = quantile(&top.get_lat, 0.99);
+        v.push(Verdict {
+            what: format!("tasks/get p99 with {running} running tasks (scale)"),
+            value: ms(p99 as f64),
+            spread: format!(
+                "p50 {}, {} gets",
+                ms(quantile(&top.get_lat, 0.5) as f64),
+                top.get_lat.len()
+            ),
+            target: match judged {
+                true => format!("≤ {} ms", plan::SCALE_GET_P99_MAX_US / 1000),
+                false => format!("≤ {} ms at {at}", plan::SCALE_GET_P99_MAX_US / 1000),
+            },
+            pass: judged.then_some(
+                p99 <= plan::SCALE_GET_P99_MAX_US && !top.get_lat.is_empty() && top.get_errors == 0,
+            ),
+        });
+        let tasks = sc.tasks();
+        v.push(Verdict {
+            what: format!(
+                "{} concurrent slow calls become tasks and complete, HTTP/2 upstream (scale)",
+                grouped(tasks as u64)
+            ),
+            value: format!("{} completed, {} errors", sc.completed, sc.errors()),
+            spread: format!("drain {:.2} s", sc.drain.as_secs_f64()),
+            target: "every call, 0 errors".into(),
+            pass: Some(sc.errors() == 0 && sc.completed == tasks),
         });
     }
 

@@ -57,6 +57,9 @@ pub(super) fn stdio_upstream(args: &RunArgs) -> anyhow::Result<Via<'static>> {
     ]))
 }
 
+/// The store's directory under a tasklift's scratch directory.
+const DATA: &str = "data";
+
 /// A running tasklift.
 pub struct Tasklift {
     proc_: Proc,
@@ -64,7 +67,7 @@ pub struct Tasklift {
     pub ep: Endpoint,
     /// Its log (stderr).
     pub log: PathBuf,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl Tasklift {
@@ -118,7 +121,7 @@ name = "bench"
 path = "/mcp"
 {transport}era = "auto"
 "#,
-            data = dir.path().join("data").display(),
+            data = dir.path().join(DATA).display(),
             threshold = threshold.as_millis(),
             transport = upstream.toml(),
             store_url = store_url.unwrap_or(""),
@@ -146,7 +149,7 @@ path = "/mcp"
             proc_,
             ep: Endpoint::new(listen, "/mcp"),
             log,
-            _dir: dir,
+            dir,
         };
         // The first call makes tasklift detect the upstream's era (a stdio child's
         // at its start): it must be the one the upstream speaks.
@@ -172,6 +175,12 @@ path = "/mcp"
 
     pub(super) fn pid(&self) -> anyhow::Result<u32> {
         self.proc_.pid()
+    }
+
+    /// Its store's directory (`[store] data_dir`: sled, result files, the
+    /// principal key); nothing is kept there with a PostgreSQL store.
+    pub(super) fn data_dir(&self) -> PathBuf {
+        self.dir.path().join(DATA)
     }
 
     /// Fail if tasklift has exited.

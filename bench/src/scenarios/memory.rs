@@ -15,7 +15,7 @@ use super::components::Tasklift;
 use super::tasks::task_id;
 
 /// Upstream `/stats`.
-async fn upstream_stats(up: &Endpoint) -> anyhow::Result<Value> {
+pub(super) async fn upstream_stats(up: &Endpoint) -> anyhow::Result<Value> {
     let mut c = Conn::connect(up).await?;
     let (s, b) = c.plain("GET", "/stats").await?;
     if !s.is_success() {

@@ -1,11 +1,11 @@
 //! The scenarios and their order: start the components, run each repetition with
-//! the targets interleaved, then the one-off scenarios (memory, store churn), and
-//! hand everything to the report.
+//! the targets interleaved, then the one-off scenarios (memory, scale, store
+//! churn), and hand everything to the report.
 //!
 //! This module has the run itself; `components` starts what is measured,
 //! `measure` runs a load on a quiet machine, `legacy` and `peers` put proxies in
-//! front of 2025-11-25 servers, `tasks`, `memory` and `churn` are the other
-//! scenarios.
+//! front of 2025-11-25 servers, `tasks`, `memory`, `scale` and `churn` are the
+//! other scenarios.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::loadgen::{self, Workload};
 use crate::plan::{
     skip, CREATION_THRESHOLD, GET_THRESHOLD, LEGACY_NGINX, LEGACY_TL, LEGACY_TL_2025,
-    MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET, STDIO, TRACED,
+    MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET, SCALE_GETS, SCALE_GET_CONNECTIONS, STDIO, TRACED,
 };
 use crate::procs::{self, TempDir};
 use crate::report::{Binary, Report};
@@ -30,6 +30,7 @@ mod legacy;
 mod measure;
 mod memory;
 mod peers;
+mod scale;
 mod tasks;
 
 use churn::churn;
@@ -60,8 +61,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // Its size now: the file may be rebuilt while the run goes on.
     let binary = Binary::of(&tasklift_bin)?;
-    let (soft, hard) = procs::nofile_limits();
-    eprintln!("tasklift-bench: open files limit {soft} (hard {hard}); children raise theirs to the hard limit");
+    // The harness's own limit up to the hard one (its children inherit it).
+    match procs::raise_nofile() {
+        Ok((soft, hard)) => eprintln!(
+            "tasklift-bench: open files limit {soft} (hard {hard}); children raise theirs to the hard limit"
+        ),
+        Err(e) => {
+            let (soft, hard) = procs::nofile_limits();
+            eprintln!("tasklift-bench: open files limit {soft} (hard {hard}), not raised: {e:#}");
+        }
+    }
     let work = TempDir::new("run")?;
     let (mut upstream, up) = start_upstream(&args, work.path(), "baseline", &[]).await?;
     eprintln!("baseline upstream on {}", up.url());
@@ -407,6 +416,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         rep.memory_h2 = Some(h2);
         print_memory("memory", &m);
         rep.memory = Some(m);
+    }
+    if !skip(&args, "scale") {
+        // Running tasks on one instance at 1,000, 10,000, 100,000: the upstream over
+        // HTTP/2, as memory-h2.
+        let tl = Tasklift::start(
+            &tasklift_bin,
+            &Via::Http2(&up),
+            "scale",
+            MEMORY_THRESHOLD,
+            &[],
+            None,
+        )
+        .await?;
+        eprintln!(
+            "scale: tasklift on {}, running tasks {:?}",
+            tl.ep.url(),
+            args.scale_levels
+        );
+        if quiet_budget_left(&args) {
+            wait_quiet(args.max_other, args.quiet_wait).await;
+        }
+        let plan = scale::Plan {
+            levels: &args.scale_levels,
+            clients: args.memory_clients,
+            gets: if args.quick { 200 } else { SCALE_GETS },
+            get_connections: SCALE_GET_CONNECTIONS,
+        };
+        let s = scale::scale(&tl, &up, upstream.pid()?, &plan).await?;
+        rep.logs.push(tl.log_summary("scale"));
+        drop(tl);
+        eprintln!(
+            "scale: {} tasks: {} completed in {:.2}s after release, {} errors{}",
+            s.tasks(),
+            s.completed,
+            s.drain.as_secs_f64(),
+            s.errors(),
+            s.first_error()
+                .map(|e| format!(" (first: {e})"))
+                .unwrap_or_default()
+        );
+        rep.scale = Some(s);
     }
     if !skip(&args, "churn") {
         rep.churn = Some(churn(&args).await?);
