@@ -404,10 +404,11 @@ impl Report {
                 let yy = y(*t);
                 let _ = writeln!(
                     s,
-                    r##"<line x1="{left:.1}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#c0392b" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#c0392b">target {} MiB</text>"##,
+                    r##"<line x1="{left:.1}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#c0392b" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#c0392b">target at {}: {} MiB</text>"##,
                     left + plot_w,
                     left + 4.0,
                     yy - 5.0,
+                    compact(plan::SCALE_AT),
                     short(*t)
                 );
             }
