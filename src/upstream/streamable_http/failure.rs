@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use http::{header, HeaderMap, StatusCode};
 
+use super::http2::Http2Failure;
 use super::{Shared, MAX_RETRY_AFTER};
 use crate::upstream::chain;
 use crate::upstream::UpstreamError;
@@ -43,6 +44,45 @@ impl Shared {
             false => UpstreamError::Dropped {
                 name,
                 message: cause,
+            },
+        }
+    }
+}
+
+impl Shared {
+    /// [`Shared::request_failed`] for an HTTP/2 upstream: no connection (TCP, TLS,
+    /// the handshake), an answer that is not HTTP/2 (h2 names a protocol error of
+    /// its own), or a connection or stream that broke.
+    pub(super) fn http2_failed(&self, e: &Http2Failure) -> UpstreamError {
+        let name = self.cfg.name.clone();
+        match e {
+            Http2Failure::Connect(e) => {
+                let cause = chain(&**e);
+                let handshake = self.url.scheme_str() == Some("https") && e.is::<std::io::Error>();
+                let message = match handshake || is_tls(&**e) {
+                    true => format!("TLS handshake failed: {cause}"),
+                    false => cause,
+                };
+                UpstreamError::Unreachable { name, message }
+            }
+            Http2Failure::Stream(e) if e.is_library() && !e.is_io() => {
+                let reason = e.reason().unwrap_or(h2::Reason::PROTOCOL_ERROR);
+                let message = format!(
+                    "not an HTTP/2 answer ({reason}); is the upstream's `http2 = true` right? {e}"
+                );
+                match reason {
+                    h2::Reason::PROTOCOL_ERROR
+                    | h2::Reason::FRAME_SIZE_ERROR
+                    | h2::Reason::COMPRESSION_ERROR => UpstreamError::NotHttp { name, message },
+                    _ => UpstreamError::Dropped {
+                        name,
+                        message: chain(e),
+                    },
+                }
+            }
+            Http2Failure::Stream(e) => UpstreamError::Dropped {
+                name,
+                message: chain(e),
             },
         }
     }

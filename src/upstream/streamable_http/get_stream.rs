@@ -6,9 +6,9 @@ use std::ops::ControlFlow;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::ResponseBody;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -217,7 +217,7 @@ impl GetStream {
 
     /// Read the stream until the server ends it, noting where it left off;
     /// `Break` once the session is gone.
-    async fn read(&mut self, mut body: Incoming) -> ControlFlow<()> {
+    async fn read(&mut self, mut body: ResponseBody) -> ControlFlow<()> {
         let mut parser = SseParser::default();
         parser.last_event_id = self.last.clone();
         let mut got_data = false;

@@ -18,11 +18,13 @@
 mod era;
 mod failure;
 mod get_stream;
+mod http2;
 mod request;
 mod response;
 mod session;
 
 use failure::retry_after;
+use http2::{Connector, Http2Pool, ResponseBody};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -32,7 +34,6 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -47,7 +48,16 @@ use crate::config::{EraSetting, Transport, UpstreamConfig};
 use tasklift_protocol::jsonrpc::{self, Outcome, Request};
 use tasklift_protocol::mcp::{self, MODERN_VERSION};
 
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpClient = Client<Connector, Full<Bytes>>;
+
+/// How requests reach the upstream, one per front-door worker: a call uses its
+/// worker's, so its connection's driver runs on the same thread.
+enum Clients {
+    /// hyper-util's pooled HTTP/1.1 client (http and https).
+    Http1(Vec<HttpClient>),
+    /// `http2 = true`: one HTTP/2 connection per worker (`http2.rs`).
+    Http2(Vec<Arc<Http2Pool>>),
+}
 
 /// Largest non-streamed upstream body tasklift reads (error bodies, JSON answers).
 const MAX_JSON_BODY: usize = 256 * 1024 * 1024;
@@ -84,9 +94,8 @@ struct Shared {
     cfg: UpstreamConfig,
     /// The endpoint.
     url: http::Uri,
-    /// Pooled HTTP/1 clients (http and https), one per front-door worker: a call
-    /// uses its worker's, so its connection's driver runs on the same thread.
-    clients: Vec<HttpClient>,
+    /// The clients, one per front-door worker.
+    clients: Clients,
     /// Cached era, once known.
     era: RwLock<Option<Era>>,
     /// Serialises era detection so one probe runs at a time.
@@ -171,9 +180,19 @@ impl HttpUpstream {
                 name: cfg.name.clone(),
                 message: "not an HTTP upstream".into(),
             })?;
-        let clients = (0..pools.max(1))
-            .map(|_| build_client(&cfg))
-            .collect::<Result<_, _>>()?;
+        let pools = pools.max(1);
+        let clients = match cfg.transport {
+            Transport::Http { http2: true, .. } => Clients::Http2(
+                (0..pools)
+                    .map(|_| Ok(Http2Pool::new(connector(&cfg, true)?, url.clone())))
+                    .collect::<Result<_, _>>()?,
+            ),
+            _ => Clients::Http1(
+                (0..pools)
+                    .map(|_| build_client(&cfg))
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
         let era = match cfg.era {
             EraSetting::Auto => None,
             EraSetting::Modern => Some(Era::Modern),
@@ -197,7 +216,9 @@ impl HttpUpstream {
     }
 }
 
-fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
+/// TCP with the upstream's connect timeout, and TLS on https:// (ALPN `h2` for
+/// an HTTP/2 upstream).
+fn connector(cfg: &UpstreamConfig, http2: bool) -> Result<Connector, UpstreamError> {
     let tls = crate::tls::client_config(true, cfg.ca_file.as_deref()).map_err(|message| {
         UpstreamError::Unreachable {
             name: cfg.name.clone(),
@@ -208,46 +229,32 @@ fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(cfg.connect_timeout));
-    let http2 = matches!(cfg.transport, Transport::Http { http2: true, .. });
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();
-    let https = if http2 {
-        https.enable_http2().wrap_connector(http)
-    } else {
-        https.enable_http1().wrap_connector(http)
-    };
+    Ok(match http2 {
+        true => https.enable_http2().wrap_connector(http),
+        false => https.enable_http1().wrap_connector(http),
+    })
+}
+
+/// An HTTP/1.1 upstream's pooled client.
+fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
     let mut client = Client::builder(TokioExecutor::new());
     client.pool_idle_timeout(Duration::from_secs(30));
-    if http2 {
-        // One connection carries every call (h2 prior knowledge on http://, ALPN
-        // h2 on https://); pings find a connection that died while calls wait.
-        client
-            .http2_only(true)
-            .timer(hyper_util::rt::TokioTimer::new())
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .http2_keep_alive_while_idle(false);
-    }
-    Ok(client.build(https))
+    Ok(client.build(connector(cfg, false)?))
 }
 
 /// A response as read: status, headers and the body still streaming.
 struct Answer {
     status: StatusCode,
     headers: HeaderMap,
-    body: Incoming,
+    body: ResponseBody,
 }
 
 impl Shared {
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
-    }
-
-    fn unreachable(&self, e: impl std::fmt::Display) -> UpstreamError {
-        UpstreamError::Unreachable {
-            name: self.cfg.name.clone(),
-            message: e.to_string(),
-        }
     }
 
     fn upstream_id(&self) -> Value {
@@ -269,6 +276,9 @@ impl Shared {
     /// most [`MAX_RETRY_AFTER`] is sent again after that wait, up to [`MAX_RETRIES`]
     /// times: the server said it did not take the request, so nothing ran twice.
     /// Any other answer, and the last refusal, is the caller's to see.
+    ///
+    /// A slow call waits here for its answer's headers as long as it runs, so only
+    /// `extra` is kept meanwhile; each attempt builds its headers anew.
     async fn send(
         &self,
         method: Method,
@@ -276,8 +286,39 @@ impl Shared {
         extra: HeaderMap,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
-        let mut h = HeaderMap::new();
-        if body.is_some() {
+        let has_body = body.is_some();
+        let body = body.unwrap_or_default();
+        let mut retries = 0;
+        loop {
+            let headers = self.request_headers(has_body, &extra, ctx);
+            let (parts, body_in) = self.exchange(&method, headers, &body).await?;
+            match retry_after(parts.status, &parts.headers) {
+                Some(wait) if retries < MAX_RETRIES => {
+                    retries += 1;
+                    tracing::info!(upstream = %self.cfg.name, status = %parts.status,
+                        wait_s = wait.as_secs(), attempt = retries,
+                        "the upstream asked to retry later; sending the request again");
+                    drop(body_in);
+                    tokio::time::sleep(wait).await;
+                }
+                _ => {
+                    return Ok(Answer {
+                        status: parts.status,
+                        headers: parts.headers,
+                        body: body_in,
+                    })
+                }
+            }
+        }
+    }
+
+    /// A request's headers: the content type for a body, the configured headers,
+    /// the caller's credentials and forwarded headers, then `extra`.
+    fn request_headers(&self, has_body: bool, extra: &HeaderMap, ctx: &CallContext) -> HeaderMap {
+        let mut h = HeaderMap::with_capacity(
+            2 + self.cfg.headers.len() + ctx.forward_headers.len() + extra.len() + 1,
+        );
+        if has_body {
             h.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -299,44 +340,47 @@ impl Shared {
         for (k, v) in extra.iter() {
             h.insert(k.clone(), v.clone());
         }
-        let body = body.unwrap_or_default();
-        let client = &self.clients[crate::workers::current() % self.clients.len()];
-        let mut retries = 0;
-        loop {
-            let mut req = http::Request::builder()
-                .method(method.clone())
-                .uri(self.url.clone());
-            *req.headers_mut().expect("builder is valid") = h.clone();
-            let req = req
-                .body(Full::new(body.clone()))
-                .map_err(|e| self.unreachable(e))?;
-            let resp = client
-                .request(req)
-                .await
-                .map_err(|e| self.request_failed(&e))?;
-            let (parts, body_in) = resp.into_parts();
-            match retry_after(parts.status, &parts.headers) {
-                Some(wait) if retries < MAX_RETRIES => {
-                    retries += 1;
-                    tracing::info!(upstream = %self.cfg.name, status = %parts.status,
-                        wait_s = wait.as_secs(), attempt = retries,
-                        "the upstream asked to retry later; sending the request again");
-                    drop(body_in);
-                    tokio::time::sleep(wait).await;
-                }
-                _ => {
-                    return Ok(Answer {
-                        status: parts.status,
-                        headers: parts.headers,
-                        body: body_in,
-                    })
-                }
+        h
+    }
+
+    /// One attempt: the request out on this worker's client, the answer's head
+    /// and its body still streaming.
+    async fn exchange(
+        &self,
+        method: &Method,
+        headers: HeaderMap,
+        body: &Bytes,
+    ) -> Result<(http::response::Parts, ResponseBody), UpstreamError> {
+        let worker = crate::workers::current();
+        match &self.clients {
+            Clients::Http1(clients) => {
+                let mut req = http::Request::new(Full::new(body.clone()));
+                *req.method_mut() = method.clone();
+                *req.uri_mut() = self.url.clone();
+                *req.headers_mut() = headers;
+                let resp = clients[worker % clients.len()]
+                    .request(req)
+                    .await
+                    .map_err(|e| self.request_failed(&e))?;
+                let (parts, body) = resp.into_parts();
+                Ok((parts, ResponseBody::Http1(body)))
+            }
+            Clients::Http2(pools) => {
+                let mut req = http::Request::new(());
+                *req.method_mut() = method.clone();
+                *req.uri_mut() = self.url.clone();
+                *req.headers_mut() = http2::without_connection_headers(headers);
+                let resp = pools[worker % pools.len()]
+                    .request(req, body.clone())
+                    .await
+                    .map_err(|e| self.http2_failed(&e))?;
+                Ok(resp.into_parts())
             }
         }
     }
 
     /// Read a whole (non-streamed) body, bounded.
-    async fn read_all(&self, body: Incoming) -> Result<Bytes, UpstreamError> {
+    async fn read_all(&self, body: ResponseBody) -> Result<Bytes, UpstreamError> {
         let limited = http_body_util::Limited::new(body, MAX_JSON_BODY);
         limited.collect().await.map(|c| c.to_bytes()).map_err(|e| {
             let name = self.cfg.name.clone();

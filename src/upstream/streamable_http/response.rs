@@ -6,10 +6,10 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::ResponseBody;
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -281,7 +281,7 @@ impl Shared {
     }
 
     /// Reopen a legacy response stream after `last` with a GET carrying `Last-Event-ID`.
-    async fn resume_stream(self: &Arc<Self>, s: &Session, last: &str) -> Option<Incoming> {
+    async fn resume_stream(self: &Arc<Self>, s: &Session, last: &str) -> Option<ResponseBody> {
         let mut h = s.headers();
         h.insert(
             header::ACCEPT,
@@ -342,7 +342,7 @@ pub(super) struct Started {
 }
 
 impl Started {
-    fn new(body: Incoming) -> Self {
+    fn new(body: ResponseBody) -> Self {
         Self {
             reading: Reading {
                 parser: SseParser::default(),
@@ -359,7 +359,7 @@ impl Started {
 /// A response stream being read, across its resumptions.
 struct Reading {
     parser: SseParser,
-    body: Incoming,
+    body: ResponseBody,
     /// Resumptions since the server last made progress.
     resumes: u32,
     /// Why the stream last broke, if it did not simply end.
@@ -376,7 +376,7 @@ impl Reading {
                 Err(_) => None,
             },
             Some(Err(e)) => {
-                let cause = crate::upstream::chain(&e);
+                let cause = crate::upstream::chain(&*e);
                 tracing::warn!(upstream = %name, error = %cause, "upstream stream broke");
                 self.broke = Some(cause);
                 Some((Vec::new(), true))
@@ -425,7 +425,7 @@ impl Reading {
     }
 
     /// Go on reading `body`, the stream resumed after `last`.
-    fn restart(&mut self, body: Incoming, last: String) {
+    fn restart(&mut self, body: ResponseBody, last: String) {
         self.body = body;
         self.broke = None;
         let retry = self.parser.retry_ms;

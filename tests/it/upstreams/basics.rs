@@ -404,6 +404,94 @@ async fn an_http2_upstream_carries_concurrent_calls_on_a_connection_per_worker()
     h.stop().await;
 }
 
+/// A TCP forwarder in front of `to` whose connections the test can cut at once
+/// (both sockets closed, as when an upstream restarts or a network path drops).
+struct Cuttable {
+    url: String,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Cuttable {
+    async fn start(to: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let links = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (n, l) = (accepted.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut a, _)) = listener.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                let link = tokio::spawn(async move {
+                    let mut b = tokio::net::TcpStream::connect(to).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                });
+                l.lock().unwrap().push(link.abort_handle());
+            }
+        });
+        Self {
+            url,
+            accepted,
+            links,
+        }
+    }
+
+    fn cut(&self) {
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+}
+
+/// An HTTP/2 upstream connection that breaks is not reused: the task running on
+/// it fails saying the connection broke (it does not hang), and the next call
+/// opens a new connection and gets its answer.
+#[tokio::test]
+async fn a_broken_http2_connection_fails_its_calls_and_the_next_call_reconnects() {
+    let up = FixtureServer::new()
+        .modern()
+        .tool(Tool::new("echo"))
+        .tool(Tool::new("slow").sleep(Duration::from_secs(30)))
+        .start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr: std::net::SocketAddr = up
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    let cut = Cuttable::start(addr).await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &cut.url, dir, |c| {
+        c.server.workers = 1;
+        c.upstreams[0].http2 = true;
+    })
+    .await;
+    let c = h.client();
+    let a = c.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "echo done");
+    let a = c.call_tool("slow", json!({})).await.unwrap();
+    assert_eq!(a.result["resultType"], "task", "{}", a.result);
+    let id = a.result["taskId"].as_str().unwrap().to_string();
+    assert_eq!(
+        cut.accepted.load(Ordering::SeqCst),
+        1,
+        "one connection so far"
+    );
+
+    cut.cut();
+    let t = wait_terminal(&c, &id, Duration::from_secs(20)).await;
+    assert_eq!(t["status"], "failed", "{t}");
+    let said = t.to_string();
+    assert!(said.contains("connection") || said.contains("broke"), "{t}");
+
+    let a = c.call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "echo done");
+    assert_eq!(cut.accepted.load(Ordering::SeqCst), 2, "a new connection");
+    h.stop().await;
+}
+
 /// A 2025-era upstream over HTTP/2: its sessions, their GET streams and the
 /// DELETE at the end all ride the shared connection.
 #[tokio::test]
