@@ -10,8 +10,9 @@
 use serde_json::{Map, Value};
 
 use super::answer::TaskError;
+use super::control::Control;
 use super::core::part;
-use super::phases::{Control, StopReason};
+use super::phases::StopReason;
 use crate::store::{Settle, StoreError, StoreStats, TaskRecord, TaskStatus};
 
 /// The longest `tasks/update` waits for a running task's record to show the answers.

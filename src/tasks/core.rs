@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 use super::answer::{Failure, WriteFailure, Written};
+use super::control::ControlTx;
 use super::input::StateSealer;
-use super::phases::{Control, Parked};
+use super::phases::Parked;
 use super::upstream_tasks::UpstreamTasks;
 use super::Clock;
 use crate::store::{Settle, TaskRecord, TaskStore};
@@ -22,7 +23,7 @@ pub(super) struct Core {
     /// Durable records.
     pub(super) store: Arc<dyn TaskStore>,
     /// Tasks whose upstream call is still running here, with the way to reach their owner.
-    pub(super) running: DashMap<String, mpsc::Sender<Control>>,
+    pub(super) running: DashMap<String, ControlTx>,
     /// Every background driver this engine spawned, so shutdown waits for them.
     pub(super) driver_tasks: tokio_util::task::TaskTracker,
     /// Calls parked until the client retries with answers (MRTR), by park id.

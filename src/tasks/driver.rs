@@ -7,13 +7,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 
 use super::answer::Failure;
+use super::control::{Control, ControlRx, ControlTx};
 use super::core::part;
-use super::phases::{
-    admit_request, finalize_result, sleep_until_opt, Control, RunningCall, StopReason,
-};
+use super::phases::{admit_request, finalize_result, sleep_until_opt, RunningCall, StopReason};
 use super::progress_message;
 use crate::observe::spans::Span;
 use crate::store::{Settle, StoreError, TaskRecord, TaskStatus};
@@ -46,8 +44,7 @@ impl Drivers {
     /// and mark it failed (the proxy shut down), then wait up to `wait` for their
     /// owners to record it. Returns how many tasks were stopped.
     pub async fn stop_all(&self, wait: Duration) -> usize {
-        let senders: Vec<mpsc::Sender<Control>> =
-            self.running.iter().map(|e| e.value().clone()).collect();
+        let senders: Vec<ControlTx> = self.running.iter().map(|e| e.value().clone()).collect();
         for s in &senders {
             let _ = s.send(Control::Stop(StopReason::Shutdown)).await;
         }
@@ -80,7 +77,7 @@ impl Drivers {
         self,
         rec: TaskRecord,
         o: RunningCall,
-        control: mpsc::Receiver<Control>,
+        control: ControlRx,
         traced: Span,
     ) -> impl std::future::Future<Output = ()> + Send {
         Self::drive(Box::new(Driver::new(self, rec, o)), control, traced)
@@ -88,7 +85,7 @@ impl Drivers {
 
     /// `own`'s loop. The `Driver` comes boxed: an async fn's argument is moved into
     /// its body, and the future keeps room for both.
-    async fn drive(mut d: Box<Driver>, mut control: mpsc::Receiver<Control>, traced: Span) {
+    async fn drive(mut d: Box<Driver>, mut control: ControlRx, traced: Span) {
         loop {
             let goes_on = tokio::select! {
                 _ = sleep_until_opt(d.progress_due) => d.write_progress().await,
@@ -98,7 +95,7 @@ impl Drivers {
                     Some(CallEvent::Done(outcome)) => d.upstream_done(outcome).await,
                     None => d.upstream_gone(),
                 },
-                Some(c) = control.recv() => match c {
+                c = control.recv() => match c {
                     Control::Answer(answers, applied) => d.answer(answers, applied).await,
                     Control::Stop(reason) => d.stop(reason),
                 },

@@ -4,6 +4,7 @@
 
 pub mod answer;
 mod api;
+mod control;
 mod core;
 mod detach;
 mod driver;

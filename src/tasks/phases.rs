@@ -7,7 +7,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::answer::WriteFailure;
@@ -54,17 +54,6 @@ pub(super) struct TaskSpec {
     pub handle: Handle,
     /// The call's replay key (`on_disconnect = "detach"`): the task is indexed under it.
     pub replay: Option<String>,
-}
-
-/// Messages to a task's background driver.
-#[derive(Debug)]
-pub(super) enum Control {
-    /// Stop the call.
-    Stop(StopReason),
-    /// `tasks/update`: answers to outstanding input requests, and who to tell once
-    /// the record shows them (the sender is dropped then, or when they change
-    /// nothing).
-    Answer(Map<String, Value>, Option<tokio::sync::oneshot::Sender<()>>),
 }
 
 /// A request in its synchronous phase.

@@ -8,18 +8,18 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::answer::{Answer, Failure, WriteFailure};
+use super::control::{mailbox, ControlRx};
 use super::core::part;
 use super::detach::Detach;
 use super::driver::Drivers;
 use super::handles::{still_running, Handle, Waiter};
 use super::input::{askable, request_binding, StateClaims};
 use super::phases::{
-    admit_request, finalize_result, sleep_until_precisely, Ahead, Control, Origin, Parked,
-    RunningCall, SyncCall, TaskSpec, WRITE_AHEAD,
+    admit_request, finalize_result, sleep_until_precisely, Ahead, Origin, Parked, RunningCall,
+    SyncCall, TaskSpec, WRITE_AHEAD,
 };
 use super::{create_task_result, progress_message};
 use crate::observe::spans::Span;
@@ -289,8 +289,8 @@ impl Race {
 
     /// The task runs here from now on: it is reachable for control messages,
     /// counted, published, and remembered for a detached call's retry.
-    async fn register(&self, rec: &TaskRecord, spec: &TaskSpec) -> mpsc::Receiver<Control> {
-        let (control_tx, control_rx) = mpsc::channel::<Control>(16);
+    async fn register(&self, rec: &TaskRecord, spec: &TaskSpec) -> ControlRx {
+        let (control_tx, control_rx) = mailbox();
         self.running.insert(rec.id.clone(), control_tx);
         self.metrics().task_created();
         self.publish(rec);
@@ -362,7 +362,7 @@ impl Race {
         &self,
         rec: TaskRecord,
         owner: RunningCall,
-        control: mpsc::Receiver<Control>,
+        control: ControlRx,
         traced: Span,
         tool: &str,
     ) {

@@ -8,8 +8,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::answer::Failure;
+use super::control::Control;
 use super::core::part;
-use super::phases::{Control, StopReason};
+use super::phases::StopReason;
 use super::Engine;
 use crate::store::{Change, SharedStore};
 
