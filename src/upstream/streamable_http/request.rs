@@ -49,7 +49,9 @@ impl Shared {
             let (body, headers, id) = match ready {
                 Ready::Modern(body, headers, id) => (body, headers, id),
                 Ready::Legacy(call) => return shared.legacy_inline(call, ctx, reader).await,
-                Ready::Request(req) => match shared.era_for(&ctx).await {
+                // Boxed: finding the era is rare and its future is 6 KB, which this
+                // one would otherwise keep room for as long as the call runs.
+                Ready::Request(req) => match Box::pin(shared.era_for(&ctx)).await {
                     Err(e) => return First::Done(Err(e.to_rpc())),
                     Ok(Era::Modern) => {
                         let id = shared.upstream_id();

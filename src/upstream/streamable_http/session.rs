@@ -82,13 +82,15 @@ impl Shared {
                 }
                 tracing::info!(upstream = %self.cfg.name, "legacy session expired; initializing a new one");
             }
-            let s = self.open(ctx).await?;
+            let s = Box::pin(self.open(ctx)).await?;
             *cur = Some(s.clone());
             return Ok(s);
         }
     }
 
-    /// A new session, its GET stream open before any call needs it.
+    /// A new session, its GET stream open before any call needs it. Callers box
+    /// it: its future is 6 KB (the `initialize` exchange), and a call's future
+    /// would otherwise keep room for it as long as the call runs.
     async fn open(self: &Arc<Self>, ctx: &CallContext) -> Result<Arc<Session>, UpstreamError> {
         let s = Arc::new(self.initialize(ctx).await?);
         self.open_get_stream(&s).await;
@@ -159,7 +161,7 @@ impl Shared {
         let chosen = match std::iter::once(&main).chain(extra.iter()).find(|s| idle(s)) {
             Some(s) => s.clone(),
             None if extra.len() + 1 < self.cfg.sessions_per_caller => {
-                let s = self.open(ctx).await?;
+                let s = Box::pin(self.open(ctx)).await?;
                 tracing::debug!(upstream = %self.cfg.name, sessions = extra.len() + 2,
                     "opened another session for a caller whose calls may ask for input");
                 extra.push(s.clone());
