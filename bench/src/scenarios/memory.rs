@@ -12,6 +12,7 @@ use crate::report::Memory;
 use crate::wire::{self, Conn, Endpoint};
 
 use super::components::Tasklift;
+use super::scale::{drain, Client};
 use super::tasks::task_id;
 
 /// Upstream `/stats`.
@@ -92,42 +93,9 @@ pub(super) async fn memory(
         bail!("upstream /release: HTTP {s}");
     }
     let mut handles = Vec::new();
-    for (mut c, ids) in workers {
-        handles.push(tokio::spawn(async move {
-            let mut pending: Vec<String> = ids;
-            let (mut completed, mut errors) = (0usize, 0usize);
-            let mut first_error = None;
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while !pending.is_empty() {
-                let mut still = Vec::new();
-                for id in pending {
-                    match c.result(&wire::tasks_get(&id)).await {
-                        Ok(t) => match t["status"].as_str() {
-                            Some("completed") => completed += 1,
-                            Some("working") => still.push(id),
-                            _ => {
-                                errors += 1;
-                                first_error.get_or_insert_with(|| format!("task ended {t}"));
-                            }
-                        },
-                        Err(e) => {
-                            errors += 1;
-                            first_error.get_or_insert_with(|| format!("{e:#}"));
-                        }
-                    }
-                }
-                pending = still;
-                if Instant::now() > deadline {
-                    errors += pending.len();
-                    first_error.get_or_insert_with(|| "tasks not completed within 120s".into());
-                    break;
-                }
-                if !pending.is_empty() {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-            (completed, errors, first_error)
-        }));
+    for (conn, ids) in workers {
+        let client = Client { conn, ids };
+        handles.push(tokio::spawn(drain(client, Duration::from_secs(120))));
     }
     let mut m = Memory {
         tasks: n,

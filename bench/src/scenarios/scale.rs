@@ -32,9 +32,9 @@ pub(super) struct Plan<'a> {
 }
 
 /// A client connection and the tasks it started.
-struct Client {
-    conn: Conn,
-    ids: Vec<String>,
+pub(super) struct Client {
+    pub(super) conn: Conn,
+    pub(super) ids: Vec<String>,
 }
 
 /// What one client's part of a step gave.
@@ -278,7 +278,7 @@ async fn get_latency(
 
 /// Poll a client's tasks through `tasks/get` until each reads `completed`; how many
 /// did, how many ended otherwise or not within `limit`, and the first of those.
-async fn drain(client: Client, limit: Duration) -> (usize, usize, Option<String>) {
+pub(super) async fn drain(client: Client, limit: Duration) -> (usize, usize, Option<String>) {
     let Client { mut conn, ids } = client;
     let mut pending = ids;
     let (mut completed, mut errors) = (0usize, 0usize);
