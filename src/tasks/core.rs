@@ -18,6 +18,13 @@ use super::upstream_tasks::UpstreamTasks;
 use super::Clock;
 use crate::store::{Settle, TaskRecord, TaskStore};
 
+/// Tasks settling at once, at most. Settling (the final write, its
+/// announcements) takes a future of about 5 KB, which exists only then; when a
+/// hundred thousand calls are answered together (a batch job's), unbounded it
+/// took 0.5 GB more at that moment, kept by the allocator after. The store
+/// writes one batch at a time anyway, so more at once would not end them sooner.
+pub(super) const SETTLING: usize = 256;
+
 /// The engine's shared state.
 pub(super) struct Core {
     /// Durable records.
@@ -26,6 +33,8 @@ pub(super) struct Core {
     pub(super) running: DashMap<String, ControlTx>,
     /// Every background driver this engine spawned, so shutdown waits for them.
     pub(super) driver_tasks: tokio_util::task::TaskTracker,
+    /// Turns to settle: at most [`SETTLING`] tasks write their end at once.
+    pub(super) settling: tokio::sync::Semaphore,
     /// Calls parked until the client retries with answers (MRTR), by park id.
     pub(super) parked: DashMap<String, std::sync::Mutex<Parked>>,
     /// Seals the `requestState` of parked calls.

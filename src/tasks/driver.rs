@@ -104,6 +104,9 @@ impl Drivers {
                 break;
             }
         }
+        // One of at most SETTLING at once (core.rs): the settling future is big.
+        let drivers = d.drivers.clone();
+        let _turn = drivers.settling.acquire().await;
         Box::pin(d.finish(traced)).await;
     }
 

@@ -115,6 +115,7 @@ impl Engine {
                 store,
                 running: DashMap::new(),
                 driver_tasks: tokio_util::task::TaskTracker::new(),
+                settling: tokio::sync::Semaphore::new(super::core::SETTLING),
                 parked: DashMap::new(),
                 sealer,
                 changes: broadcast::channel(1024).0,
