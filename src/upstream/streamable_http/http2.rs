@@ -152,12 +152,13 @@ impl Http2Pool {
         })
     }
 
-    /// Send `req` with `body` and wait for the response's headers.
-    pub(super) async fn request(
+    /// Send `req` with `body`; the response's headers come through the future
+    /// returned.
+    pub(super) async fn send(
         self: &Arc<Self>,
         req: http::Request<()>,
         body: Bytes,
-    ) -> Result<http::Response<ResponseBody>, Http2Failure> {
+    ) -> Result<h2::client::ResponseFuture, Http2Failure> {
         let mut fresh = false;
         let (response, mut stream) = loop {
             let (n, send) = self.connection().await?;
@@ -181,8 +182,7 @@ impl Http2Pool {
         }
         // The stream lives on in `response` (dropping it resets the stream).
         drop(stream);
-        let response = response.await.map_err(Http2Failure::Stream)?;
-        Ok(response.map(ResponseBody::Http2))
+        Ok(response)
     }
 
     /// The open connection, or a new one.

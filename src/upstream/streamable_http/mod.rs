@@ -24,7 +24,7 @@ mod response;
 mod session;
 
 use failure::retry_after;
-use http2::{Connector, Http2Pool, ResponseBody};
+use http2::{Connector, Http2Failure, Http2Pool, ResponseBody};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -351,32 +351,41 @@ impl Shared {
         headers: HeaderMap,
         body: &Bytes,
     ) -> Result<(http::response::Parts, ResponseBody), UpstreamError> {
+        // A slow call waits here as long as it runs, so the requests are built
+        // in the calls that take them: no moved-from request keeps room here.
         let worker = crate::workers::current();
         match &self.clients {
             Clients::Http1(clients) => {
-                let mut req = http::Request::new(Full::new(body.clone()));
-                *req.method_mut() = method.clone();
-                *req.uri_mut() = self.url.clone();
-                *req.headers_mut() = headers;
                 let resp = clients[worker % clients.len()]
-                    .request(req)
+                    .request(self.request(method, headers, Full::new(body.clone())))
                     .await
                     .map_err(|e| self.request_failed(&e))?;
                 let (parts, body) = resp.into_parts();
                 Ok((parts, ResponseBody::Http1(body)))
             }
             Clients::Http2(pools) => {
-                let mut req = http::Request::new(());
-                *req.method_mut() = method.clone();
-                *req.uri_mut() = self.url.clone();
-                *req.headers_mut() = http2::without_connection_headers(headers);
-                let resp = pools[worker % pools.len()]
-                    .request(req, body.clone())
+                let headers = http2::without_connection_headers(headers);
+                // Boxed: sending (and, rarely, connecting) is brief; the wait for
+                // the answer then holds h2's response future alone.
+                let pool = &pools[worker % pools.len()];
+                let response = Box::pin(pool.send(self.request(method, headers, ()), body.clone()))
                     .await
                     .map_err(|e| self.http2_failed(&e))?;
-                Ok(resp.into_parts())
+                let resp = response
+                    .await
+                    .map_err(|e| self.http2_failed(&Http2Failure::Stream(e)))?;
+                Ok(resp.map(ResponseBody::Http2).into_parts())
             }
         }
+    }
+
+    /// A request to the upstream's URL.
+    fn request<B>(&self, method: &Method, headers: HeaderMap, body: B) -> http::Request<B> {
+        let mut req = http::Request::new(body);
+        *req.method_mut() = method.clone();
+        *req.uri_mut() = self.url.clone();
+        *req.headers_mut() = headers;
+        req
     }
 
     /// Read a whole (non-streamed) body, bounded.
@@ -425,7 +434,7 @@ impl Shared {
 
 impl Session {
     fn headers(&self) -> HeaderMap {
-        let mut h = HeaderMap::new();
+        let mut h = HeaderMap::with_capacity(2);
         if let Some(id) = &self.id {
             h.insert(SESSION_HEADER.clone(), id.clone());
         }
@@ -434,9 +443,10 @@ impl Session {
     }
 }
 
-/// Headers mirrored from a modern request's body.
+/// Headers mirrored from a modern request's body. Sized to fit: a slow call keeps
+/// them (for a retry) as long as it runs.
 fn modern_headers(req: &Request) -> HeaderMap {
-    let mut h = HeaderMap::new();
+    let mut h = HeaderMap::with_capacity(3);
     let version = req
         .meta()
         .and_then(|m| m.get(mcp::META_PROTOCOL_VERSION))

@@ -19,6 +19,13 @@ use crate::upstream::{
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp;
 
+/// A request's bytes at their length: a slow call keeps them (for a retry after
+/// 429 or 503) as long as it runs, and serde_json's buffer grows by doubling.
+fn kept(mut body: Vec<u8>) -> Vec<u8> {
+    body.shrink_to_fit();
+    body
+}
+
 impl Shared {
     /// Start one request. It runs in the task that reads its events: a JSON answer
     /// is the whole call, with no task and no channel of its own. An SSE answer, a
@@ -33,7 +40,7 @@ impl Shared {
         let ready = match self.known_era_for(ctx) {
             Some(Era::Modern) => {
                 let id = self.upstream_id();
-                Ready::Modern(req.to_vec_with_id(Some(&id)), modern_headers(req), id)
+                Ready::Modern(kept(req.to_vec_with_id(Some(&id))), modern_headers(req), id)
             }
             Some(Era::Legacy)
                 if upstream_task_of(req).is_none() && !req.params.contains_key("task") =>
@@ -55,7 +62,11 @@ impl Shared {
                     Err(e) => return First::Done(Err(e.to_rpc())),
                     Ok(Era::Modern) => {
                         let id = shared.upstream_id();
-                        (req.to_vec_with_id(Some(&id)), modern_headers(&req), id)
+                        (
+                            kept(req.to_vec_with_id(Some(&id))),
+                            modern_headers(&req),
+                            id,
+                        )
                     }
                     Ok(Era::Legacy)
                         if upstream_task_of(&req).is_none() && !req.params.contains_key("task") =>
@@ -124,7 +135,7 @@ impl Shared {
     fn legacy_call(&self, req: &Request) -> LegacyCall {
         let id = self.upstream_id();
         LegacyCall {
-            body: legacy_bytes(req, Some(&id)).into(),
+            body: kept(legacy_bytes(req, Some(&id))).into(),
             asks: mcp::may_ask(&req.method),
             id,
         }
