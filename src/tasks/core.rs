@@ -23,7 +23,7 @@ use crate::store::{Settle, TaskRecord, TaskStore};
 /// hundred thousand calls are answered together (a batch job's), unbounded it
 /// took 0.5 GB more at that moment, kept by the allocator after. The store
 /// writes one batch at a time anyway, so more at once would not end them sooner.
-pub(super) const SETTLING: usize = 256;
+pub(super) const SETTLING: usize = 4096;
 
 /// The engine's shared state.
 pub(super) struct Core {
