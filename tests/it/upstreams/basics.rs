@@ -223,9 +223,16 @@ async fn unknown_fields_and_meta_keys_pass_through_unchanged() {
 
 #[tokio::test]
 async fn a_dead_upstream_gives_a_clear_error_naming_it() {
+    for http2 in [false, true] {
+        dead_upstream(http2).await;
+    }
+}
+
+async fn dead_upstream(http2: bool) {
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::front(FixtureServer::new(), &closed_port_url(), dir, |c| {
-        c.upstreams[0].name = "backend".into()
+        c.upstreams[0].name = "backend".into();
+        c.upstreams[0].http2 = http2;
     })
     .await;
     let c = h.client();
@@ -237,10 +244,10 @@ async fn a_dead_upstream_gives_a_clear_error_naming_it() {
             .await
             .expect("an answer, not a hang");
         let e = rpc_err(r);
-        assert_eq!(e.code, -32010, "{e:?}");
+        assert_eq!(e.code, -32010, "http2 {http2}: {e:?}");
         assert!(
             e.message.contains("upstream backend") && e.message.contains("unreachable"),
-            "{}",
+            "http2 {http2}: {}",
             e.message
         );
     }
@@ -299,7 +306,8 @@ async fn an_https_upstream_is_trusted_through_ca_file() {
     let backend = up.url().trim_start_matches("http://").replace("/mcp", "");
     let (url, pem) = tls_front(backend).await;
     let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.pem");
+    let cadir = tempfile::tempdir().unwrap();
+    let ca = cadir.path().join("ca.pem");
     std::fs::write(&ca, pem).unwrap();
     // Without the CA the certificate is refused, and the error says so.
     let h = Harness::front(
@@ -318,10 +326,33 @@ async fn an_https_upstream_is_trusted_through_ca_file() {
     );
     h.stop().await;
     let ca_file = ca.display().to_string();
-    let h = Harness::front(up, &url, dir, |c| c.upstreams[0].ca_file = ca_file).await;
+    let stats = up.stats();
+    let h = Harness::front(FixtureServer::new(), &url, dir, |c| {
+        c.upstreams[0].ca_file = ca_file.clone()
+    })
+    .await;
     let a = h.client().call_tool("echo", json!({})).await.unwrap();
     assert_eq!(a.result["content"][0]["text"], "echo done");
-    assert_eq!(h.upstream.stats().calls.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.calls.load(Ordering::Relaxed), 1);
+    h.stop().await;
+    // The same over HTTP/2 (ALPN h2 offered; the front passes the bytes on).
+    let h = Harness::front(
+        FixtureServer::new(),
+        &url,
+        tempfile::tempdir().unwrap(),
+        |c| {
+            c.upstreams[0].ca_file = ca_file;
+            c.upstreams[0].http2 = true;
+        },
+    )
+    .await;
+    let a = h.client().call_tool("echo", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "echo done");
+    assert_eq!(stats.calls.load(Ordering::Relaxed), 2);
+    assert!(
+        stats.http2_requests.load(Ordering::Relaxed) >= 1,
+        "it went over HTTP/2"
+    );
     h.stop().await;
 }
 
