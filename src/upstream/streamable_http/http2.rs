@@ -106,8 +106,9 @@ impl Body for ResponseBody {
 /// Why an HTTP/2 request got no response.
 #[derive(Debug)]
 pub(super) enum Http2Failure {
-    /// No connection: TCP, TLS, or the HTTP/2 handshake failed.
-    Connect(BoxError),
+    /// No connection: TCP, TLS, or the HTTP/2 handshake failed (shared with the
+    /// requests that waited on that attempt).
+    Connect(Arc<dyn std::error::Error + Send + Sync>),
     /// The connection or the stream broke, or the answer was not HTTP/2.
     Stream(h2::Error),
 }
@@ -133,21 +134,31 @@ pub(super) fn without_connection_headers(mut headers: http::HeaderMap) -> http::
 pub(super) struct Http2Pool {
     connector: Connector,
     uri: http::Uri,
+    /// The longest a connection attempt (TCP, TLS and the preface) may take.
+    connect_timeout: Duration,
     /// The open connection, with its number (so a closing connection forgets
     /// itself, not its successor).
     open: Mutex<Option<(u64, SendRequest<Bytes>)>>,
-    /// One connection attempt at a time.
-    connecting: tokio::sync::Mutex<()>,
+    /// One connection attempt at a time, and why the last one failed.
+    connecting: tokio::sync::Mutex<Option<Arc<dyn std::error::Error + Send + Sync>>>,
+    /// Connection attempts begun.
+    attempts: AtomicU64,
     opened: AtomicU64,
 }
 
 impl Http2Pool {
-    pub(super) fn new(connector: Connector, uri: http::Uri) -> Arc<Self> {
+    pub(super) fn new(
+        connector: Connector,
+        uri: http::Uri,
+        connect_timeout: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             connector,
             uri,
+            connect_timeout,
             open: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            connecting: tokio::sync::Mutex::new(None),
+            attempts: AtomicU64::new(0),
             opened: AtomicU64::new(0),
         })
     }
@@ -196,19 +207,46 @@ impl Http2Pool {
         }
     }
 
-    /// Open a connection, unless another caller just did.
+    /// Open a connection, unless another caller just did. Callers that waited on
+    /// an attempt that failed get its error rather than trying again one after
+    /// another: to an upstream that does not answer, each would wait out the
+    /// connect timeout in turn.
     async fn connect(self: &Arc<Self>) -> Result<(u64, SendRequest<Bytes>), Http2Failure> {
-        let _one = self.connecting.lock().await;
+        let seen = self.attempts.load(Ordering::Acquire);
+        let mut last = self.connecting.lock().await;
         if let Some(open) = self.open.lock().expect("http2 pool").clone() {
             return Ok(open);
         }
+        if let (true, Some(why)) = (self.attempts.load(Ordering::Acquire) != seen, last.as_ref()) {
+            return Err(Http2Failure::Connect(why.clone()));
+        }
+        self.attempts.fetch_add(1, Ordering::Release);
+        // The connector times the TCP connection only; a TLS handshake the peer
+        // never answers would otherwise hold every caller of this worker.
+        let opened = match tokio::time::timeout(self.connect_timeout, self.dial()).await {
+            Ok(opened) => opened,
+            Err(_) => Err(Http2Failure::Connect(Arc::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {:?}", self.connect_timeout),
+            )))),
+        };
+        *last = match &opened {
+            Err(Http2Failure::Connect(why)) => Some(why.clone()),
+            _ => None,
+        };
+        opened
+    }
+
+    /// One connection attempt.
+    async fn dial(self: &Arc<Self>) -> Result<(u64, SendRequest<Bytes>), Http2Failure> {
+        let failed = |e: BoxError| Http2Failure::Connect(Arc::from(e));
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| tower_service::Service::poll_ready(&mut connector, cx))
             .await
-            .map_err(Http2Failure::Connect)?;
+            .map_err(failed)?;
         let io = tower_service::Service::call(&mut connector, self.uri.clone())
             .await
-            .map_err(Http2Failure::Connect)?;
+            .map_err(failed)?;
         let (send, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
@@ -217,7 +255,7 @@ impl Http2Pool {
             .enable_push(false)
             .handshake::<_, Bytes>(TokioIo::new(io))
             .await
-            .map_err(|e| Http2Failure::Connect(e.into()))?;
+            .map_err(|e| failed(e.into()))?;
         let n = self.opened.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(drive(connection, Arc::downgrade(self), n));
         *self.open.lock().expect("http2 pool") = Some((n, send.clone()));

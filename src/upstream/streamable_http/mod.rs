@@ -184,7 +184,10 @@ impl HttpUpstream {
         let clients = match cfg.transport {
             Transport::Http { http2: true, .. } => Clients::Http2(
                 (0..pools)
-                    .map(|_| Ok(Http2Pool::new(connector(&cfg, true)?, url.clone())))
+                    .map(|_| {
+                        let c = connector(&cfg, true)?;
+                        Ok(Http2Pool::new(c, url.clone(), cfg.connect_timeout))
+                    })
                     .collect::<Result<_, _>>()?,
             ),
             _ => Clients::Http1(

@@ -356,6 +356,53 @@ async fn an_https_upstream_is_trusted_through_ca_file() {
     h.stop().await;
 }
 
+/// An HTTP/2 upstream whose TLS handshake never gets an answer (a port that
+/// accepts and stays silent): each connection attempt ends at `connect_timeout`,
+/// and calls that waited on it get its error at once, not after trying again one
+/// after another, so eight calls are all answered in about one timeout.
+#[tokio::test]
+async fn a_silent_http2_upstream_fails_its_waiting_calls_together() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let h = Harness::front(
+        FixtureServer::new(),
+        &url,
+        tempfile::tempdir().unwrap(),
+        |c| {
+            c.upstreams[0].http2 = true;
+            c.upstreams[0].era = "modern".into();
+            c.upstreams[0].connect_timeout = "1s".into();
+            c.server.workers = 1;
+        },
+    )
+    .await;
+    let started = tokio::time::Instant::now();
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        // Without the tasks extension: the caller waits for the error itself.
+        let c = h.plain_client();
+        calls.spawn(async move { rpc_err(c.call_tool("echo", json!({})).await) });
+    }
+    while let Some(e) = calls.join_next().await {
+        let e = e.unwrap();
+        assert!(e.message.contains("unreachable"), "{}", e.message);
+        assert!(e.message.contains("no connection within"), "{}", e.message);
+    }
+    // One after another they would take eight timeouts.
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?} for eight calls with a 1 s connect timeout",
+        started.elapsed()
+    );
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn an_auth_failure_while_probing_does_not_settle_the_era() {
     // A modern upstream that wants a bearer token; tasklift forwards the caller's.
