@@ -54,6 +54,46 @@ const DATA_FRAME_BUDGET: usize = 4 * CONNECTION_WINDOW as usize;
 /// How often an open connection is pinged, and how long a ping may go unanswered.
 const KEEP_ALIVE: Duration = Duration::from_secs(20);
 
+/// [`Connector`] with the whole attempt bounded (TCP, then TLS): the connector
+/// times the TCP connection only, and a TLS handshake the peer never answers
+/// would hold a call for good. hyper-util's HTTP/1.1 pool connects through it.
+#[derive(Clone)]
+pub(super) struct Timed {
+    pub(super) inner: Connector,
+    pub(super) timeout: Duration,
+}
+
+/// What [`Connector`] connects.
+type Stream = <Connector as tower_service::Service<http::Uri>>::Response;
+
+impl tower_service::Service<http::Uri> for Timed {
+    type Response = Stream;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<Stream, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let (connecting, timeout) = (self.inner.call(uri), self.timeout);
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => Err(Box::new(timed_out(timeout)) as BoxError),
+            }
+        })
+    }
+}
+
+/// The error of a connection attempt that took longer than `timeout`.
+fn timed_out(timeout: Duration) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no connection within {timeout:?}"),
+    )
+}
+
 /// An upstream response's body, from either client.
 pub(super) enum ResponseBody {
     Http1(Incoming),
@@ -225,9 +265,8 @@ impl Http2Pool {
         // never answers would otherwise hold every caller of this worker.
         let opened = match tokio::time::timeout(self.connect_timeout, self.dial()).await {
             Ok(opened) => opened,
-            Err(_) => Err(Http2Failure::Connect(Arc::new(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no connection within {:?}", self.connect_timeout),
+            Err(_) => Err(Http2Failure::Connect(Arc::new(timed_out(
+                self.connect_timeout,
             )))),
         };
         *last = match &opened {

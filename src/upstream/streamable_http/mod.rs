@@ -24,7 +24,7 @@ mod response;
 mod session;
 
 use failure::retry_after;
-use http2::{Connector, Http2Failure, Http2Pool, ResponseBody};
+use http2::{Connector, Http2Failure, Http2Pool, ResponseBody, Timed};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -48,7 +48,7 @@ use crate::config::{EraSetting, Transport, UpstreamConfig};
 use tasklift_protocol::jsonrpc::{self, Outcome, Request};
 use tasklift_protocol::mcp::{self, MODERN_VERSION};
 
-type HttpClient = Client<Connector, Full<Bytes>>;
+type HttpClient = Client<Timed, Full<Bytes>>;
 
 /// How requests reach the upstream, one per front-door worker: a call uses its
 /// worker's, so its connection's driver runs on the same thread.
@@ -245,7 +245,10 @@ fn connector(cfg: &UpstreamConfig, http2: bool) -> Result<Connector, UpstreamErr
 fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
     let mut client = Client::builder(TokioExecutor::new());
     client.pool_idle_timeout(Duration::from_secs(30));
-    Ok(client.build(connector(cfg, false)?))
+    Ok(client.build(Timed {
+        inner: connector(cfg, false)?,
+        timeout: cfg.connect_timeout,
+    }))
 }
 
 /// A response as read: status, headers and the body still streaming.

@@ -356,12 +356,20 @@ async fn an_https_upstream_is_trusted_through_ca_file() {
     h.stop().await;
 }
 
-/// An HTTP/2 upstream whose TLS handshake never gets an answer (a port that
-/// accepts and stays silent): each connection attempt ends at `connect_timeout`,
-/// and calls that waited on it get its error at once, not after trying again one
-/// after another, so eight calls are all answered in about one timeout.
+/// An https upstream whose TLS handshake never gets an answer (a port that
+/// accepts and stays silent): each connection attempt, TLS included, ends at
+/// `connect_timeout`. Over HTTP/1.1 each call has an attempt of its own; over
+/// HTTP/2 calls that waited on an attempt get its error at once, not after
+/// trying again one after another. So eight calls are all answered in about one
+/// timeout, over both.
 #[tokio::test]
-async fn a_silent_http2_upstream_fails_its_waiting_calls_together() {
+async fn a_silent_tls_upstream_fails_its_calls_within_the_connect_timeout() {
+    for http2 in [false, true] {
+        silent_tls_upstream(http2).await;
+    }
+}
+
+async fn silent_tls_upstream(http2: bool) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -375,7 +383,7 @@ async fn a_silent_http2_upstream_fails_its_waiting_calls_together() {
         &url,
         tempfile::tempdir().unwrap(),
         |c| {
-            c.upstreams[0].http2 = true;
+            c.upstreams[0].http2 = http2;
             c.upstreams[0].era = "modern".into();
             c.upstreams[0].connect_timeout = "1s".into();
             c.server.workers = 1;
@@ -391,13 +399,14 @@ async fn a_silent_http2_upstream_fails_its_waiting_calls_together() {
     }
     while let Some(e) = calls.join_next().await {
         let e = e.unwrap();
-        assert!(e.message.contains("unreachable"), "{}", e.message);
-        assert!(e.message.contains("no connection within"), "{}", e.message);
+        let said = format!("http2 {http2}: {}", e.message);
+        assert!(e.message.contains("unreachable"), "{said}");
+        assert!(e.message.contains("no connection within"), "{said}");
     }
     // One after another they would take eight timeouts.
     assert!(
         started.elapsed() < Duration::from_secs(6),
-        "{:?} for eight calls with a 1 s connect timeout",
+        "http2 {http2}: {:?} for eight calls with a 1 s connect timeout",
         started.elapsed()
     );
     h.stop().await;
