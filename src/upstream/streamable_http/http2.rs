@@ -7,8 +7,10 @@
 //! the response (2.5 KB) with its channels. A stream here is h2's own state and a
 //! `ResponseFuture` of a few words in the caller's future.
 //!
-//! - Connecting: the same connector as HTTP/1.1 upstreams (TCP with the connect
-//!   timeout, TLS with ALPN `h2` on https://, h2c with prior knowledge on http://).
+//! - Connecting: the same connector as HTTP/1.1 upstreams (TLS with ALPN `h2` on
+//!   https://, h2c with prior knowledge on http://), the whole attempt (TCP, TLS,
+//!   the preface) bounded by the upstream's `connect_timeout`. One attempt runs at
+//!   a time; the requests that waited on a failed one get its error.
 //! - A dead connection (closed, GOAWAY, no answer to a ping within 20 s) is
 //!   forgotten, and the next request opens a new one. A request that finds the
 //!   connection dead before it is sent goes once more on a new one: nothing of it
