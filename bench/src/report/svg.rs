@@ -28,18 +28,13 @@ impl Report {
         let plot_h = h - bottom - topm;
         let bw = (w - left - 20.0) / labels.len().max(1) as f64;
         let y = |v: f64| topm + plot_h * (1.0 - v / top);
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="22" text-anchor="middle" font-size="15">Requests per second, closed loop, {} connections (median of {}; bars min–max)</text>"#,
-            w / 2.0,
-            args.concurrency,
-            args.reps
+        let mut s = svg_start(
+            w,
+            h,
+            &format!(
+                "Requests per second, closed loop, {} connections (median of {}; bars min–max)",
+                args.concurrency, args.reps
+            ),
         );
         for i in 0..=4 {
             let v = top / 4.0 * i as f64;
@@ -167,18 +162,7 @@ impl Report {
         let x = |i: usize| left + plot_w * i as f64 / (qs.len() - 1) as f64;
         let y = |v: f64| topm + plot_h * (1.0 - (v.log10() - lo) / (hi - lo));
         let colors = ["#7f8c8d", "#2e86de", "#e67e22", "#27ae60"];
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-            w / 2.0,
-            xml(&title)
-        );
+        let mut s = svg_start(w, h, &xml(&title));
         let mut e = lo;
         while e <= hi {
             let v = 10f64.powf(e);
@@ -340,17 +324,7 @@ impl Report {
         let (pl, pr) = (58.0, 18.0);
         let plot_w = panel_w - pl - pr;
         let plot_h = h - topm - bottom;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="22" text-anchor="middle" font-size="15">Cost of running tasks on one tasklift (HTTP/2 upstream), against running tasks (log scale)</text>"#,
-            w / 2.0
-        );
+        let mut s = svg_start(w, h, "Cost of running tasks on one tasklift (HTTP/2 upstream), against running tasks (log scale)");
         for (p, (title, color, values, target)) in panels.iter().enumerate() {
             let x0 = panel_w * p as f64;
             let left = x0 + pl;
@@ -443,6 +417,22 @@ impl Report {
         let _ = writeln!(s, "</svg>");
         Some(s)
     }
+}
+
+/// An SVG document's opening: its size, a white background and a centred title.
+fn svg_start(w: f64, h: f64, title: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>"#,
+        w / 2.0
+    );
+    s
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::time::Instant;
 
 use crate::procs;
@@ -12,18 +12,8 @@ use crate::report::Memory;
 use crate::wire::{self, Conn, Endpoint};
 
 use super::components::Tasklift;
-use super::scale::{drain, Client};
+use super::held::{drain, upstream_stats, Client};
 use super::tasks::task_id;
-
-/// Upstream `/stats`.
-pub(super) async fn upstream_stats(up: &Endpoint) -> anyhow::Result<Value> {
-    let mut c = Conn::connect(up).await?;
-    let (s, b) = c.plain("GET", "/stats").await?;
-    if !s.is_success() {
-        bail!("upstream /stats: HTTP {s}");
-    }
-    Ok(serde_json::from_slice(&b)?)
-}
 
 /// Memory per running task: RSS idle, then with `n` `hold` calls running as tasks,
 /// then release them all and time until every task reads `completed`.

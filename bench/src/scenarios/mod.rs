@@ -26,6 +26,7 @@ use crate::RunArgs;
 
 mod churn;
 mod components;
+mod held;
 mod legacy;
 mod measure;
 mod memory;

@@ -16,7 +16,7 @@ use crate::report::{Scale, ScaleLevel};
 use crate::wire::{self, Conn, Endpoint};
 
 use super::components::Tasklift;
-use super::memory::upstream_stats;
+use super::held::{drain, upstream_stats, Client};
 use super::tasks::task_id;
 
 /// How the scenario runs.
@@ -29,12 +29,6 @@ pub(super) struct Plan<'a> {
     pub gets: usize,
     /// over this many connections.
     pub get_connections: usize,
-}
-
-/// A client connection and the tasks it started.
-pub(super) struct Client {
-    pub(super) conn: Conn,
-    pub(super) ids: Vec<String>,
 }
 
 /// What one client's part of a step gave.
@@ -274,46 +268,6 @@ async fn get_latency(
     }
     lat.sort_unstable();
     Ok((lat, errors, first))
-}
-
-/// Poll a client's tasks through `tasks/get` until each reads `completed`; how many
-/// did, how many ended otherwise or not within `limit`, and the first of those.
-pub(super) async fn drain(client: Client, limit: Duration) -> (usize, usize, Option<String>) {
-    let Client { mut conn, ids } = client;
-    let mut pending = ids;
-    let (mut completed, mut errors) = (0usize, 0usize);
-    let mut first_error = None;
-    let deadline = Instant::now() + limit;
-    while !pending.is_empty() {
-        let mut still = Vec::new();
-        for id in pending {
-            match conn.result(&wire::tasks_get(&id)).await {
-                Ok(t) => match t["status"].as_str() {
-                    Some("completed") => completed += 1,
-                    Some("working") => still.push(id),
-                    _ => {
-                        errors += 1;
-                        first_error.get_or_insert_with(|| format!("task ended {t}"));
-                    }
-                },
-                Err(e) => {
-                    errors += 1;
-                    first_error.get_or_insert_with(|| format!("{e:#}"));
-                }
-            }
-        }
-        pending = still;
-        if Instant::now() > deadline {
-            errors += pending.len();
-            first_error
-                .get_or_insert_with(|| format!("tasks not completed within {}s", limit.as_secs()));
-            break;
-        }
-        if !pending.is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    (completed, errors, first_error)
 }
 
 /// A level's line on stderr.
