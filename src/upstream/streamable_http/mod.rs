@@ -15,6 +15,7 @@
 //! `response.rs` (reading a response stream, resuming it), `get_stream.rs` (a
 //! session's standalone GET stream and its change notifications).
 
+mod clients;
 mod era;
 mod failure;
 mod get_stream;
@@ -23,8 +24,9 @@ mod request;
 mod response;
 mod session;
 
+use clients::Clients;
 use failure::retry_after;
-use http2::{Connector, Http2Failure, Http2Pool, ResponseBody, Timed};
+use http2::{Http2Failure, ResponseBody};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -34,9 +36,6 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -44,20 +43,9 @@ use super::{
     discover_from_initialize, listen_modern, wire_message, CallContext, CallEvent, Era, Listening,
     Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
-use crate::config::{EraSetting, Transport, UpstreamConfig};
+use crate::config::{EraSetting, UpstreamConfig};
 use tasklift_protocol::jsonrpc::{self, Outcome, Request};
 use tasklift_protocol::mcp::{self, MODERN_VERSION};
-
-type HttpClient = Client<Timed, Full<Bytes>>;
-
-/// How requests reach the upstream, one per front-door worker: a call uses its
-/// worker's, so its connection's driver runs on the same thread.
-enum Clients {
-    /// hyper-util's pooled HTTP/1.1 client (http and https).
-    Http1(Vec<HttpClient>),
-    /// `http2 = true`: one HTTP/2 connection per worker (`http2.rs`).
-    Http2(Vec<Arc<Http2Pool>>),
-}
 
 /// Largest non-streamed upstream body tasklift reads (error bodies, JSON answers).
 const MAX_JSON_BODY: usize = 256 * 1024 * 1024;
@@ -180,22 +168,7 @@ impl HttpUpstream {
                 name: cfg.name.clone(),
                 message: "not an HTTP upstream".into(),
             })?;
-        let pools = pools.max(1);
-        let clients = match cfg.transport {
-            Transport::Http { http2: true, .. } => Clients::Http2(
-                (0..pools)
-                    .map(|_| {
-                        let c = connector(&cfg, true)?;
-                        Ok(Http2Pool::new(c, url.clone(), cfg.connect_timeout))
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-            _ => Clients::Http1(
-                (0..pools)
-                    .map(|_| build_client(&cfg))
-                    .collect::<Result<_, _>>()?,
-            ),
-        };
+        let clients = Clients::new(&cfg, &url, pools)?;
         let era = match cfg.era {
             EraSetting::Auto => None,
             EraSetting::Modern => Some(Era::Modern),
@@ -217,38 +190,6 @@ impl HttpUpstream {
             }),
         })
     }
-}
-
-/// TCP with the upstream's connect timeout, and TLS on https:// (ALPN `h2` for
-/// an HTTP/2 upstream).
-fn connector(cfg: &UpstreamConfig, http2: bool) -> Result<Connector, UpstreamError> {
-    let tls = crate::tls::client_config(true, cfg.ca_file.as_deref()).map_err(|message| {
-        UpstreamError::Unreachable {
-            name: cfg.name.clone(),
-            message,
-        }
-    })?;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(cfg.connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http();
-    Ok(match http2 {
-        true => https.enable_http2().wrap_connector(http),
-        false => https.enable_http1().wrap_connector(http),
-    })
-}
-
-/// An HTTP/1.1 upstream's pooled client.
-fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
-    let mut client = Client::builder(TokioExecutor::new());
-    client.pool_idle_timeout(Duration::from_secs(30));
-    Ok(client.build(Timed {
-        inner: connector(cfg, false)?,
-        timeout: cfg.connect_timeout,
-    }))
 }
 
 /// A response as read: status, headers and the body still streaming.
