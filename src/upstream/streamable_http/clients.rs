@@ -1,28 +1,22 @@
-//! How requests reach an HTTP upstream: per front-door worker, hyper-util's pooled
-//! HTTP/1.1 client or, with `http2 = true`, one HTTP/2 connection (`http2.rs`);
-//! both connect through the same connector, each attempt bounded whole by the
-//! upstream's `connect_timeout`.
+//! How requests reach an HTTP upstream: per front-door worker, a pool of
+//! HTTP/1.1 connections (`http1.rs`) or, with `http2 = true`, one HTTP/2
+//! connection (`http2.rs`); both connect through the same connector, each
+//! attempt bounded whole by the upstream's `connect_timeout`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
+use super::http1::Http1Pool;
 use super::http2::{Connector, Http2Pool, Timed};
 use crate::config::{Transport, UpstreamConfig};
 use crate::upstream::UpstreamError;
 
-pub(super) type HttpClient = Client<Timed, Full<Bytes>>;
-
 /// How requests reach the upstream, one per front-door worker: a call uses its
 /// worker's, so its connection's driver runs on the same thread.
 pub(super) enum Clients {
-    /// hyper-util's pooled HTTP/1.1 client (http and https).
-    Http1(Vec<HttpClient>),
+    /// Pooled HTTP/1.1 connections (http and https, `http1.rs`).
+    Http1(Vec<Arc<Http1Pool>>),
     /// `http2 = true`: one HTTP/2 connection per worker (`http2.rs`).
     Http2(Vec<Arc<Http2Pool>>),
 }
@@ -47,7 +41,14 @@ impl Clients {
             ),
             _ => Clients::Http1(
                 (0..pools)
-                    .map(|_| build_client(cfg))
+                    .map(|_| {
+                        let c = connector(cfg, false)?;
+                        let timed = Timed {
+                            inner: c,
+                            timeout: cfg.connect_timeout,
+                        };
+                        Ok(Http1Pool::new(timed, url.clone()))
+                    })
                     .collect::<Result<_, _>>()?,
             ),
         })
@@ -74,14 +75,4 @@ fn connector(cfg: &UpstreamConfig, http2: bool) -> Result<Connector, UpstreamErr
         true => https.enable_http2().wrap_connector(http),
         false => https.enable_http1().wrap_connector(http),
     })
-}
-
-/// An HTTP/1.1 upstream's pooled client.
-fn build_client(cfg: &UpstreamConfig) -> Result<HttpClient, UpstreamError> {
-    let mut client = Client::builder(TokioExecutor::new());
-    client.pool_idle_timeout(Duration::from_secs(30));
-    Ok(client.build(Timed {
-        inner: connector(cfg, false)?,
-        timeout: cfg.connect_timeout,
-    }))
 }

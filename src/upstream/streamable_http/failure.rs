@@ -6,65 +6,53 @@ use std::time::Duration;
 
 use http::{header, HeaderMap, StatusCode};
 
+use super::http1::Http1Failure;
 use super::http2::Http2Failure;
 use super::{Shared, MAX_RETRY_AFTER};
 use crate::upstream::chain;
 use crate::upstream::UpstreamError;
 
 impl Shared {
-    /// Why a request got no response, by where it broke: connecting (refused,
-    /// timed out, the TLS handshake), a connection that closed or was reset after
-    /// the request went out, or an answer that is not HTTP.
-    pub(super) fn request_failed(&self, e: &hyper_util::client::legacy::Error) -> UpstreamError {
+    /// Why an HTTP/1.1 request got no response, by where it broke: connecting
+    /// (refused, timed out, the TLS handshake), a connection that closed or was
+    /// reset after the request went out, or an answer that is not HTTP.
+    pub(super) fn http1_failed(&self, e: Http1Failure) -> UpstreamError {
         let name = self.cfg.name.clone();
-        // The outer error only names the step ("client error (Connect)").
-        let cause = std::error::Error::source(e)
-            .map(chain)
-            .unwrap_or_else(|| e.to_string());
-        if e.is_connect() {
-            // After the TCP connection, hyper-rustls reports the handshake's
-            // failure as an `io::Error` (the TCP connector's are its own type).
-            let handshake = self.url.scheme_str() == Some("https")
-                && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-            let message = match handshake || is_tls(e) {
-                true => format!("TLS handshake failed: {cause}"),
-                false => cause,
-            };
-            return UpstreamError::Unreachable { name, message };
+        match e {
+            Http1Failure::Connect(e) => self.unreachable(&*e),
+            Http1Failure::Dropped(e) => UpstreamError::Dropped {
+                name,
+                message: chain(&e),
+            },
+            Http1Failure::NotHttp(message) => UpstreamError::NotHttp { name, message },
         }
-        let parse = sources(e).any(|s| {
-            s.downcast_ref::<hyper::Error>()
-                .is_some_and(hyper::Error::is_parse)
-        });
-        match parse {
-            true => UpstreamError::NotHttp {
-                name,
-                message: cause,
-            },
-            false => UpstreamError::Dropped {
-                name,
-                message: cause,
-            },
+    }
+
+    /// A connection attempt's failure (TCP, TLS, or the attempt's timeout).
+    fn unreachable(&self, e: &(dyn std::error::Error + 'static)) -> UpstreamError {
+        let cause = chain(e);
+        // After the TCP connection, hyper-rustls reports the handshake's failure
+        // as an `io::Error` (the TCP connector's are its own type).
+        let handshake = self.url.scheme_str() == Some("https") && e.is::<std::io::Error>();
+        let message = match handshake || is_tls(e) {
+            true => format!("TLS handshake failed: {cause}"),
+            false => cause,
+        };
+        UpstreamError::Unreachable {
+            name: self.cfg.name.clone(),
+            message,
         }
     }
 }
 
 impl Shared {
-    /// [`Shared::request_failed`] for an HTTP/2 upstream: no connection (TCP, TLS,
+    /// [`Shared::http1_failed`] for an HTTP/2 upstream: no connection (TCP, TLS,
     /// the handshake), an answer that is not HTTP/2 (h2 names a protocol error of
     /// its own), or a connection or stream that broke.
     pub(super) fn http2_failed(&self, e: &Http2Failure) -> UpstreamError {
         let name = self.cfg.name.clone();
         match e {
-            Http2Failure::Connect(e) => {
-                let cause = chain(&**e);
-                let handshake = self.url.scheme_str() == Some("https") && e.is::<std::io::Error>();
-                let message = match handshake || is_tls(&**e) {
-                    true => format!("TLS handshake failed: {cause}"),
-                    false => cause,
-                };
-                UpstreamError::Unreachable { name, message }
-            }
+            Http2Failure::Connect(e) => self.unreachable(&**e),
             Http2Failure::Stream(e) if e.is_library() && !e.is_io() => {
                 let reason = e.reason().unwrap_or(h2::Reason::PROTOCOL_ERROR);
                 let message = format!(

@@ -27,7 +27,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use h2::client::SendRequest;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 
@@ -58,7 +57,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 /// [`Connector`] with the whole attempt bounded (TCP, then TLS): the connector
 /// times the TCP connection only, and a TLS handshake the peer never answers
-/// would hold a call for good. hyper-util's HTTP/1.1 pool connects through it.
+/// would hold a call for good. The HTTP/1.1 pool (`http1.rs`) connects through it.
 #[derive(Clone)]
 pub(super) struct Timed {
     pub(super) inner: Connector,
@@ -98,7 +97,7 @@ fn timed_out(timeout: Duration) -> std::io::Error {
 
 /// An upstream response's body, from either client.
 pub(super) enum ResponseBody {
-    Http1(Incoming),
+    Http1(super::http1::Http1Body),
     Http2(h2::RecvStream),
 }
 
@@ -111,7 +110,7 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            Self::Http1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            Self::Http1(b) => Pin::new(b).poll_frame(cx),
             Self::Http2(r) => match r.poll_data(cx) {
                 Poll::Ready(Some(Ok(data))) => {
                     // The window reopens as the body is read, not as it arrives.

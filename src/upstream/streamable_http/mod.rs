@@ -19,6 +19,7 @@ mod clients;
 mod era;
 mod failure;
 mod get_stream;
+mod http1;
 mod http2;
 mod request;
 mod response;
@@ -35,7 +36,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use dashmap::DashMap;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -302,12 +303,12 @@ impl Shared {
         // in the calls that take them: no moved-from request keeps room here.
         let worker = crate::workers::current();
         match &self.clients {
-            Clients::Http1(clients) => {
-                let resp = clients[worker % clients.len()]
-                    .request(self.request(method, headers, Full::new(body.clone())))
+            Clients::Http1(pools) => {
+                let pool = &pools[worker % pools.len()];
+                let (parts, body) = pool
+                    .send(method, &headers, body)
                     .await
-                    .map_err(|e| self.request_failed(&e))?;
-                let (parts, body) = resp.into_parts();
+                    .map_err(|e| self.http1_failed(e))?;
                 Ok((parts, ResponseBody::Http1(body)))
             }
             Clients::Http2(pools) => {
