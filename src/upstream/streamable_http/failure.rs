@@ -22,7 +22,7 @@ impl Shared {
             Http1Failure::Connect(e) => self.unreachable(&*e),
             Http1Failure::Dropped(e) => UpstreamError::Dropped {
                 name,
-                message: chain(&e),
+                message: format!("connection error: {}", chain(&e)),
             },
             Http1Failure::NotHttp(message) => UpstreamError::NotHttp { name, message },
         }

@@ -223,6 +223,7 @@ async fn a_reset_before_the_response_headers_says_the_request_may_have_run() {
         &[
             "dropped the connection before answering",
             "may have reached it",
+            "connection error",
         ],
     )
     .await;
@@ -236,7 +237,11 @@ async fn a_reset_mid_sse_fails_the_call_naming_the_broken_stream() {
     b.row(
         Fault::ResetMidBody,
         "stream",
-        &["response stream broke before the answer", "reset"],
+        &[
+            "response stream broke before the answer",
+            "error reading the body",
+            "reset",
+        ],
     )
     .await;
     b.stop().await;
@@ -246,7 +251,8 @@ async fn a_reset_mid_sse_fails_the_call_naming_the_broken_stream() {
 async fn garbage_instead_of_http_is_named_as_such() {
     let b = Bench::start(|_| {}).await;
     b.works("before the fault").await;
-    b.row(Fault::Garbage, "slow", &["not http"]).await;
+    b.row(Fault::Garbage, "slow", &["not http", "invalid answer head"])
+        .await;
     b.stop().await;
 }
 

@@ -273,6 +273,7 @@ impl Http1Body {
                 Ok(read) => read,
                 Err(e) => {
                     self.conn = None;
+                    let e = io::Error::new(e.kind(), format!("error reading the body: {e}"));
                     return Poll::Ready(Some(Err(e.into())));
                 }
             };
