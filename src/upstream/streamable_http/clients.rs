@@ -1,21 +1,26 @@
-//! How requests reach an HTTP upstream: per front-door worker, a pool of
-//! HTTP/1.1 connections (`http1.rs`) or, with `http2 = true`, one HTTP/2
-//! connection (`http2.rs`); both connect through the same connector, each
-//! attempt bounded whole by the upstream's `connect_timeout`.
+//! How requests reach an HTTP upstream, and what their answers' bodies are: per
+//! front-door worker, a pool of HTTP/1.1 connections (`http1/`) or, with
+//! `http2 = true`, one HTTP/2 connection (`http2.rs`); both connect through the
+//! same connector (`connect.rs`).
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use hyper_util::client::legacy::connect::HttpConnector;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
 
+use super::connect::{connector, BoxError, Timed};
+use super::http1::Http1Body;
 use super::http1::Http1Pool;
-use super::http2::{Connector, Http2Pool, Timed};
+use super::http2::Http2Pool;
 use crate::config::{Transport, UpstreamConfig};
 use crate::upstream::UpstreamError;
 
 /// How requests reach the upstream, one per front-door worker: a call uses its
 /// worker's, so its connection's driver runs on the same thread.
 pub(super) enum Clients {
-    /// Pooled HTTP/1.1 connections (http and https, `http1.rs`).
+    /// Pooled HTTP/1.1 connections (http and https, `http1/`).
     Http1(Vec<Arc<Http1Pool>>),
     /// `http2 = true`: one HTTP/2 connection per worker (`http2.rs`).
     Http2(Vec<Arc<Http2Pool>>),
@@ -55,24 +60,51 @@ impl Clients {
     }
 }
 
-/// TCP with the upstream's connect timeout, and TLS on https:// (ALPN `h2` for
-/// an HTTP/2 upstream).
-fn connector(cfg: &UpstreamConfig, http2: bool) -> Result<Connector, UpstreamError> {
-    let tls = crate::tls::client_config(true, cfg.ca_file.as_deref()).map_err(|message| {
-        UpstreamError::Unreachable {
-            name: cfg.name.clone(),
-            message,
+/// An upstream response's body, from either client.
+pub(super) enum ResponseBody {
+    Http1(Http1Body),
+    Http2(h2::RecvStream),
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Self::Http1(b) => Pin::new(b).poll_frame(cx),
+            Self::Http2(r) => match r.poll_data(cx) {
+                Poll::Ready(Some(Ok(data))) => {
+                    // The window reopens as the body is read, not as it arrives.
+                    let _ = r.flow_control().release_capacity(data.len());
+                    Poll::Ready(Some(Ok(Frame::data(data))))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(None) => match r.poll_trailers(cx) {
+                    Poll::Ready(Ok(Some(t))) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
+                    Poll::Ready(Ok(None)) => Poll::Ready(None),
+                    Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e.into()))),
+                    Poll::Pending => Poll::Pending,
+                },
+                Poll::Pending => Poll::Pending,
+            },
         }
-    })?;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(cfg.connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http();
-    Ok(match http2 {
-        true => https.enable_http2().wrap_connector(http),
-        false => https.enable_http1().wrap_connector(http),
-    })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Http1(b) => b.is_end_stream(),
+            Self::Http2(r) => r.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Http1(b) => b.size_hint(),
+            Self::Http2(_) => SizeHint::default(),
+        }
+    }
 }

@@ -18,23 +18,15 @@
 //! - Flow control: windows of 2 MiB per stream and 5 MiB per connection (hyper's
 //!   defaults), released as the body is read.
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use h2::client::SendRequest;
-use http_body::{Body, Frame, SizeHint};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 
-/// Any error a response body or a connection attempt reports.
-pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// TCP, and TLS on https://.
-pub(super) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+use super::connect::{timed_out, BoxError, Connector};
 
 /// Receive window of one stream (hyper's default).
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
@@ -54,95 +46,6 @@ const MAX_SEND_BUFFER: usize = 400 * 1024;
 const DATA_FRAME_BUDGET: usize = 4 * CONNECTION_WINDOW as usize;
 /// How often an open connection is pinged, and how long a ping may go unanswered.
 const KEEP_ALIVE: Duration = Duration::from_secs(20);
-
-/// [`Connector`] with the whole attempt bounded (TCP, then TLS): the connector
-/// times the TCP connection only, and a TLS handshake the peer never answers
-/// would hold a call for good. The HTTP/1.1 pool (`http1.rs`) connects through it.
-#[derive(Clone)]
-pub(super) struct Timed {
-    pub(super) inner: Connector,
-    pub(super) timeout: Duration,
-}
-
-/// What [`Connector`] connects.
-type Stream = <Connector as tower_service::Service<http::Uri>>::Response;
-
-impl tower_service::Service<http::Uri> for Timed {
-    type Response = Stream;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn std::future::Future<Output = Result<Stream, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, uri: http::Uri) -> Self::Future {
-        let (connecting, timeout) = (self.inner.call(uri), self.timeout);
-        Box::pin(async move {
-            match tokio::time::timeout(timeout, connecting).await {
-                Ok(connected) => connected,
-                Err(_) => Err(Box::new(timed_out(timeout)) as BoxError),
-            }
-        })
-    }
-}
-
-/// The error of a connection attempt that took longer than `timeout`.
-fn timed_out(timeout: Duration) -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("no connection within {timeout:?}"),
-    )
-}
-
-/// An upstream response's body, from either client.
-pub(super) enum ResponseBody {
-    Http1(super::http1::Http1Body),
-    Http2(h2::RecvStream),
-}
-
-impl Body for ResponseBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            Self::Http1(b) => Pin::new(b).poll_frame(cx),
-            Self::Http2(r) => match r.poll_data(cx) {
-                Poll::Ready(Some(Ok(data))) => {
-                    // The window reopens as the body is read, not as it arrives.
-                    let _ = r.flow_control().release_capacity(data.len());
-                    Poll::Ready(Some(Ok(Frame::data(data))))
-                }
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-                Poll::Ready(None) => match r.poll_trailers(cx) {
-                    Poll::Ready(Ok(Some(t))) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
-                    Poll::Ready(Ok(None)) => Poll::Ready(None),
-                    Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e.into()))),
-                    Poll::Pending => Poll::Pending,
-                },
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Http1(b) => b.is_end_stream(),
-            Self::Http2(r) => r.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Self::Http1(b) => b.size_hint(),
-            Self::Http2(_) => SizeHint::default(),
-        }
-    }
-}
 
 /// Why an HTTP/2 request got no response.
 #[derive(Debug)]

@@ -16,6 +16,7 @@
 //! session's standalone GET stream and its change notifications).
 
 mod clients;
+mod connect;
 mod era;
 mod failure;
 mod get_stream;
@@ -25,9 +26,9 @@ mod request;
 mod response;
 mod session;
 
-use clients::Clients;
+use clients::{Clients, ResponseBody};
 use failure::retry_after;
-use http2::{Http2Failure, ResponseBody};
+use http2::Http2Failure;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};

@@ -39,7 +39,7 @@ use hyper_rustls::MaybeHttpsStream;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::http2::{BoxError, Timed};
+use super::connect::{BoxError, Timed};
 pub(super) use body::Http1Body;
 use body::{keeps_alive, poll_head};
 
