@@ -46,7 +46,7 @@ use body::{keeps_alive, poll_head};
 mod body;
 
 /// How long an idle connection is kept (hyper-util's default was the same).
-pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most idle connections kept per worker; more are closed as they come back.
 const MAX_IDLE: usize = 1024;
 /// Most header fields in an answer's head (hyper's limit).
@@ -171,6 +171,8 @@ pub(super) struct Http1Pool {
     host: Box<str>,
     /// Idle connections, oldest first, with when each came back.
     idle: Mutex<VecDeque<(Box<Conn>, Instant)>>,
+    /// How long an idle connection is kept ([`IDLE_TIMEOUT`]).
+    idle_timeout: Duration,
     reaping: AtomicBool,
 }
 
@@ -184,6 +186,7 @@ impl Http1Pool {
             target,
             host,
             idle: Mutex::new(VecDeque::new()),
+            idle_timeout: IDLE_TIMEOUT,
             reaping: AtomicBool::new(false),
         })
     }
@@ -295,7 +298,7 @@ impl Http1Pool {
     fn take_idle(&self) -> Option<Box<Conn>> {
         let mut idle = self.idle.lock().expect("http1 pool");
         while let Some((mut conn, since)) = idle.pop_back() {
-            if since.elapsed() >= IDLE_TIMEOUT {
+            if since.elapsed() >= self.idle_timeout {
                 // The rest are older still.
                 idle.clear();
                 return None;
@@ -318,17 +321,21 @@ impl Http1Pool {
             idle.push_back((conn, Instant::now()));
         }
         drop(idle);
-        if !self.reaping.swap(true, Ordering::Relaxed) {
-            tokio::spawn(reap(Arc::downgrade(self)));
+        // On the runtime the connection is registered with (a body is read on
+        // one; without one, stale connections are still dropped on the next take).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            if !self.reaping.swap(true, Ordering::Relaxed) {
+                rt.spawn(reap(Arc::downgrade(self)));
+            }
         }
     }
 
-    /// Close the connections idle for [`IDLE_TIMEOUT`].
+    /// Close the connections idle for the idle timeout.
     fn close_stale(&self) {
         let mut idle = self.idle.lock().expect("http1 pool");
         while idle
             .front()
-            .is_some_and(|(_, since)| since.elapsed() >= IDLE_TIMEOUT)
+            .is_some_and(|(_, since)| since.elapsed() >= self.idle_timeout)
         {
             idle.pop_front();
         }
@@ -341,10 +348,13 @@ impl Http1Pool {
     }
 }
 
-/// Close stale idle connections every half [`IDLE_TIMEOUT`] while the pool lives.
+/// Close stale idle connections every half idle timeout while the pool lives.
 async fn reap(pool: Weak<Http1Pool>) {
     loop {
-        tokio::time::sleep(IDLE_TIMEOUT / 2).await;
+        let Some(every) = pool.upgrade().map(|p| p.idle_timeout / 2) else {
+            return;
+        };
+        tokio::time::sleep(every).await;
         match pool.upgrade() {
             Some(pool) => pool.close_stale(),
             None => return,

@@ -272,6 +272,7 @@ fn the_request_head_names_its_host_and_length_and_drops_hop_by_hop_fields() {
         target: "/mcp?a=b".into(),
         host: "up:8080".into(),
         idle: Mutex::new(VecDeque::new()),
+        idle_timeout: IDLE_TIMEOUT,
         reaping: AtomicBool::new(false),
     };
     let mut headers = HeaderMap::new();
@@ -285,4 +286,21 @@ fn the_request_head_names_its_host_and_length_and_drops_hop_by_hop_fields() {
     );
     let head = String::from_utf8(pool.head(&Method::GET, &HeaderMap::new(), 0)).unwrap();
     assert_eq!(head, "GET /mcp?a=b HTTP/1.1\r\nhost: up:8080\r\n\r\n");
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_once_stale() {
+    let (uri, accepted) = server(vec![
+        Some(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na"),
+        Some(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nb"),
+    ])
+    .await;
+    let mut pool = pool(uri);
+    Arc::get_mut(&mut pool).unwrap().idle_timeout = Duration::from_millis(400);
+    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("a"));
+    assert_eq!(pool.idle(), 1, "kept while fresh");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(pool.idle(), 0, "the reaper closed it");
+    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("b"));
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
