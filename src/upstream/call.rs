@@ -335,6 +335,11 @@ impl Events {
         Self(Source::Pending(Box::pin(request)))
     }
 
+    /// [`Events::inline`] for a request already boxed.
+    pub fn pending(request: Pin<Box<dyn Future<Output = First> + Send>>) -> Self {
+        Self(Source::Pending(request))
+    }
+
     /// The next event; `None` once the call is over, or when it broke without an
     /// answer. Cancel-safe: a dropped `recv` loses nothing (the request it was
     /// running is kept here).

@@ -132,7 +132,7 @@ impl Shared {
                 VERSION_HEADER.clone(),
                 HeaderValue::from_str(version).expect("known versions are header-safe"),
             );
-            match self.send(Method::DELETE, None, h, ctx).await {
+            match self.send(&Method::DELETE, None, &h, ctx).await {
                 Ok(ans) => {
                     let _ = self.read_all(ans.body).await;
                 }

@@ -147,7 +147,10 @@ impl GetStream {
             let Some((headers, opener)) = self.request() else {
                 return;
             };
-            let sent = self.shared.send(Method::GET, None, headers, &opener).await;
+            let sent = self
+                .shared
+                .send(&Method::GET, None, &headers, &opener)
+                .await;
             if let Some(o) = self.opened.take() {
                 let _ = o.send(());
             }

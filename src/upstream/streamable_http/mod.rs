@@ -217,8 +217,8 @@ impl Shared {
         headers: HeaderMap,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
-        self.send(Method::POST, Some(body.into()), headers, ctx)
-            .await
+        let body = body.into();
+        self.send(&Method::POST, Some(&body), &headers, ctx).await
     }
 
     /// Send one request. A `429` or `503` whose `Retry-After` asks for a wait of at
@@ -226,21 +226,23 @@ impl Shared {
     /// times: the server said it did not take the request, so nothing ran twice.
     /// Any other answer, and the last refusal, is the caller's to see.
     ///
-    /// A slow call waits here for its answer's headers as long as it runs, so only
-    /// `extra` is kept meanwhile; each attempt builds its headers anew.
+    /// A slow call waits here for its answer's headers as long as it runs, so what
+    /// it sends is borrowed (a future keeps its arguments, and a moved argument
+    /// twice), and each attempt builds its headers anew.
     async fn send(
         &self,
-        method: Method,
-        body: Option<Bytes>,
-        extra: HeaderMap,
+        method: &Method,
+        body: Option<&Bytes>,
+        extra: &HeaderMap,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
-        let has_body = body.is_some();
-        let body = body.unwrap_or_default();
+        static NO_BODY: Bytes = Bytes::new();
         let mut retries = 0;
         loop {
-            let headers = self.request_headers(has_body, &extra, ctx);
-            let (parts, body_in) = self.exchange(&method, headers, &body).await?;
+            let headers = self.request_headers(body.is_some(), extra, ctx);
+            let (parts, body_in) = self
+                .exchange(method, headers, body.unwrap_or(&NO_BODY))
+                .await?;
             match retry_after(parts.status, &parts.headers) {
                 Some(wait) if retries < MAX_RETRIES => {
                     retries += 1;

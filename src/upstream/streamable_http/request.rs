@@ -2,10 +2,14 @@
 //! call's events, or a legacy session with one retry on a new session after 404),
 //! and its cancellation.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+
+use http::{HeaderMap, Method, StatusCode};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -52,57 +56,40 @@ impl Shared {
         let (shared, ctx) = (self.clone(), ctx.clone());
         let stop = Arc::new(Mutex::new(Stop::default()));
         let reader = stop.clone();
-        let request = async move {
-            let (body, headers, id) = match ready {
-                Ready::Modern(body, headers, id) => (body, headers, id),
-                Ready::Legacy(call) => return shared.legacy_inline(call, ctx, reader).await,
+        // Each way is a future of its own: a slow call's future then keeps room
+        // for its own way only, and the modern one borrows what it sends rather
+        // than moving it into the futures it awaits (each would keep a copy).
+        let request: Pin<Box<dyn Future<Output = First> + Send>> = match ready {
+            Ready::Modern(body, headers, id) => {
+                Box::pin(shared.modern(body.into(), headers, id, ctx, reader))
+            }
+            Ready::Legacy(call) => Box::pin(shared.legacy_inline(call, ctx, reader)),
+            Ready::Request(req) => Box::pin(async move {
                 // Boxed: finding the era is rare and its future is 6 KB, which this
                 // one would otherwise keep room for as long as the call runs.
-                Ready::Request(req) => match Box::pin(shared.era_for(&ctx)).await {
-                    Err(e) => return First::Done(Err(e.to_rpc())),
+                match Box::pin(shared.era_for(&ctx)).await {
+                    Err(e) => First::Done(Err(e.to_rpc())),
                     Ok(Era::Modern) => {
                         let id = shared.upstream_id();
-                        (
-                            kept(req.to_vec_with_id(Some(&id))),
-                            modern_headers(&req),
-                            id,
-                        )
+                        let body = kept(req.to_vec_with_id(Some(&id)));
+                        let headers = modern_headers(&req);
+                        shared.modern(body.into(), headers, id, ctx, reader).await
                     }
                     Ok(Era::Legacy)
                         if upstream_task_of(&req).is_none() && !req.params.contains_key("task") =>
                     {
                         let call = shared.legacy_call(&req);
-                        return shared.legacy_inline(call, ctx, reader).await;
+                        shared.legacy_inline(call, ctx, reader).await
                     }
                     Ok(Era::Legacy) => {
                         let (tx, rx) = mpsc::channel(64);
                         let task =
                             tokio::spawn(shared.clone().run_legacy(req, ctx, tx, reader.clone()));
                         reader.lock().expect("cancel lock").reader = Some(task.abort_handle());
-                        return First::Stream(rx);
+                        First::Stream(rx)
                     }
-                },
-            };
-            let ans = match shared.post(body, headers, &ctx).await {
-                Ok(ans) => ans,
-                Err(e) => return First::Done(Err(e.to_rpc())),
-            };
-            let stream = match shared.answered_as(ans, true).await {
-                Ok(read) => return read.into(),
-                Err(stream) => stream,
-            };
-            match shared.first_answer(stream, &id).await {
-                Ok(read) => read.into(),
-                Err(started) => {
-                    let (tx, rx) = mpsc::channel(64);
-                    let task =
-                        tokio::spawn(
-                            async move { shared.pump_started(started, id, tx, None).await },
-                        );
-                    reader.lock().expect("cancel lock").reader = Some(task.abort_handle());
-                    First::Stream(rx)
                 }
-            }
+            }),
         };
         let shared = self.clone();
         let on_cancel: Box<dyn FnOnce() + Send> = Box::new(move || {
@@ -126,8 +113,49 @@ impl Shared {
             });
         });
         UpstreamCall {
-            events: Events::inline(request),
+            events: Events::pending(request),
             canceller: Canceller::on_cancel(on_cancel),
+        }
+    }
+
+    /// A request to a modern upstream: one POST; its JSON answer is the call, an
+    /// SSE answer is read here until its first event and by a reader task after
+    /// that if it goes on.
+    ///
+    /// A slow call's future is this one, waiting in `send` for as long as the
+    /// upstream works, so it is kept small: an async block (an async fn would
+    /// keep each argument twice), what it sends borrowed from it, and reading the
+    /// answer boxed (a brief step whose future is larger than the wait's).
+    fn modern(
+        self: Arc<Self>,
+        body: Bytes,
+        headers: HeaderMap,
+        id: Value,
+        ctx: CallContext,
+        reader: Arc<Mutex<Stop>>,
+    ) -> impl Future<Output = First> + Send {
+        async move {
+            let ans = match self.send(&Method::POST, Some(&body), &headers, &ctx).await {
+                Ok(ans) => ans,
+                Err(e) => return First::Done(Err(e.to_rpc())),
+            };
+            let read = Box::pin(async {
+                let stream = match self.answered_as(ans, true).await {
+                    Ok(read) => return Ok(read),
+                    Err(stream) => stream,
+                };
+                self.first_answer(stream, &id).await
+            });
+            match read.await {
+                Ok(read) => read.into(),
+                Err(started) => {
+                    let (tx, rx) = mpsc::channel(64);
+                    let task =
+                        tokio::spawn(async move { self.pump_started(started, id, tx, None).await });
+                    reader.lock().expect("cancel lock").reader = Some(task.abort_handle());
+                    First::Stream(rx)
+                }
+            }
         }
     }
 
@@ -220,13 +248,17 @@ impl Shared {
                 Ok(s) => s,
                 Err(e) => return failed(e),
             };
-            stop.lock().expect("cancel lock").legacy = Some(CancelInfo {
+            stop.lock().expect("cancel lock").legacy = Some(Box::new(CancelInfo {
                 session: session.clone(),
                 id: call.id.clone(),
                 ctx: ctx.clone(),
-            });
+            }));
             let busy = InFlight::new(&session);
-            let ans = match self.post(call.body.clone(), session.headers(), &ctx).await {
+            let headers = session.headers();
+            let ans = match self
+                .send(&Method::POST, Some(&call.body), &headers, &ctx)
+                .await
+            {
                 Ok(a) => a,
                 Err(e) => return failed(e),
             };
@@ -274,11 +306,11 @@ impl Shared {
                     return;
                 }
             };
-            stop.lock().expect("cancel lock").legacy = Some(CancelInfo {
+            stop.lock().expect("cancel lock").legacy = Some(Box::new(CancelInfo {
                 session: session.clone(),
                 id: id.clone(),
                 ctx: ctx.clone(),
-            });
+            }));
             let _busy = InFlight::new(&session);
             let ans = match self.post(body.clone(), session.headers(), &ctx).await {
                 Ok(a) => a,
@@ -356,7 +388,8 @@ enum Ready {
 #[derive(Default)]
 struct Stop {
     reader: Option<tokio::task::AbortHandle>,
-    legacy: Option<CancelInfo>,
+    /// Boxed: only legacy calls have it, and every call keeps a `Stop`.
+    legacy: Option<Box<CancelInfo>>,
 }
 
 /// What a legacy cancellation needs: the session and the upstream request id.

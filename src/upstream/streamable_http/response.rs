@@ -291,7 +291,7 @@ impl Shared {
             HeaderName::from_static("last-event-id"),
             HeaderValue::from_str(last).ok()?,
         );
-        match self.send(Method::GET, None, h, &s.opener).await {
+        match self.send(&Method::GET, None, &h, &s.opener).await {
             Ok(ans) if ans.status.is_success() => Some(ans.body),
             Ok(ans) => {
                 tracing::warn!(upstream = %self.cfg.name, status = %ans.status, "the upstream refused to resume a response stream");

@@ -263,7 +263,7 @@ impl Shared {
         }
         if s.id.is_some() {
             if let Ok(ans) = self
-                .send(Method::DELETE, None, s.headers(), &s.opener)
+                .send(&Method::DELETE, None, &s.headers(), &s.opener)
                 .await
             {
                 let _ = self.read_all(ans.body).await;
