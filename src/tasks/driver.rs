@@ -180,8 +180,9 @@ struct Driver {
     o: RunningCall,
     /// A legacy upstream's requests waiting for the client's answers, by our key.
     legacy: HashMap<String, ServerRequest>,
-    /// A modern upstream's input round.
-    round: Round,
+    /// A modern upstream's input round, once there is one (boxed: rare, and
+    /// every running task keeps a `Driver`).
+    round: Option<Box<Round>>,
     /// Progress is written at most every PROGRESS_EVERY; a newer message waiting
     /// to be written is flushed when that time comes (or with the next change).
     last_progress_write: tokio::time::Instant,
@@ -199,7 +200,7 @@ impl Driver {
             rec,
             o,
             legacy: HashMap::new(),
-            round: Round::default(),
+            round: None,
             last_progress_write: tokio::time::Instant::now() - PROGRESS_EVERY,
             progress_due: None,
             lost: false,
@@ -290,7 +291,7 @@ impl Driver {
     /// A modern upstream's input requests, asked under keys of this round; with
     /// none to ask, the call is retried at once.
     async fn open_round(&mut self, r: Value) -> bool {
-        let round = &mut self.round;
+        let round = self.round.get_or_insert_with(Box::default);
         round.n += 1;
         round.state = r
             .get("requestState")
@@ -307,7 +308,7 @@ impl Driver {
             self.rec.input_requests.insert(key.clone(), entry);
             round.waiting.insert(key, k);
         }
-        if self.round.waiting.is_empty() {
+        if round.waiting.is_empty() {
             return self.retry().await;
         }
         let _ = self.rec.ask();
@@ -326,8 +327,10 @@ impl Driver {
         if !self.take_answers(answers) {
             return true;
         }
-        if self.round.n > 0
-            && self.round.waiting.is_empty()
+        if self
+            .round
+            .as_ref()
+            .is_some_and(|r| r.n > 0 && r.waiting.is_empty())
             && self.o.call.is_none()
             && !self.retry().await
         {
@@ -346,8 +349,9 @@ impl Driver {
         for (k, v) in answers {
             if let Some(r) = self.legacy.remove(&k) {
                 r.answer(Ok(v));
-            } else if let Some(uk) = self.round.waiting.remove(&k) {
-                self.round.answers.insert(uk, v);
+            } else if let Some(round) = self.round.as_mut().filter(|r| r.waiting.contains_key(&k)) {
+                let uk = round.waiting.remove(&k).expect("just seen");
+                round.answers.insert(uk, v);
             } else {
                 continue;
             }
@@ -365,12 +369,12 @@ impl Driver {
             .origin
             .as_ref()
             .expect("rounds need the original request");
-        let r = origin.request().with_answers(
-            std::mem::take(&mut self.round.answers),
-            self.round.state.take(),
-        );
+        let round = self.round.get_or_insert_with(Box::default);
+        let r = origin
+            .request()
+            .with_answers(std::mem::take(&mut round.answers), round.state.take());
         tracing::info!(
-            round = self.round.n,
+            round = round.n,
             "retrying the call upstream with the client's answers"
         );
         match origin.upstream.call(r.wire(), &origin.ctx).await {
