@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use tracing::Instrument;
 
 use super::answer::{Answer, Failure, WriteFailure};
 use super::control::{mailbox, ControlRx};
@@ -357,7 +356,8 @@ impl Race {
         traced
     }
 
-    /// Start the task's background driver, in the `task` span of its logs.
+    /// Start the task's background driver, in the `task` span of its logs
+    /// ([`TaskLogged`]).
     fn spawn_driver(
         &self,
         rec: TaskRecord,
@@ -367,9 +367,12 @@ impl Race {
         tool: &str,
     ) {
         let drivers = Drivers::of(self);
-        let span = tracing::info_span!("task", task.id = %rec.id, tool = %tool);
-        self.driver_tasks
-            .spawn(drivers.own(rec, owner, control, traced).instrument(span));
+        let (id, tool) = (rec.id.as_str().into(), tool.into());
+        self.driver_tasks.spawn(TaskLogged {
+            id,
+            tool,
+            driver: drivers.own(rec, owner, control, traced),
+        });
     }
 }
 
@@ -480,5 +483,95 @@ fn level_rank(level: Option<&str>) -> u8 {
         Some("alert") => 7,
         Some("emergency") => 8,
         _ => 0,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A task's driver, each poll of it in a `task` span (`task.id`, `tool`) for
+    /// what it logs. The span is made per poll rather than held: a span held for
+    /// the task's life cost about 500 bytes per running task (the subscriber's
+    /// slot, its extensions, the formatted fields), while a running task's
+    /// driver is polled a few times in its life (events, answers, the end).
+    struct TaskLogged<F> {
+        id: Box<str>,
+        tool: Box<str>,
+        #[pin]
+        driver: F,
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for TaskLogged<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        let span = tracing::info_span!("task", task.id = %this.id, tool = %this.tool);
+        let _in = span.enter();
+        this.driver.poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TaskLogged;
+    use std::sync::{Arc, Mutex};
+
+    /// Log lines written into a shared buffer.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn what_a_driver_logs_names_its_task_on_every_poll() {
+        let lines = Lines::default();
+        let out = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || out.clone())
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let driver = TaskLogged {
+            id: "t-1".into(),
+            tool: "report".into(),
+            driver: async move {
+                tracing::info!("first poll");
+                let _ = rx.await;
+                tracing::info!("after a wait");
+            },
+        };
+        let run = tokio::spawn(driver);
+        tokio::task::yield_now().await;
+        tracing::info!("outside");
+        tx.send(()).unwrap();
+        run.await.unwrap();
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let of = |m: &str| {
+            text.lines()
+                .find(|l| l.contains(m))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            of("first poll").contains("task{task.id=t-1 tool=report}"),
+            "{text}"
+        );
+        assert!(
+            of("after a wait").contains("task{task.id=t-1 tool=report}"),
+            "{text}"
+        );
+        assert!(!of("outside").contains("task{"), "{text}");
     }
 }
