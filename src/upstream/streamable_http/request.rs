@@ -126,6 +126,7 @@ impl Shared {
     /// upstream works, so it is kept small: an async block (an async fn would
     /// keep each argument twice), what it sends borrowed from it, and reading the
     /// answer boxed (a brief step whose future is larger than the wait's).
+    #[allow(clippy::manual_async_fn)] // an async fn keeps its arguments twice
     fn modern(
         self: Arc<Self>,
         body: Bytes,
