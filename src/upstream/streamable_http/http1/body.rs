@@ -13,14 +13,18 @@ use http_body::{Frame, SizeHint};
 
 use super::{BoxError, Conn, Http1Failure, Http1Pool, MAX_HEAD, MAX_HEADERS, MAX_LINE};
 
-/// Whether the connection may carry another request after this answer.
+/// Whether the connection may carry another request after this answer: not
+/// after `Connection: close` or HTTP/1.0, and not after an answer with both
+/// `Transfer-Encoding` and `Content-Length` (RFC 9112 §6.1: read as chunked,
+/// then close, as the two may disagree about where the next answer starts).
 pub(super) fn keeps_alive(parts: &http::response::Parts) -> bool {
+    let h = &parts.headers;
     parts.version == Version::HTTP_11
-        && !parts
-            .headers
+        && !h
             .get_all(header::CONNECTION)
             .iter()
             .any(|v| has_token(v, "close"))
+        && !(h.contains_key(header::TRANSFER_ENCODING) && h.contains_key(header::CONTENT_LENGTH))
 }
 
 /// Whether a comma-separated header value lists `token`.

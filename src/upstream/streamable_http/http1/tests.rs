@@ -134,6 +134,20 @@ async fn connection_close_and_bodies_until_close_are_not_kept() {
 }
 
 #[tokio::test]
+async fn an_answer_with_both_framings_is_read_chunked_and_its_connection_closed() {
+    let (uri, accepted) = server(vec![
+        Some(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+        Some(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
+    ])
+    .await;
+    let pool = pool(uri);
+    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("hello"));
+    assert_eq!(pool.idle(), 0, "not kept: the framings disagree");
+    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("ok"));
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
 async fn a_body_dropped_unread_closes_its_connection() {
     let (uri, accepted) = server(vec![
         Some(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"),
