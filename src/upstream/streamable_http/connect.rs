@@ -10,6 +10,17 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use crate::config::UpstreamConfig;
 use crate::upstream::UpstreamError;
 
+/// Header fields about a connection rather than a message (RFC 9110 §7.6.1),
+/// which neither client passes on from the configuration or the caller: each
+/// client manages its own connection (and HTTP/2 forbids them).
+pub(super) const CONNECTION_SPECIFIC: [&str; 5] = [
+    "connection",
+    "transfer-encoding",
+    "upgrade",
+    "keep-alive",
+    "proxy-connection",
+];
+
 /// Any error a response body or a connection attempt reports.
 pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use h2::client::SendRequest;
 use hyper_util::rt::TokioIo;
 
-use super::connect::{timed_out, BoxError, Connector};
+use super::connect::{timed_out, BoxError, Connector, CONNECTION_SPECIFIC};
 
 /// Receive window of one stream (hyper's default).
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
@@ -61,11 +61,8 @@ pub(super) enum Http2Failure {
 /// fields, and `TE` other than `trailers`), which h2 refuses to send: a configured
 /// or forwarded `Connection` header must not fail every call.
 pub(super) fn without_connection_headers(mut headers: http::HeaderMap) -> http::HeaderMap {
-    use http::header::{CONNECTION, TE, TRANSFER_ENCODING, UPGRADE};
-    for name in [CONNECTION, TRANSFER_ENCODING, UPGRADE] {
-        headers.remove(name);
-    }
-    for name in ["keep-alive", "proxy-connection"] {
+    use http::header::TE;
+    for name in CONNECTION_SPECIFIC {
         headers.remove(name);
     }
     if headers.get(TE).is_some_and(|v| v != "trailers") {

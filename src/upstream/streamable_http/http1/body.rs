@@ -257,19 +257,22 @@ impl Http1Body {
                 }
                 State::ChunkSize | State::ChunkEnd | State::Trailers => {
                     if let Some(line) = take_line(&mut conn.buf) {
-                        self.state = match (self.state, chunk_size(&line)) {
-                            (State::ChunkEnd, _) if line.is_empty() => State::ChunkSize,
-                            (State::ChunkEnd, _) => return broke("a chunk longer than its size"),
-                            (State::ChunkSize, Some(0)) => State::Trailers,
-                            (State::ChunkSize, Some(n)) => State::ChunkData(n),
-                            (State::ChunkSize, None) => {
-                                return broke(&format!("invalid chunk size {line:?}"))
-                            }
-                            (_, _) if line.is_empty() => {
+                        self.state = match self.state {
+                            State::ChunkEnd if line.is_empty() => State::ChunkSize,
+                            State::ChunkEnd => return broke("a chunk longer than its size"),
+                            State::ChunkSize => match chunk_size(&line) {
+                                Some(0) => State::Trailers,
+                                Some(n) => State::ChunkData(n),
+                                None => {
+                                    let line = String::from_utf8_lossy(&line);
+                                    return broke(&format!("invalid chunk size {line:?}"));
+                                }
+                            },
+                            _ if line.is_empty() => {
                                 self.finish();
                                 return Poll::Ready(None);
                             }
-                            (_, _) => State::Trailers,
+                            _ => State::Trailers,
                         };
                         continue;
                     }
@@ -281,8 +284,8 @@ impl Http1Body {
             }
             let read = match ready!(conn.poll_fill(cx)) {
                 Ok(read) => read,
+                // poll_frame lets the connection go on any error.
                 Err(e) => {
-                    self.conn = None;
                     let e = io::Error::new(e.kind(), format!("error reading the body: {e}"));
                     return Poll::Ready(Some(Err(e.into())));
                 }
@@ -310,18 +313,20 @@ fn broke(why: &str) -> Poll<Option<Result<Bytes, BoxError>>> {
     .into())))
 }
 
-/// The next line of `buf` without its line ending, if a whole one is there.
-fn take_line(buf: &mut BytesMut) -> Option<String> {
+/// The next line of `buf` without its line ending, if a whole one is there
+/// (split off, not copied: a chunked body has a few per answer).
+fn take_line(buf: &mut BytesMut) -> Option<BytesMut> {
     let end = buf.iter().position(|b| *b == b'\n')?;
-    let line = buf.split_to(end + 1);
-    let line = line.strip_suffix(b"\n").unwrap_or(&line);
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    Some(String::from_utf8_lossy(line).into_owned())
+    let mut line = buf.split_to(end + 1);
+    let len = line.len() - 1 - usize::from(line.ends_with(b"\r\n"));
+    line.truncate(len);
+    Some(line)
 }
 
 /// A chunk-size line's size (extensions after `;` ignored).
-fn chunk_size(line: &str) -> Option<u64> {
-    let hex = line.split(';').next()?.trim();
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let hex = line.split(|b| *b == b';').next()?.trim_ascii();
+    let hex = std::str::from_utf8(hex).ok()?;
     (!hex.is_empty() && hex.len() <= 16)
         .then(|| u64::from_str_radix(hex, 16).ok())
         .flatten()

@@ -25,7 +25,7 @@
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::io;
+use std::io::{self, Write};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -39,7 +39,7 @@ use hyper_rustls::MaybeHttpsStream;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::connect::{BoxError, Timed};
+use super::connect::{BoxError, Timed, CONNECTION_SPECIFIC};
 pub(super) use body::Http1Body;
 use body::{keeps_alive, poll_head};
 
@@ -271,9 +271,8 @@ impl Http1Pool {
         }
         let takes_body = matches!(*method, Method::POST | Method::PUT | Method::PATCH);
         if len > 0 || takes_body {
-            out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(len.to_string().as_bytes());
-            out.extend_from_slice(b"\r\n");
+            // Written in place: no string per request.
+            let _ = write!(out, "content-length: {len}\r\n");
         }
         out.extend_from_slice(b"\r\n");
         out
@@ -365,15 +364,9 @@ async fn reap(pool: Weak<Http1Pool>) {
 /// Headers about this connection rather than the message, which tasklift's
 /// client sets itself or does not send.
 fn hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        *name,
-        header::CONNECTION
-            | header::CONTENT_LENGTH
-            | header::TRANSFER_ENCODING
-            | header::UPGRADE
-            | header::TE
-    ) || name == "keep-alive"
-        || name == "proxy-connection"
+    *name == header::CONTENT_LENGTH
+        || *name == header::TE
+        || CONNECTION_SPECIFIC.contains(&name.as_str())
 }
 
 #[cfg(test)]
