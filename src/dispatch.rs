@@ -53,9 +53,7 @@ pub async fn call_target(
     // can need tasks at all (and so whether an unlisted tool is worth a tools/list).
     let tool = req.str_param("name").unwrap_or_default();
     let listed = mount.tools.listed_task_support(tool);
-    if listed.is_some_and(|s| s != TaskSupport::Required)
-        || !offers_tool_tasks(up.as_ref(), req, ctx).await
-    {
+    if listed.is_some_and(|s| s != TaskSupport::Required) || !up.offers_tool_tasks(req, ctx).await {
         return up;
     }
     if listed.is_none()
@@ -262,31 +260,6 @@ fn handles_for<'a>(mount: &Mount, req: &'a Request) -> Option<&'a str> {
     req.str_param("name")
         .filter(|n| [handles::WAIT_TOOL, handles::CANCEL_TOOL].contains(n))
         .filter(|_| offers_handles(&mount.cfg) && !mcp::declares_tasks(&req.params))
-}
-
-/// Whether a legacy upstream's capabilities (from its `initialize` result) include
-/// `tasks.requests.tools.call`. Without it no tool of the upstream runs as a task,
-/// whatever its `execution.taskSupport` says (2025-11-25, tool-level negotiation),
-/// and its tools need not be listed before a call.
-async fn offers_tool_tasks(up: &dyn Upstream, req: &Request, ctx: &CallContext) -> bool {
-    let discover = Request {
-        id: Some(json!("tasklift-task-support")),
-        method: method::DISCOVER.into(),
-        params: req
-            .meta()
-            .map(|m| {
-                [("_meta".to_string(), Value::Object(m.clone()))]
-                    .into_iter()
-                    .collect()
-            })
-            .unwrap_or_default(),
-    };
-    match up.discover(&discover, ctx).await {
-        Ok(Ok(d)) => d
-            .pointer("/capabilities/tasks/requests/tools/call")
-            .is_some_and(|c| !c.is_null()),
-        _ => false,
-    }
 }
 
 /// Remove the 2025-era `execution.taskSupport` from each tool of a `tools/list`

@@ -78,6 +78,18 @@ pub trait Upstream: Send + Sync + 'static {
         req: &'a Request,
         ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Outcome>;
+    /// Whether the upstream's capabilities for `ctx` include
+    /// `tasks.requests.tools.call` (2025-11-25): without it none of its tools runs
+    /// as its own task. Asked before a legacy upstream's `tools/call` of a tool not
+    /// listed yet, so an upstream that keeps its capabilities answers from memory;
+    /// the default reads them from `discover`.
+    fn offers_tool_tasks<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        Box::pin(tool_tasks_by_discover(self, req, ctx))
+    }
     /// What the upstream answers the `initialize` of the 2025 client of
     /// `ctx.session`, when tasklift speaks a 2025 version to it for that client: a
     /// legacy upstream, or a modern one that serves 2025 clients too (a dual-era
@@ -129,6 +141,39 @@ pub trait Upstream: Send + Sync + 'static {
     fn health(&self) -> Result<(), String> {
         Ok(())
     }
+}
+
+/// [`Upstream::offers_tool_tasks`] read from the upstream's `server/discover`
+/// result, asked with the caller's `_meta`.
+pub(crate) async fn tool_tasks_by_discover<U: Upstream + ?Sized>(
+    up: &U,
+    req: &Request,
+    ctx: &CallContext,
+) -> bool {
+    let discover = Request {
+        id: Some(Value::from("tasklift-task-support")),
+        method: tasklift_protocol::mcp::method::DISCOVER.into(),
+        params: req
+            .meta()
+            .map(|m| {
+                [("_meta".to_string(), Value::Object(m.clone()))]
+                    .into_iter()
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    match up.discover(&discover, ctx).await {
+        Ok(Ok(d)) => offers_tool_tasks(&d),
+        _ => false,
+    }
+}
+
+/// Whether capabilities (at `capabilities` in a `server/discover` or `initialize`
+/// result) include `tasks.requests.tools.call`.
+pub fn offers_tool_tasks(result: &Value) -> bool {
+    result
+        .pointer("/capabilities/tasks/requests/tools/call")
+        .is_some_and(|c| !c.is_null())
 }
 
 /// Listen through a modern upstream's own `subscriptions/listen`: forward the filter,

@@ -42,8 +42,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{
-    discover_from_initialize, listen_modern, wire_message, CallContext, CallEvent, Era, Listening,
-    Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
+    discover_from_initialize, listen_modern, tool_tasks_by_discover, wire_message, CallContext,
+    CallEvent, Era, Listening, Upstream, UpstreamCall, UpstreamError, UpstreamFuture,
 };
 use crate::config::{EraSetting, UpstreamConfig};
 use tasklift_protocol::jsonrpc::{self, Outcome, Request};
@@ -103,13 +103,17 @@ struct Shared {
 }
 
 /// Holds the sessions for one key. `current` is the caller's main session (lists,
-/// notifications, subscriptions, session-wide settings); its mutex is held while
-/// (re)opening it. `extra` are further sessions for calls that may ask the client
-/// for input while another such call runs (see `Shared::call_session`).
+/// notifications, subscriptions, session-wide settings); `extra` are further
+/// sessions for calls that may ask the client for input while another such call
+/// runs (see `Shared::call_session`). Both are read under plain locks, held for a
+/// few instructions and never across an await, so a call on a session that is
+/// open never waits for another; `opening` is held while a session is opened (one
+/// at a time per key) and while the slot is emptied.
 #[derive(Default)]
 struct SessionSlot {
-    current: tokio::sync::Mutex<Option<Arc<Session>>>,
-    extra: tokio::sync::Mutex<Vec<Arc<Session>>>,
+    current: Mutex<Option<Arc<Session>>>,
+    extra: Mutex<Vec<Arc<Session>>>,
+    opening: tokio::sync::Mutex<()>,
 }
 
 /// One legacy session.
@@ -120,6 +124,8 @@ struct Session {
     version: HeaderValue,
     /// The `initialize` result (capabilities, serverInfo, instructions).
     init: Value,
+    /// Whether `init`'s capabilities include `tasks.requests.tools.call`.
+    tool_tasks: bool,
     /// Milliseconds since `epoch` of the last use.
     last_used: AtomicU64,
     /// Requests currently using the session (an in-use session is never closed).
@@ -483,6 +489,23 @@ impl Upstream for HttpUpstream {
                     let s = inner.session(ctx, None).await?;
                     Ok(Ok(discover_from_initialize(&s.init)))
                 }
+            }
+        })
+    }
+
+    fn offers_tool_tasks<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            match inner.era_for(ctx).await {
+                // Read from the caller's session, as it was initialized: no
+                // discover result is built for it.
+                Ok(Era::Legacy) => inner.session(ctx, None).await.is_ok_and(|s| s.tool_tasks),
+                Ok(Era::Modern) => tool_tasks_by_discover(self, req, ctx).await,
+                Err(_) => false,
             }
         })
     }

@@ -12,11 +12,17 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::{Answer, Asking, Session, SessionSlot, Shared, SESSION_HEADER};
-use crate::upstream::{CallContext, CallEvent, Era, UpstreamError};
+use crate::upstream::{offers_tool_tasks, CallContext, CallEvent, Era, UpstreamError};
 use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
 impl Shared {
     pub(super) fn session_key(&self, ctx: &CallContext) -> String {
+        // A caller with neither a session of its own nor credentials passed on is
+        // keyed by its principal alone, which is a keyed hash already: nothing to
+        // hash for each of its calls (and no hex key has a `:`).
+        if ctx.session.is_none() && ctx.authorization.is_none() {
+            return format!("principal:{}", ctx.principal);
+        }
         let mut h = Sha256::new();
         h.update(ctx.principal.as_bytes());
         h.update([0]);
@@ -56,18 +62,30 @@ impl Shared {
         self.session_keyed(ctx, &self.session_key(ctx), stale).await
     }
 
-    /// [`Shared::session`] for the caller whose `session_key` is `key`.
+    /// [`Shared::session`] for the caller whose `session_key` is `key`. An open
+    /// session is taken without waiting; opening one waits for the slot's
+    /// `opening` lock, so one caller's requests open one session, not one each.
     async fn session_keyed(
         self: &Arc<Self>,
         ctx: &CallContext,
         key: &str,
         stale: Option<&Arc<Session>>,
     ) -> Result<Arc<Session>, UpstreamError> {
+        let fresh = |s: &Arc<Session>| stale.is_none_or(|st| !Arc::ptr_eq(st, s));
         loop {
             let slot = self.slot(key);
-            let mut cur = slot.current.lock().await;
-            // `close_idle` may have emptied this slot and dropped it from the map
-            // while we waited: a session opened in it would never be closed.
+            // Marked used under the lock `close_idle` takes it out with, so it
+            // never closes a session just handed out.
+            if let Some(s) = slot.current.lock().expect("sessions lock").as_ref() {
+                if fresh(s) {
+                    s.last_used.store(self.now_ms(), Ordering::Relaxed);
+                    return Ok(s.clone());
+                }
+            }
+            let _opening = slot.opening.lock().await;
+            // `close_idle` or `end_session` may have emptied this slot and dropped
+            // it from the map while we waited: a session opened in it would never
+            // be closed.
             if !self
                 .sessions
                 .get(key)
@@ -75,15 +93,16 @@ impl Shared {
             {
                 continue;
             }
-            if let Some(s) = cur.as_ref() {
-                if stale.is_none_or(|st| !Arc::ptr_eq(st, s)) {
+            let cur = slot.current.lock().expect("sessions lock").clone();
+            if let Some(s) = cur {
+                if fresh(&s) {
                     s.last_used.store(self.now_ms(), Ordering::Relaxed);
-                    return Ok(s.clone());
+                    return Ok(s);
                 }
                 tracing::info!(upstream = %self.cfg.name, "legacy session expired; initializing a new one");
             }
             let s = Box::pin(self.open(ctx)).await?;
-            *cur = Some(s.clone());
+            *slot.current.lock().expect("sessions lock") = Some(s.clone());
             return Ok(s);
         }
     }
@@ -145,10 +164,6 @@ impl Shared {
             return Ok((main.clone(), Some(claim(&main))));
         }
         let slot = self.slot(&key);
-        let mut extra = slot.extra.lock().await;
-        if let Some(st) = stale {
-            extra.retain(|s| !Arc::ptr_eq(s, st));
-        }
         let plain = |s: &Arc<Session>| {
             s.askers
                 .lock()
@@ -158,23 +173,43 @@ impl Shared {
                 .count()
         };
         let idle = |s: &Arc<Session>| plain(s) == 0;
-        let chosen = match std::iter::once(&main).chain(extra.iter()).find(|s| idle(s)) {
-            Some(s) => s.clone(),
-            None if extra.len() + 1 < self.cfg.sessions_per_caller => {
-                let s = Box::pin(self.open(ctx)).await?;
-                tracing::debug!(upstream = %self.cfg.name, sessions = extra.len() + 2,
-                    "opened another session for a caller whose calls may ask for input");
-                extra.push(s.clone());
-                s
+        loop {
+            {
+                // Chosen and claimed under one lock: two calls never both take the
+                // same idle session.
+                let mut extra = slot.extra.lock().expect("sessions lock");
+                if let Some(st) = stale {
+                    extra.retain(|s| !Arc::ptr_eq(s, st));
+                }
+                let all = || std::iter::once(&main).chain(extra.iter());
+                let chosen = match all().find(|s| idle(s)) {
+                    Some(s) => Some(s),
+                    None if extra.len() + 1 < self.cfg.sessions_per_caller => None,
+                    None => all().min_by_key(|s| plain(s)),
+                };
+                if let Some(s) = chosen.cloned() {
+                    s.last_used.store(self.now_ms(), Ordering::Relaxed);
+                    let asker = claim(&s);
+                    return Ok((s, Some(asker)));
+                }
             }
-            None => std::iter::once(&main)
-                .chain(extra.iter())
-                .min_by_key(|s| plain(s))
-                .cloned()
-                .expect("the main session is there"),
-        };
-        chosen.last_used.store(self.now_ms(), Ordering::Relaxed);
-        Ok((chosen.clone(), Some(claim(&chosen))))
+            // Every session is taken and there is room for one more: one opening at
+            // a time, and none if another call opened one (or freed its own) while
+            // this one waited.
+            let _opening = slot.opening.lock().await;
+            let room = {
+                let extra = slot.extra.lock().expect("sessions lock");
+                !std::iter::once(&main).chain(extra.iter()).any(&idle)
+                    && extra.len() + 1 < self.cfg.sessions_per_caller
+            };
+            if room {
+                let s = Box::pin(self.open(ctx)).await?;
+                let mut extra = slot.extra.lock().expect("sessions lock");
+                extra.push(s);
+                tracing::debug!(upstream = %self.cfg.name, sessions = extra.len() + 1,
+                    "opened another session for a caller whose calls may ask for input");
+            }
+        }
     }
 
     /// The slot of sessions of the caller whose `session_key` is `key`.
@@ -231,6 +266,7 @@ impl Shared {
         let session = Session {
             id: sid,
             version: HeaderValue::from_str(&version).expect("known versions are header-safe"),
+            tool_tasks: offers_tool_tasks(&init),
             init,
             last_used: AtomicU64::new(self.now_ms()),
             in_flight: AtomicUsize::new(0),
@@ -276,8 +312,11 @@ impl Shared {
         let Some((_, slot)) = self.sessions.remove(&self.session_key(ctx)) else {
             return;
         };
-        let mut all: Vec<Arc<Session>> = std::mem::take(&mut *slot.extra.lock().await);
-        all.extend(slot.current.lock().await.take());
+        let opening = slot.opening.lock().await;
+        let mut all: Vec<Arc<Session>> =
+            std::mem::take(&mut *slot.extra.lock().expect("sessions lock"));
+        all.extend(slot.current.lock().expect("sessions lock").take());
+        drop(opening);
         for s in all {
             self.close(&s).await;
             tracing::debug!(upstream = %self.cfg.name, "closed a legacy session of an ended client session");
@@ -301,35 +340,40 @@ impl Shared {
         };
         for (key, slot) in slots {
             // Extra sessions first: the main one goes only once they are gone.
-            let done: Vec<Arc<Session>> = match slot.extra.try_lock() {
-                Ok(mut extra) => {
-                    let (done, keep) = std::mem::take(&mut *extra)
-                        .into_iter()
-                        .partition(|s| closable(s));
-                    *extra = keep;
-                    done
-                }
-                Err(_) => continue,
+            let done: Vec<Arc<Session>> = {
+                let mut extra = slot.extra.lock().expect("sessions lock");
+                let (done, keep) = std::mem::take(&mut *extra)
+                    .into_iter()
+                    .partition(|s| closable(s));
+                *extra = keep;
+                done
             };
             for s in done {
                 self.close(&s).await;
                 tracing::debug!(upstream = %self.cfg.name, "closed an idle extra legacy session");
             }
-            if slot.extra.try_lock().map_or(true, |e| !e.is_empty()) {
-                continue;
-            }
-            let Ok(mut cur) = slot.current.try_lock() else {
+            // Not while a session is being opened in the slot (it would be left in
+            // a slot no longer in the map): extra ones are added only under
+            // `opening`, so none is while it is held here.
+            let Ok(opening) = slot.opening.try_lock() else {
                 continue;
             };
-            let Some(s) = cur.as_ref() else { continue };
-            if !closable(s) {
+            if !slot.extra.lock().expect("sessions lock").is_empty() {
                 continue;
             }
-            let s = cur.take().expect("checked");
-            // Out of the map before the slot is unlocked: a caller waiting on it
-            // then sees it is gone and makes a new one (see `session`).
-            self.sessions.remove(&key);
-            drop(cur);
+            let s = {
+                let mut cur = slot.current.lock().expect("sessions lock");
+                let Some(s) = cur.as_ref() else { continue };
+                if !closable(s) {
+                    continue;
+                }
+                let s = cur.take().expect("checked");
+                // Out of the map before the slot is unlocked: a caller that finds
+                // it empty then sees it is gone and makes a new one (see `session`).
+                self.sessions.remove(&key);
+                s
+            };
+            drop(opening);
             self.close(&s).await;
             tracing::debug!(upstream = %self.cfg.name, "closed idle legacy session");
         }

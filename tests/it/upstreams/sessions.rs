@@ -51,6 +51,39 @@ async fn legacy_sessions_are_never_shared_between_principals() {
 }
 
 #[tokio::test]
+async fn a_burst_of_calls_opens_at_most_sessions_per_caller_and_closes_them_all() {
+    // Each `tools/call` may ask its client for input, so each wants a session with
+    // no other asker: twelve at once from one caller, before any session is open,
+    // share three (the limit) rather than open twelve or wait for each other.
+    let slow = FixtureServer::new().tool(Tool::new("slow").sleep(Duration::from_millis(150)));
+    let h = Harness::start(slow, |c| {
+        c.upstreams[0].sessions_per_caller = 3;
+        c.upstreams[0].session_idle = "1s".into();
+    })
+    .await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..12 {
+        let c = h.plain_client();
+        calls.spawn(async move { c.call_tool("slow", json!({})).await });
+    }
+    while let Some(a) = calls.join_next().await {
+        assert_eq!(
+            a.unwrap().unwrap().result["content"][0]["text"],
+            "slow done"
+        );
+    }
+    let stats = h.upstream.stats();
+    assert_eq!(stats.initializes.load(Ordering::Relaxed), 3);
+    eventually(
+        "the main session and both extra ones are deleted once idle",
+        Duration::from_secs(15),
+        || stats.deletes.load(Ordering::Relaxed) == 3,
+    )
+    .await;
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn idle_legacy_sessions_are_closed_with_delete() {
     let h = Harness::start(fixture(), |c| c.upstreams[0].session_idle = "1s".into()).await;
     let c = h.client();
