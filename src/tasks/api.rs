@@ -15,7 +15,8 @@ use super::core::part;
 use super::phases::StopReason;
 use crate::store::{Settle, StoreError, StoreStats, TaskRecord, TaskStatus};
 
-/// The longest `tasks/update` waits for a running task's record to show the answers.
+/// The longest `tasks/update` waits for a running task's record to show the
+/// answers, and `tasks/cancel` for it to show the task settled.
 const ANSWER_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Who asks about a task: a principal, on one upstream.
@@ -68,6 +69,9 @@ impl Stored {
     /// Cancel a task the caller may see. A finished task is left as it is (cancelling
     /// it is not an error); a running one is stopped upstream by its driver, or, when
     /// no driver runs it here and no other replica does, recorded `cancelled` here.
+    /// For a task running here, the call returns once the stored record shows it
+    /// settled: the extension lets cancellation be eventually consistent, but
+    /// clients read the task right after the ack (as after `tasks/update`).
     pub async fn cancel(&self, task_id: &str, who: Caller<'_>) -> Result<(), TaskError> {
         let rec = self.get(task_id, who).await?;
         if rec.status().is_terminal() {
@@ -75,7 +79,11 @@ impl Stored {
         }
         let sender = self.running.get(task_id).map(|s| s.value().clone());
         if let Some(s) = sender {
-            let _ = s.send(Control::Stop(StopReason::Cancelled)).await;
+            let changes = self.subscribe();
+            if s.send(Control::Stop(StopReason::Cancelled)).await.is_ok() {
+                self.until_written(changes, task_id, |r| r.status().is_terminal())
+                    .await;
+            }
             return Ok(());
         }
         // Read again: the driver may have settled it meanwhile, and a terminal task
@@ -137,7 +145,7 @@ impl Stored {
             // database, and it is woken at once. Its write of the record is
             // announced to every replica; the ack waits for it here too.
             (None, Some(shared)) => {
-                let mut changes = self.subscribe();
+                let changes = self.subscribe();
                 shared
                     .send_answers(task_id, &answers)
                     .await
@@ -151,22 +159,42 @@ impl Stored {
                         || keys.iter().all(|k| !r.input_requests.contains_key(*k))
                 };
                 if !keys.is_empty() {
-                    let _ = tokio::time::timeout(ANSWER_ACK_WAIT, async {
-                        use tokio::sync::broadcast::error::RecvError;
-                        loop {
-                            match changes.recv().await {
-                                Ok(r) if r.id == task_id && shows_them(&r) => return,
-                                Ok(_) | Err(RecvError::Lagged(_)) => {}
-                                Err(RecvError::Closed) => return,
-                            }
-                        }
-                    })
-                    .await;
+                    self.until_written(changes, task_id, shows_them).await;
                 }
             }
             (None, None) => {}
         }
         Ok(())
+    }
+
+    /// Wait, at most [`ANSWER_ACK_WAIT`], until a write of task `task_id` that
+    /// `shows` comes through `changes` (subscribed before the change was asked
+    /// for, so it cannot pass unseen). Should `changes` lag behind, the stored
+    /// record is read instead.
+    async fn until_written(
+        &self,
+        mut changes: tokio::sync::broadcast::Receiver<TaskRecord>,
+        task_id: &str,
+        shows: impl Fn(&TaskRecord) -> bool,
+    ) {
+        use tokio::sync::broadcast::error::RecvError;
+        let _ = tokio::time::timeout(ANSWER_ACK_WAIT, async {
+            loop {
+                match changes.recv().await {
+                    Ok(r) if r.id == task_id && shows(&r) => return,
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => {
+                        if let Ok(Some(r)) = self.store().get(task_id).await {
+                            if shows(&r) {
+                                return;
+                            }
+                        }
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        })
+        .await;
     }
 
     /// The caller's unexpired tasks on its upstream, oldest first; with no caller,

@@ -475,3 +475,42 @@ async fn a_tasks_get_right_after_a_partial_update_shows_only_the_unanswered_key(
         "the upstream got both answers: {t}"
     );
 }
+
+/// `tasks/cancel` of a task running here is acknowledged once the task's record
+/// shows it settled, so a `tasks/get` right after the ack says `cancelled` even
+/// when the store takes a while to write. The extension allows the ack first, but
+/// clients read the task at once (the TypeScript SDK's ext-tasks client does, and
+/// failed on the `working` it was shown).
+#[tokio::test(start_paused = true)]
+async fn a_tasks_get_right_after_a_cancel_ack_says_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn TaskStore> =
+        Arc::new(SlowPuts(SledStore::open(dir.path(), 64 * 1024).unwrap()));
+    let engine = Engine::new(
+        store,
+        EngineSettings::new(
+            Duration::from_secs(60),
+            Duration::from_secs(15),
+            tasklift::front::errors::written,
+        ),
+    );
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let up: Arc<dyn Upstream> = Arc::new(Timed {
+        delay: Duration::from_secs(3600),
+        cancelled: cancelled.clone(),
+    });
+    let r = json_reply(
+        engine
+            .call_tool(up, &policy(1, 600), call(true).into(), ctx())
+            .await,
+    );
+    let id = r["result"]["taskId"].as_str().expect("a task").to_string();
+    let who = Caller {
+        principal: "p",
+        upstream: "timed",
+    };
+    engine.cancel(&id, who).await.unwrap();
+    let t = get(&engine, &id).await.unwrap();
+    assert_eq!(t["status"], "cancelled", "read right after the ack: {t}");
+    assert_eq!(cancelled.load(Ordering::Relaxed), 1, "stopped upstream");
+}
