@@ -130,21 +130,25 @@ fn setup_with(
     tempfile::TempDir,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn TaskStore> = Arc::new(SledStore::open(dir.path(), 64 * 1024).unwrap());
-    let engine = Engine::new(
-        store,
-        EngineSettings::new(
-            Duration::from_secs(60),
-            Duration::from_secs(15),
-            tasklift::front::errors::written,
-        ),
-    );
+    let engine = engine_on(Arc::new(SledStore::open(dir.path(), 64 * 1024).unwrap()));
     let cancelled = Arc::new(AtomicUsize::new(0));
     let up: Arc<dyn Upstream> = Arc::new(Timed {
         delay,
         cancelled: cancelled.clone(),
     });
     (engine, up, cancelled, dir)
+}
+
+/// An engine on `store`: a default TTL of 60 s, keep-alives every 15 s.
+fn engine_on(store: Arc<dyn TaskStore>) -> Arc<Engine> {
+    Engine::new(
+        store,
+        EngineSettings::new(
+            Duration::from_secs(60),
+            Duration::from_secs(15),
+            tasklift::front::errors::written,
+        ),
+    )
 }
 
 fn ctx() -> CallContext {
@@ -409,16 +413,9 @@ impl Upstream for Asking {
 #[tokio::test(start_paused = true)]
 async fn a_tasks_get_right_after_a_partial_update_shows_only_the_unanswered_key() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn TaskStore> =
-        Arc::new(SlowPuts(SledStore::open(dir.path(), 64 * 1024).unwrap()));
-    let engine = Engine::new(
-        store,
-        EngineSettings::new(
-            Duration::from_secs(60),
-            Duration::from_secs(15),
-            tasklift::front::errors::written,
-        ),
-    );
+    let engine = engine_on(Arc::new(SlowPuts(
+        SledStore::open(dir.path(), 64 * 1024).unwrap(),
+    )));
     let caps = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
     let req = Request::from_value(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "t", "_meta": {"io.modelcontextprotocol/clientCapabilities": caps}}}))
@@ -484,16 +481,9 @@ async fn a_tasks_get_right_after_a_partial_update_shows_only_the_unanswered_key(
 #[tokio::test(start_paused = true)]
 async fn a_tasks_get_right_after_a_cancel_ack_says_cancelled() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn TaskStore> =
-        Arc::new(SlowPuts(SledStore::open(dir.path(), 64 * 1024).unwrap()));
-    let engine = Engine::new(
-        store,
-        EngineSettings::new(
-            Duration::from_secs(60),
-            Duration::from_secs(15),
-            tasklift::front::errors::written,
-        ),
-    );
+    let engine = engine_on(Arc::new(SlowPuts(
+        SledStore::open(dir.path(), 64 * 1024).unwrap(),
+    )));
     let cancelled = Arc::new(AtomicUsize::new(0));
     let up: Arc<dyn Upstream> = Arc::new(Timed {
         delay: Duration::from_secs(3600),
