@@ -41,8 +41,8 @@ use tokio::sync::{mpsc, watch};
 use super::upstream_task_of;
 use super::{
     agreed_by_capabilities, cancelled_notification, discover_from_initialize, listen_modern,
-    wire_message, CallContext, CallEvent, Canceller, Era, Listening, Upstream, UpstreamCall,
-    UpstreamError, UpstreamFuture,
+    offers_tool_tasks, wire_message, CallContext, CallEvent, Canceller, Era, Listening, Upstream,
+    UpstreamCall, UpstreamError, UpstreamFuture,
 };
 use crate::config::{StdioConfig, Transport, UpstreamConfig};
 use tasklift_protocol::jsonrpc::{Outcome, Request, RpcError};
@@ -473,6 +473,24 @@ impl Upstream for StdioUpstream {
                 Era::Modern => info,
                 _ => discover_from_initialize(&info),
             }))
+        })
+    }
+
+    fn offers_tool_tasks<'a>(
+        &'a self,
+        req: &'a Request,
+        ctx: &'a CallContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+        // Read from the child's handshake as it is kept (an `initialize` or a
+        // discover result: the capabilities sit at the same place in both).
+        Box::pin(async move {
+            let Ok(pool) = self.pool(Some(req), ctx) else {
+                return false;
+            };
+            match pool.pick(false).await {
+                Ok((conn, _)) => conn.info.get().is_some_and(offers_tool_tasks),
+                Err(_) => false,
+            }
         })
     }
 

@@ -59,18 +59,22 @@ impl Shared {
         ctx: &CallContext,
         stale: Option<&Arc<Session>>,
     ) -> Result<Arc<Session>, UpstreamError> {
-        self.session_keyed(ctx, &self.session_key(ctx), stale).await
+        let (s, _) = self
+            .session_keyed(ctx, &self.session_key(ctx), stale)
+            .await?;
+        Ok(s)
     }
 
     /// [`Shared::session`] for the caller whose `session_key` is `key`. An open
     /// session is taken without waiting; opening one waits for the slot's
     /// `opening` lock, so one caller's requests open one session, not one each.
+    /// The slot comes with it, for the caller's other sessions.
     async fn session_keyed(
         self: &Arc<Self>,
         ctx: &CallContext,
         key: &str,
         stale: Option<&Arc<Session>>,
-    ) -> Result<Arc<Session>, UpstreamError> {
+    ) -> Result<(Arc<Session>, Arc<SessionSlot>), UpstreamError> {
         let fresh = |s: &Arc<Session>| stale.is_none_or(|st| !Arc::ptr_eq(st, s));
         loop {
             let slot = self.slot(key);
@@ -79,7 +83,7 @@ impl Shared {
             if let Some(s) = slot.current.lock().expect("sessions lock").as_ref() {
                 if fresh(s) {
                     s.last_used.store(self.now_ms(), Ordering::Relaxed);
-                    return Ok(s.clone());
+                    return Ok((s.clone(), slot.clone()));
                 }
             }
             let _opening = slot.opening.lock().await;
@@ -97,13 +101,13 @@ impl Shared {
             if let Some(s) = cur {
                 if fresh(&s) {
                     s.last_used.store(self.now_ms(), Ordering::Relaxed);
-                    return Ok(s);
+                    return Ok((s, slot.clone()));
                 }
                 tracing::info!(upstream = %self.cfg.name, "legacy session expired; initializing a new one");
             }
             let s = Box::pin(self.open(ctx)).await?;
             *slot.current.lock().expect("sessions lock") = Some(s.clone());
-            return Ok(s);
+            return Ok((s, slot.clone()));
         }
     }
 
@@ -153,7 +157,7 @@ impl Shared {
             let asker = asks.map(|a| register(&home, a));
             return Ok((home, asker));
         }
-        let main = self.session_keyed(ctx, &key, stale).await?;
+        let (main, slot) = self.session_keyed(ctx, &key, stale).await?;
         let Some(asks) = asks else {
             return Ok((main, None));
         };
@@ -163,7 +167,6 @@ impl Shared {
         if main.id.is_none() {
             return Ok((main.clone(), Some(claim(&main))));
         }
-        let slot = self.slot(&key);
         let plain = |s: &Arc<Session>| {
             s.askers
                 .lock()

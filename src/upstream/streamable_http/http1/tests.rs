@@ -119,32 +119,43 @@ async fn chunked_and_sized_answers_are_read_whole_on_one_kept_connection() {
     );
 }
 
-#[tokio::test]
-async fn connection_close_and_bodies_until_close_are_not_kept() {
+/// An answer whose connection must not be kept: read whole, the connection not
+/// pooled, and the next request on a new one.
+async fn read_then_not_kept(first: &'static [u8], body: &str, why: &str) {
     let (uri, accepted) = server(vec![
-        Some(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"),
+        Some(first),
         Some(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
     ])
     .await;
     let pool = pool(uri);
-    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("ok"));
-    assert_eq!(pool.idle(), 0);
-    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("ok"));
-    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        post(&pool).await.unwrap().1,
+        Bytes::from(body.to_string()),
+        "{why}"
+    );
+    assert_eq!(pool.idle(), 0, "not kept: {why}");
+    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("ok"), "{why}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "{why}");
+}
+
+#[tokio::test]
+async fn connection_close_and_bodies_until_close_are_not_kept() {
+    read_then_not_kept(
+        b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+        "ok",
+        "connection: close",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn an_answer_with_both_framings_is_read_chunked_and_its_connection_closed() {
-    let (uri, accepted) = server(vec![
-        Some(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
-        Some(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
-    ])
+    read_then_not_kept(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        "hello",
+        "the framings disagree",
+    )
     .await;
-    let pool = pool(uri);
-    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("hello"));
-    assert_eq!(pool.idle(), 0, "not kept: the framings disagree");
-    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("ok"));
-    assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
