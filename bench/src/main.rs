@@ -9,13 +9,14 @@
 //! tasklift-bench upstream --listen 127.0.0.1:0      # the baseline upstream alone
 //! tasklift-bench upstream --stdio                   # the same on stdin/stdout
 //! tasklift-bench upstream --legacy [--sse]          # a 2025-11-25 server with sessions
+//! tasklift-bench forwarder --upstream ADDR            # hyper passing bytes through: the ceiling
 //! tasklift-bench crash --store sled --rounds 100     # kill -9 at scale (see crash/mod.rs)
 //! tasklift-bench crash --store postgres --replicas 3 --rounds 100 [--restart-postgres]
 //! tasklift-bench crash --store sled --fill-and-free --cycles 50   # a full disk, 50 times (root)
 //! ```
 //!
 //! Scenarios: pass-through throughput and latency (direct to the upstream, through
-//! nginx, through tasklift; closed loop and open loop at a fixed rate), pass-through
+//! nginx, through a hyper proxy that only forwards (closed loop), through tasklift; closed loop and open loop at a fixed rate), pass-through
 //! throughput of tasklift fronting the same upstream as a stdio child, tasklift, nginx
 //! and `mcp-proxy` (a peer gateway) in front of a 2025-11-25 upstream, `tasks/get`
 //! throughput, task creation (time to handle, time to a visible completion), memory
@@ -26,6 +27,7 @@
 //! `scripts/bench` installs nginx, builds in release mode and runs this.
 
 mod crash;
+mod forwarder;
 mod loadgen;
 mod plan;
 mod procs;
@@ -76,6 +78,19 @@ enum Cmd {
         #[arg(long, conflicts_with = "stdio")]
         sse: bool,
     },
+    /// A reverse proxy on hyper that only passes requests and answers through
+    /// (prints `listening on ADDR`): the ceiling of a proxy built on hyper.
+    Forwarder {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// The upstream's address (host:port).
+        #[arg(long)]
+        upstream: SocketAddr,
+        /// Workers, each a thread with a current-thread runtime.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
     /// kill -9 at scale: kill tasklift (or one of its PostgreSQL replicas) at random
     /// moments under load, restart it, and check every task handle ever returned.
     /// Exits 1 if a handle was missing, a task stuck or a result lost or changed.
@@ -122,8 +137,8 @@ pub struct RunArgs {
     /// Clients of the task-creation scenario.
     #[arg(long, default_value_t = 8)]
     pub creation_clients: usize,
-    /// Scenarios to leave out: nginx, traced, stdio, legacy, peers, open, tasks-get, creation,
-    /// memory, scale, churn.
+    /// Scenarios to leave out: nginx, forwarder, traced, stdio, legacy, peers, open, tasks-get,
+    /// creation, memory, scale, churn.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// Where results.md and the SVG charts go.
@@ -190,6 +205,11 @@ fn main() -> ExitCode {
             sse,
             ..
         }) => upstream::run(listen, threads, upstream::Mode { legacy, sse }),
+        Some(Cmd::Forwarder {
+            listen,
+            upstream,
+            threads,
+        }) => forwarder::run(listen, upstream, threads),
         Some(Cmd::Crash(args)) => {
             let ran = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -33,6 +33,9 @@ pub const PG_GET: &str = "tasks/get (PostgreSQL)";
 /// The label of pass-through with every request traced and its span exported
 /// over OTLP (`[telemetry] otlp_endpoint` set, to a collector that keeps nothing).
 pub const TRACED: &str = "tasklift (traced)";
+/// The label of pass-through through `tasklift-bench forwarder`, hyper passing
+/// bytes through: what a proxy on hyper reaches before doing any work of its own.
+pub const FORWARDER: &str = "hyper forwarder";
 /// The label of pass-through with the upstream as tasklift's stdio child.
 pub const STDIO: &str = "tasklift (stdio upstream)";
 
@@ -68,6 +71,9 @@ pub fn order(args: &RunArgs) -> Vec<String> {
     let mut v = vec!["direct".to_string()];
     if !skip(args, "nginx") {
         v.push("nginx".into());
+    }
+    if !skip(args, "forwarder") {
+        v.push(FORWARDER.into());
     }
     v.push("tasklift".into());
     if !skip(args, "traced") {

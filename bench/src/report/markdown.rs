@@ -364,6 +364,11 @@ impl Report {
              tokio workers) without anything in between.\n\
              - **nginx**: `proxy_pass` to the upstream with `keepalive 64`, `proxy_http_version 1.1`, \
              `proxy_set_header Connection \"\"`, `worker_processes 2`, access log off.\n\
+             - **{forwarder}**: `tasklift-bench forwarder`, a reverse proxy on hyper that passes requests and \
+             answers through and does nothing else (no JSON, no state, no log): hyper's HTTP/1.1 server as \
+             tasklift's front door runs it, one upstream connection of hyper's client per client connection, \
+             2 workers each on a current-thread runtime (tasklift's layout). The ceiling of a proxy on hyper; \
+             closed loop only.\n\
              - **tasklift**: `target/release/tasklift serve --config FILE` in front of the upstream (era detected \
              by `server/discover`: modern), threshold 2 s (the `sleep` tool 20 ms, for the tasks of `tasks/get`), \
              default limits, default logging (`info`). tasklift's runtime has 2 worker threads (one per core).\n\
@@ -381,6 +386,7 @@ impl Report {
              translates) and, on the JSON upstream, by 2025-11-25 clients with a session per connection. Closed \
              loop only.",
             stdio = plan::STDIO,
+            forwarder = plan::FORWARDER,
         );
         self.peers_setup(&mut s);
         let _ = writeln!(

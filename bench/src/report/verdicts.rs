@@ -148,6 +148,16 @@ impl Report {
                 ("nginx", "direct"),
                 Goal::Reference,
             ),
+            (
+                "pass-through throughput, hyper forwarder ÷ nginx",
+                (plan::FORWARDER, "nginx"),
+                Goal::Reference,
+            ),
+            (
+                "pass-through throughput, tasklift ÷ hyper forwarder",
+                ("tasklift", plan::FORWARDER),
+                Goal::Reference,
+            ),
         ];
         for (what, pair, goal) in throughput {
             self.rps_ratio(&mut v, what, pair, goal);

@@ -244,6 +244,27 @@ pub(super) async fn start_upstream(
     Ok((p, Endpoint::new(addr, "/mcp")))
 }
 
+/// Start `tasklift-bench forwarder` (this binary) in front of `upstream`.
+pub(super) async fn start_forwarder(
+    dir: &Path,
+    upstream: &Endpoint,
+) -> anyhow::Result<(Proc, Endpoint)> {
+    let me = std::env::current_exe()?;
+    let a = vec![
+        "forwarder".to_string(),
+        "--upstream".into(),
+        upstream.addr.to_string(),
+    ];
+    let log = dir.join("forwarder.log");
+    let mut p = Proc::spawn("hyper forwarder", &me, &a, &log)?;
+    let addr: SocketAddr = p
+        .stdout_line("listening on ", Duration::from_secs(10))
+        .await?
+        .parse()
+        .context("the forwarder's address")?;
+    Ok((p, Endpoint::new(addr, "/mcp")))
+}
+
 /// Find nginx: the option, PATH, then /usr/sbin.
 pub(super) fn find_nginx(args: &RunArgs) -> Option<PathBuf> {
     if let Some(p) = &args.nginx {

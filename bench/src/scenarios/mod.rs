@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::loadgen::{self, Workload};
 use crate::plan::{
-    skip, CREATION_THRESHOLD, GET_THRESHOLD, LEGACY_NGINX, LEGACY_TL, LEGACY_TL_2025,
+    skip, CREATION_THRESHOLD, FORWARDER, GET_THRESHOLD, LEGACY_NGINX, LEGACY_TL, LEGACY_TL_2025,
     MAIN_THRESHOLD, MEMORY_THRESHOLD, PG_GET, SCALE_GETS, SCALE_GET_CONNECTIONS, STDIO, TRACED,
 };
 use crate::procs::{self, TempDir};
@@ -36,7 +36,8 @@ mod tasks;
 
 use churn::churn;
 use components::{
-    find_nginx, start_nginx, start_upstream, stdio_upstream, ScratchDb, Tasklift, TraceSink, Via,
+    find_nginx, start_forwarder, start_nginx, start_upstream, stdio_upstream, ScratchDb, Tasklift,
+    TraceSink, Via,
 };
 use legacy::Legacy;
 use measure::{log_run, measured, quiet_budget_left, wait_quiet, Cpu};
@@ -84,6 +85,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let (p, ep) = start_nginx(&bin, &up, work.path()).await?;
         eprintln!("nginx ({}) on {}", bin.display(), ep.url());
         nginx = Some((p, ep));
+    }
+    let mut forwarder = None;
+    if !skip(&args, "forwarder") {
+        let (p, ep) = start_forwarder(work.path(), &up).await?;
+        eprintln!("hyper forwarder on {}", ep.url());
+        forwarder = Some((p, ep));
     }
     let http = Via::Http(&up);
     let main = Tasklift::start(
@@ -247,6 +254,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // The closed loop also runs tasklift with the stdio upstream, whose CPU is
         // its child's (looked up each time: a child tasklift restarted is new).
         let mut closed = targets.clone();
+        if let Some((p, ep)) = &forwarder {
+            let cpu = Cpu {
+                proxy: vec![p.pid()?],
+                upstream: up_cpu.clone(),
+            };
+            closed.insert(closed.len() - 1, (FORWARDER, ep, cpu));
+        }
         if let Some((tl, _)) = &traced {
             let cpu = Cpu {
                 proxy: vec![tl.pid()?],
@@ -463,6 +477,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         rep.churn = Some(churn(&args).await?);
     }
     drop(nginx);
+    drop(forwarder);
     drop(upstream);
 
     rep.finish(&args, &tasklift_bin)?;
