@@ -30,7 +30,7 @@ use self::errors::Rejected;
 use crate::dispatch::{dispatch, Mount};
 use crate::reply::Reply;
 use crate::serving::body::{self, RespBody};
-use crate::serving::{accept_loop, json_bytes, json_response};
+use crate::serving::{accept_loop, json_bytes, json_response, Peer};
 use crate::upstream::CallContext;
 use tasklift_protocol::jsonrpc::Request;
 
@@ -56,8 +56,9 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Re
 async fn handle(
     state: Arc<State>,
     req: http::Request<Incoming>,
-    peer: SocketAddr,
+    client: Peer,
 ) -> Response<RespBody> {
+    let peer = client.addr;
     let path = req.uri().path().to_string();
     if let Some(resp) = health_endpoint(&state, &path).await {
         return resp;
@@ -92,7 +93,7 @@ async fn handle(
             .post(&state, mount, &parts.headers, value, session_id, peer)
             .await;
     }
-    modern(&state, mount, &parts.headers, value, peer).await
+    modern(&state, mount, &parts.headers, value, client).await
 }
 
 /// `/healthz`, `/readyz` and (when enabled) `/metrics`, which no mount may shadow.
@@ -141,7 +142,7 @@ async fn modern(
     mount: &Mount,
     headers: &http::HeaderMap,
     value: Value,
-    peer: SocketAddr,
+    peer: Peer,
 ) -> Response<RespBody> {
     let raw_id = value.get("id").cloned();
     let msg = match Request::from_value(value) {
@@ -149,7 +150,7 @@ async fn modern(
         Err(e) => return Rejected::Malformed(e).response(raw_id.as_ref()),
     };
     let span = tracing::info_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
-    serve_modern(state, mount, headers, msg, peer)
+    serve_modern(state, mount, headers, msg, peer.addr)
         .instrument(span)
         .await
 }

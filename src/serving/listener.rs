@@ -16,6 +16,30 @@ use tokio::sync::watch;
 
 use crate::serving::body::RespBody;
 
+/// The client at the other end of a connection: its address, and the address as
+/// text, written once per connection for the log lines of all its requests
+/// (formatting it in each request's log span was a quarter of that span's cost).
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    shown: Arc<str>,
+}
+
+impl Peer {
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            shown: addr.to_string().into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
 /// The HTTP/1 accept loop of tasklift's listeners: each request is answered by
 /// `answer`; at `shutdown`, accepting stops and open connections get `grace` to finish.
 pub async fn accept_loop<F, Fut>(
@@ -26,7 +50,7 @@ pub async fn accept_loop<F, Fut>(
     metrics: Option<Arc<crate::observe::metrics::Metrics>>,
     answer: F,
 ) where
-    F: Fn(http::Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(http::Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<RespBody>> + Send + 'static,
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -47,8 +71,13 @@ pub async fn accept_loop<F, Fut>(
         };
         let _ = stream.set_nodelay(true);
         let answer = answer.clone();
+        let client = Peer::new(peer);
         let svc = service_fn(move |req| {
-            let fut = answer(req, peer);
+            // Built where it stays: hyper keeps the request's future in a slot of
+            // its own, and moving the 9 KB future there was a 9 KB copy per request
+            // (callgrind: 9% of a proxied call's instructions). Allocated first and
+            // written into, it is built in place and hyper moves a pointer.
+            let fut = Box::into_pin(Box::write(Box::new_uninit(), answer(req, client.clone())));
             async move { Ok::<_, Infallible>(fut.await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()

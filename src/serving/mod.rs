@@ -5,4 +5,4 @@ pub mod body;
 pub mod listener;
 
 pub use body::{json_bytes, json_response, RespBody};
-pub use listener::accept_loop;
+pub use listener::{accept_loop, Peer};

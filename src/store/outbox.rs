@@ -142,7 +142,7 @@ impl Outbox {
             return;
         };
         let n = self.dropped[i].fetch_add(1, Ordering::Relaxed) + 1;
-        if n <= 10 || n % 100 == 0 {
+        if n <= 10 || n.is_multiple_of(100) {
             tracing::warn!(destination = %d.destination, task.id = %d.task_id, event = %d.kind, dropped = n, max_pending = self.hooks[i].max_pending, "webhook event dropped: the destination's outbox is full");
         }
     }
