@@ -6,6 +6,8 @@
 
 use serde_json::{json, Map, Value};
 
+pub use crate::envelope::Envelope;
+
 /// Parse error: the body is not JSON.
 pub const PARSE_ERROR: i64 = -32700;
 /// The JSON is not a valid JSON-RPC request.
@@ -117,19 +119,25 @@ pub struct Request {
 impl Request {
     /// Validate a JSON value as a single JSON-RPC request or notification.
     pub fn from_value(v: Value) -> Result<Self, RpcError> {
-        let Value::Object(mut o) = v else {
+        Self::from_envelope(Envelope::from_value(v))
+    }
+
+    /// Validate a message's top level (read with [`Envelope::from_slice`], or
+    /// from a parsed value) as a single JSON-RPC request or notification.
+    pub fn from_envelope(e: Envelope) -> Result<Self, RpcError> {
+        if !e.object {
             return Err(RpcError::new(
                 INVALID_REQUEST,
                 "Invalid request: the body must be a single JSON-RPC request object (batches are not supported)",
             ));
-        };
-        if o.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        }
+        if e.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
             return Err(RpcError::new(
                 INVALID_REQUEST,
                 "Invalid request: \"jsonrpc\" must be \"2.0\"",
             ));
         }
-        let method = match o.remove("method") {
+        let method = match e.method {
             Some(Value::String(m)) => m,
             Some(_) => {
                 return Err(RpcError::new(
@@ -144,7 +152,7 @@ impl Request {
                 ))
             }
         };
-        let id = match o.remove("id") {
+        let id = match e.id {
             None => None,
             Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
             Some(_) => {
@@ -154,7 +162,7 @@ impl Request {
                 ))
             }
         };
-        let params = match o.remove("params") {
+        let params = match e.params {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(p)) => p,
             Some(_) => {

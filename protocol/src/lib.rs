@@ -6,6 +6,7 @@
 //! - [`traceparent`]: W3C `traceparent` parsing.
 #![forbid(unsafe_code)]
 
+pub mod envelope;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod sse;

@@ -32,7 +32,7 @@ use crate::reply::Reply;
 use crate::serving::body::{self, RespBody};
 use crate::serving::{accept_loop, json_bytes, json_response, Peer};
 use crate::upstream::CallContext;
-use tasklift_protocol::jsonrpc::Request;
+use tasklift_protocol::jsonrpc::{Envelope, Request};
 
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
 /// connections finish their in-flight requests.
@@ -83,17 +83,43 @@ async fn handle(
         return Rejected::NotJson.response(None);
     }
     let (parts, body) = req.into_parts();
-    let value = match read_json(&state, body).await {
-        Ok(v) => v,
+    let body = match read_body(&state, body).await {
+        Ok(b) => b,
         Err(r) => return r.response(None),
     };
-    if state.legacy.takes(session_id.as_deref(), &value) {
-        return state
-            .legacy
-            .post(&state, mount, &parts.headers, value, session_id, peer)
-            .await;
-    }
-    modern(&state, mount, &parts.headers, value, client).await
+    // The 2025-era door takes a request in a session, or one opening a session;
+    // it reads the whole object. Every other request is read as an envelope.
+    let envelope = if session_id.is_some() {
+        let value = match serde_json::from_slice::<Value>(&body) {
+            Ok(v) => v,
+            Err(e) => return Rejected::Parse(e.to_string()).response(None),
+        };
+        if state.legacy.takes(session_id.as_deref(), &value) {
+            return state
+                .legacy
+                .post(&state, mount, &parts.headers, value, session_id, peer)
+                .await;
+        }
+        Envelope::from_value(value)
+    } else {
+        let envelope = match Envelope::from_slice(&body) {
+            Ok(e) => e,
+            Err(e) => return Rejected::Parse(e.to_string()).response(None),
+        };
+        if envelope.method() != Some(tasklift_protocol::mcp::method::INITIALIZE) {
+            envelope
+        } else {
+            let value = envelope.into_value();
+            if state.legacy.takes(None, &value) {
+                return state
+                    .legacy
+                    .post(&state, mount, &parts.headers, value, None, peer)
+                    .await;
+            }
+            Envelope::from_value(value)
+        }
+    };
+    modern(&state, mount, &parts.headers, envelope, client).await
 }
 
 /// `/healthz`, `/readyz` and (when enabled) `/metrics`, which no mount may shadow.
@@ -119,8 +145,8 @@ fn declares_json(headers: &http::HeaderMap) -> bool {
         .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"))
 }
 
-/// The body, read up to `server.max_body_bytes`, parsed as JSON.
-async fn read_json(state: &State, body: Incoming) -> Result<Value, Rejected> {
+/// The body, read up to `server.max_body_bytes`.
+async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Rejected> {
     let limit = state.cfg.max_body_bytes;
     let bytes: Bytes = match Limited::new(body, limit).collect().await {
         Ok(c) => c.to_bytes(),
@@ -133,7 +159,7 @@ async fn read_json(state: &State, body: Incoming) -> Result<Value, Rejected> {
         }
         Err(e) => return Err(Rejected::Unreadable(e.to_string())),
     };
-    serde_json::from_slice(&bytes).map_err(|e| Rejected::Parse(e.to_string()))
+    Ok(bytes)
 }
 
 /// A 2026-07-28 request: a JSON-RPC message, served within its `request` span.
@@ -141,11 +167,11 @@ async fn modern(
     state: &State,
     mount: &Mount,
     headers: &http::HeaderMap,
-    value: Value,
+    envelope: Envelope,
     peer: Peer,
 ) -> Response<RespBody> {
-    let raw_id = value.get("id").cloned();
-    let msg = match Request::from_value(value) {
+    let raw_id = envelope.id.clone();
+    let msg = match Request::from_envelope(envelope) {
         Ok(m) => m,
         Err(e) => return Rejected::Malformed(e).response(raw_id.as_ref()),
     };
