@@ -234,13 +234,28 @@ pub(super) async fn start_upstream(
         args.upstream_threads.to_string(),
     ];
     a.extend(flags.iter().map(|f| f.to_string()));
-    let log = dir.join(format!("{tag}.log"));
-    let mut p = Proc::spawn(&format!("{tag} upstream"), &me, &a, &log)?;
+    spawn_listening(
+        &format!("{tag} upstream"),
+        &me,
+        &a,
+        &dir.join(format!("{tag}.log")),
+    )
+    .await
+}
+
+/// Start one of this binary's servers and wait for its `listening on ADDR` line.
+async fn spawn_listening(
+    label: &str,
+    bin: &Path,
+    args: &[String],
+    log: &Path,
+) -> anyhow::Result<(Proc, Endpoint)> {
+    let mut p = Proc::spawn(label, bin, args, log)?;
     let addr: SocketAddr = p
         .stdout_line("listening on ", Duration::from_secs(10))
         .await?
         .parse()
-        .context("the upstream's address")?;
+        .with_context(|| format!("the address of the {label}"))?;
     Ok((p, Endpoint::new(addr, "/mcp")))
 }
 
@@ -255,14 +270,7 @@ pub(super) async fn start_forwarder(
         "--upstream".into(),
         upstream.addr.to_string(),
     ];
-    let log = dir.join("forwarder.log");
-    let mut p = Proc::spawn("hyper forwarder", &me, &a, &log)?;
-    let addr: SocketAddr = p
-        .stdout_line("listening on ", Duration::from_secs(10))
-        .await?
-        .parse()
-        .context("the forwarder's address")?;
-    Ok((p, Endpoint::new(addr, "/mcp")))
+    spawn_listening("hyper forwarder", &me, &a, &dir.join("forwarder.log")).await
 }
 
 /// Find nginx: the option, PATH, then /usr/sbin.
