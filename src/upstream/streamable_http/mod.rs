@@ -409,18 +409,34 @@ fn modern_headers(req: &Request) -> HeaderMap {
         .and_then(|m| m.get(mcp::META_PROTOCOL_VERSION))
         .and_then(Value::as_str)
         .unwrap_or(MODERN_VERSION);
-    if let Ok(v) = HeaderValue::from_str(version) {
+    if let Some(v) = header_value(version, &[MODERN_VERSION]) {
         h.insert(VERSION_HEADER.clone(), v);
     }
-    if let Ok(v) = HeaderValue::from_str(&req.method) {
+    let methods = [
+        mcp::method::TOOLS_CALL,
+        mcp::method::DISCOVER,
+        mcp::method::TASKS_GET,
+        mcp::method::TASKS_UPDATE,
+        mcp::method::TASKS_CANCEL,
+    ];
+    if let Some(v) = header_value(&req.method, &methods) {
         h.insert(METHOD_HEADER.clone(), v);
     }
     if let Some(name) = mcp::name_param(&req.method).and_then(|p| req.str_param(p)) {
-        if let Ok(v) = HeaderValue::from_str(&mcp::encode_header_value(name)) {
+        if let Ok(v) = HeaderValue::try_from(mcp::encode_header_value(name)) {
             h.insert(NAME_HEADER.clone(), v);
         }
     }
     h
+}
+
+/// `text` as a header value: one of `known` without allocating (most requests
+/// carry one of them), any other copied and checked.
+fn header_value(text: &str, known: &[&'static str]) -> Option<HeaderValue> {
+    match known.iter().find(|k| **k == text) {
+        Some(k) => Some(HeaderValue::from_static(k)),
+        None => HeaderValue::from_str(text).ok(),
+    }
 }
 
 impl Upstream for HttpUpstream {
