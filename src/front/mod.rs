@@ -168,15 +168,15 @@ async fn modern(
     mount: &Mount,
     headers: &http::HeaderMap,
     envelope: Envelope,
-    peer: Peer,
+    client: Peer,
 ) -> Response<RespBody> {
     let raw_id = envelope.id.clone();
     let msg = match Request::from_envelope(envelope) {
         Ok(m) => m,
         Err(e) => return Rejected::Malformed(e).response(raw_id.as_ref()),
     };
-    let span = tracing::info_span!("request", method = %msg.method, client.addr = %peer, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
-    serve_modern(state, mount, headers, msg, peer.addr)
+    let span = tracing::info_span!("request", method = %msg.method, client.addr = %client, upstream = %mount.cfg.name, trace_id = tracing::field::Empty);
+    serve_modern(state, mount, headers, msg, client.addr)
         .instrument(span)
         .await
 }

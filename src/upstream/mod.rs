@@ -52,6 +52,10 @@ pub use tasklift_protocol::jsonrpc::{Outcome, RpcError};
 pub type UpstreamFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<T, UpstreamError>> + Send + 'a>>;
 
+/// A boxed future for upstream methods that cannot fail (an answer read from
+/// memory, an idle sweep, a shutdown).
+pub type Plain<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 /// A server tasklift forwards to.
 pub trait Upstream: Send + Sync + 'static {
     /// The configured name.
@@ -83,11 +87,7 @@ pub trait Upstream: Send + Sync + 'static {
     /// as its own task. Asked before a legacy upstream's `tools/call` of a tool not
     /// listed yet, so an upstream that keeps its capabilities answers from memory;
     /// the default reads them from `discover`.
-    fn offers_tool_tasks<'a>(
-        &'a self,
-        req: &'a Request,
-        ctx: &'a CallContext,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+    fn offers_tool_tasks<'a>(&'a self, req: &'a Request, ctx: &'a CallContext) -> Plain<'a, bool> {
         Box::pin(tool_tasks_by_discover(self, req, ctx))
     }
     /// What the upstream answers the `initialize` of the 2025 client of
@@ -100,9 +100,9 @@ pub trait Upstream: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
     /// Close idle sessions (legacy); called periodically and at shutdown (`all`).
-    fn close_idle<'a>(&'a self, all: bool) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+    fn close_idle<'a>(&'a self, all: bool) -> Plain<'a, ()>;
     /// Stop for good: close sessions (HTTP) or stop child processes (stdio).
-    fn shutdown<'a>(&'a self) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    fn shutdown<'a>(&'a self) -> Plain<'a, ()> {
         self.close_idle(true)
     }
     /// The upstream's own change notifications (list changes, resource updates) for a
@@ -123,14 +123,11 @@ pub trait Upstream: Send + Sync + 'static {
         false
     }
     /// A legacy client's session ended: release what the upstream kept for it.
-    fn end_session<'a>(
-        &'a self,
-        _ctx: &'a CallContext,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    fn end_session<'a>(&'a self, _ctx: &'a CallContext) -> Plain<'a, ()> {
         Box::pin(async {})
     }
     /// Check now whether the upstream can be reached (what `health` then reports).
-    fn check_health<'a>(&'a self) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    fn check_health<'a>(&'a self) -> Plain<'a, ()> {
         Box::pin(async {})
     }
     /// How many times a stdio upstream's children were restarted (`None`: not stdio).

@@ -206,6 +206,12 @@ impl StdioUpstream {
 
     /// The pool serving `ctx` (started for it if need be); the error a caller
     /// gets when `max_scopes` refuses it.
+    /// A child of the caller's pool that has finished its handshake (what
+    /// `discover` and `offers_tool_tasks` read).
+    async fn handshaken(&self, req: &Request, ctx: &CallContext) -> Result<Arc<Conn>, RpcError> {
+        Ok(self.pool(Some(req), ctx)?.pick(false).await?.0)
+    }
+
     fn pool(&self, req: Option<&Request>, ctx: &CallContext) -> Result<Arc<Pool>, RpcError> {
         let caps = req
             .and_then(|r| r.meta())
@@ -460,12 +466,8 @@ impl Upstream for StdioUpstream {
         ctx: &'a CallContext,
     ) -> UpstreamFuture<'a, Outcome> {
         Box::pin(async move {
-            let pool = match self.pool(Some(req), ctx) {
-                Ok(p) => p,
-                Err(e) => return Ok(Err(e)),
-            };
-            let conn = match pool.pick(false).await {
-                Ok((c, _)) => c,
+            let conn = match self.handshaken(req, ctx).await {
+                Ok(c) => c,
                 Err(e) => return Ok(Err(e)),
             };
             let info = conn.info.get().cloned().unwrap_or_default();
@@ -480,38 +482,26 @@ impl Upstream for StdioUpstream {
         &'a self,
         req: &'a Request,
         ctx: &'a CallContext,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+    ) -> super::Plain<'a, bool> {
         // Read from the child's handshake as it is kept (an `initialize` or a
         // discover result: the capabilities sit at the same place in both).
         Box::pin(async move {
-            let Ok(pool) = self.pool(Some(req), ctx) else {
-                return false;
-            };
-            match pool.pick(false).await {
-                Ok((conn, _)) => conn.info.get().is_some_and(offers_tool_tasks),
-                Err(_) => false,
-            }
+            self.handshaken(req, ctx)
+                .await
+                .is_ok_and(|conn| conn.info.get().is_some_and(offers_tool_tasks))
         })
     }
 
-    fn close_idle<'a>(
-        &'a self,
-        _all: bool,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    fn close_idle<'a>(&'a self, _all: bool) -> super::Plain<'a, ()> {
         Box::pin(async {})
     }
 
-    fn end_session<'a>(
-        &'a self,
-        ctx: &'a CallContext,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    fn end_session<'a>(&'a self, ctx: &'a CallContext) -> super::Plain<'a, ()> {
         self.scopes.end(ctx);
         Box::pin(async {})
     }
 
-    fn shutdown<'a>(
-        &'a self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    fn shutdown<'a>(&'a self) -> super::Plain<'a, ()> {
         Box::pin(self.scopes.shutdown())
     }
 

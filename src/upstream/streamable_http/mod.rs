@@ -513,7 +513,7 @@ impl Upstream for HttpUpstream {
         &'a self,
         req: &'a Request,
         ctx: &'a CallContext,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+    ) -> super::Plain<'a, bool> {
         Box::pin(async move {
             let inner = &self.inner;
             match inner.era_for(ctx).await {
@@ -534,9 +534,7 @@ impl Upstream for HttpUpstream {
         true
     }
 
-    fn check_health<'a>(
-        &'a self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    fn check_health<'a>(&'a self) -> super::Plain<'a, ()> {
         Box::pin(async move {
             let inner = &self.inner;
             let host = inner
@@ -572,17 +570,11 @@ impl Upstream for HttpUpstream {
         }
     }
 
-    fn end_session<'a>(
-        &'a self,
-        ctx: &'a CallContext,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    fn end_session<'a>(&'a self, ctx: &'a CallContext) -> super::Plain<'a, ()> {
         Box::pin(self.inner.end_session(ctx))
     }
 
-    fn close_idle<'a>(
-        &'a self,
-        all: bool,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    fn close_idle<'a>(&'a self, all: bool) -> super::Plain<'a, ()> {
         Box::pin(self.inner.close_idle(all))
     }
 }

@@ -32,8 +32,6 @@
 mod follower;
 mod poll;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,10 +104,10 @@ impl Upstream for Bridged {
     ) -> UpstreamFuture<'a, Outcome> {
         self.inner.discover(req, ctx)
     }
-    fn close_idle<'a>(&'a self, all: bool) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    fn close_idle<'a>(&'a self, all: bool) -> super::Plain<'a, ()> {
         self.inner.close_idle(all)
     }
-    fn shutdown<'a>(&'a self) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    fn shutdown<'a>(&'a self) -> super::Plain<'a, ()> {
         self.inner.shutdown()
     }
     fn listen<'a>(
@@ -123,13 +121,10 @@ impl Upstream for Bridged {
     fn session_per_client(&self) -> bool {
         self.inner.session_per_client()
     }
-    fn end_session<'a>(
-        &'a self,
-        ctx: &'a CallContext,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    fn end_session<'a>(&'a self, ctx: &'a CallContext) -> super::Plain<'a, ()> {
         self.inner.end_session(ctx)
     }
-    fn check_health<'a>(&'a self) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    fn check_health<'a>(&'a self) -> super::Plain<'a, ()> {
         self.inner.check_health()
     }
     fn restarts(&self) -> Option<u64> {
