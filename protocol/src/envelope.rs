@@ -29,7 +29,7 @@ pub struct Envelope {
 impl Envelope {
     /// Read a body; an error only when it is not JSON (as `serde_json::from_slice`).
     pub fn from_slice(body: &[u8]) -> serde_json::Result<Self> {
-        serde_json::from_slice(body)
+        crate::jsonrpc::from_bytes(body)
     }
 
     /// The envelope of a message already parsed.
@@ -190,6 +190,22 @@ mod tests {
             (Err(_), Err(_)) => (Err("not JSON".into()), Err("not JSON".into())),
             (a, b) => panic!("one parsed, one did not: {:?} / {:?}", a.is_ok(), b.is_ok()),
         }
+    }
+
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_with_the_parsers_own_error() {
+        for body in [
+            &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\xff\"}"[..],
+            &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{\"a\":\"\xc3\"}}"[..],
+            &b"\xef\xbb"[..],
+        ] {
+            let direct = Envelope::from_slice(body).expect_err("not UTF-8");
+            let parsed = serde_json::from_slice::<Value>(body).expect_err("not UTF-8");
+            assert_eq!(direct.to_string(), parsed.to_string());
+        }
+        // Non-ASCII text that is UTF-8 reads as it is.
+        let e = Envelope::from_slice("{\"method\":\"d\u{e9}j\u{e0}\"}".as_bytes()).expect("UTF-8");
+        assert_eq!(e.method(), Some("d\u{e9}j\u{e0}"));
     }
 
     #[test]

@@ -90,7 +90,7 @@ async fn handle(
     // The 2025-era door takes a request in a session, or one opening a session;
     // it reads the whole object. Every other request is read as an envelope.
     let envelope = if session_id.is_some() {
-        let value = match serde_json::from_slice::<Value>(&body) {
+        let value = match tasklift_protocol::jsonrpc::from_bytes::<Value>(&body) {
             Ok(v) => v,
             Err(e) => return Rejected::Parse(e.to_string()).response(None),
         };
@@ -142,7 +142,10 @@ fn declares_json(headers: &http::HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"))
+        .is_some_and(|v| {
+            v.get(..16)
+                .is_some_and(|p| p.eq_ignore_ascii_case("application/json"))
+        })
 }
 
 /// The body, read up to `server.max_body_bytes`.
