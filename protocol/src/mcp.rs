@@ -144,7 +144,7 @@ pub fn meta_mut(params: &mut Map<String, Value>) -> &mut Map<String, Value> {
 }
 
 /// Decode an `Mcp-Name`/`Mcp-Param-*` header value (plain or `=?base64?…?=`).
-pub fn decode_header_value(raw: &str) -> Option<String> {
+pub fn decode_header_value(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
     use base64::Engine;
     if let Some(inner) = raw
         .strip_prefix("=?base64?")
@@ -153,9 +153,10 @@ pub fn decode_header_value(raw: &str) -> Option<String> {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(inner)
             .ok()?;
-        String::from_utf8(bytes).ok()
+        String::from_utf8(bytes).ok().map(std::borrow::Cow::Owned)
     } else {
-        Some(raw.to_string())
+        // A plain value is itself: borrowed, not copied.
+        Some(std::borrow::Cow::Borrowed(raw))
     }
 }
 

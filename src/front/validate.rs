@@ -1,15 +1,16 @@
 //! Front-door validation of a 2026-07-28 POST: the mirrored headers against the
 //! body, the required `_meta` fields, the protocol version, and Origin.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
 use super::errors::Rejected;
+use crate::headers as names;
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp::{self, SUPPORTED_VERSIONS};
 
 /// A header as text, or a mismatch error for a value with invalid characters.
-fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejected> {
+fn header<'a>(h: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Rejected> {
     match h.get(name) {
         None => Ok(None),
         // Optional whitespace around a field value is not part of it (RFC 9110 §5.5).
@@ -46,7 +47,7 @@ pub fn check_request_with(
 /// `MCP-Protocol-Version` header, and one tasklift speaks. An unreadable header
 /// is reported before anything else.
 fn check_version(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
-    let version_h = header(h, "mcp-protocol-version")?;
+    let version_h = header(h, &names::PROTOCOL_VERSION)?;
     let version_b = req.meta().and_then(|m| m.get(mcp::META_PROTOCOL_VERSION));
     // Required `_meta` fields (-32602).
     let Some(version_b) = version_b else {
@@ -95,7 +96,7 @@ fn check_capabilities(req: &Request) -> Result<(), Rejected> {
 
 /// The `Mcp-Method` header: required, the body's method.
 fn check_method(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
-    match header(h, "mcp-method")? {
+    match header(h, &names::METHOD)? {
         None => Err(Rejected::HeaderMismatch(
             "the Mcp-Method header is required".into(),
         )),
@@ -115,7 +116,7 @@ fn check_name(h: &HeaderMap, req: &Request, lenient_task_name: bool) -> Result<b
         return Ok(false);
     };
     let body = req.params.get(param).and_then(Value::as_str);
-    match (header(h, "mcp-name")?, body) {
+    match (header(h, &names::NAME)?, body) {
         (None, Some(_)) if lenient_task_name && req.method.starts_with("tasks/") => Ok(true),
         (None, _) => Err(Rejected::HeaderMismatch(
             "the Mcp-Name header is required for this method".into(),
@@ -126,7 +127,7 @@ fn check_name(h: &HeaderMap, req: &Request, lenient_task_name: bool) -> Result<b
                     "Mcp-Name header value '{raw}' is not valid base64 UTF-8"
                 )));
             };
-            if Some(decoded.as_str()) != body {
+            if Some(&*decoded) != body {
                 return Err(Rejected::HeaderMismatch(format!(
                     "Mcp-Name header value '{decoded}' does not match body value '{}'",
                     body.unwrap_or("")

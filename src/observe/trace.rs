@@ -11,6 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
 
 use super::spans::{unhex, Hop, Tracer};
+use crate::headers as names;
 use crate::upstream::CallContext;
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp;
@@ -24,7 +25,7 @@ const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
 /// upstream to carry tasklift's hop, and keep that hop in `ctx.trace`: the
 /// request's span is tasklift's hop, and a task the request becomes its child.
 pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext, tracer: &Tracer) {
-    let from_header = |k: &str| {
+    let from_header = |k: &HeaderName| {
         headers
             .get(k)
             .and_then(|v| v.to_str().ok())
@@ -37,7 +38,7 @@ pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext, 
             .map(str::to_string)
     };
     // The header wins: it is what the HTTP hop in front of tasklift saw.
-    let incoming = from_header("traceparent")
+    let incoming = from_header(&names::TRACEPARENT)
         .and_then(|t| continued(&t))
         .map(|h| (h, true))
         .or_else(|| {
@@ -48,13 +49,14 @@ pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext, 
     let mut values: Map<String, Value> = Map::new();
     let hop = match incoming {
         Some((mut hop, in_header)) => {
-            for k in ["tracestate", "baggage"] {
+            for name in [&names::TRACESTATE, &names::BAGGAGE] {
+                let k = name.as_str();
                 let v = if in_header {
-                    from_header(k)
+                    from_header(name)
                 } else {
                     from_meta(k)
                 };
-                if let Some(v) = v.or_else(|| from_meta(k)).or_else(|| from_header(k)) {
+                if let Some(v) = v.or_else(|| from_meta(k)).or_else(|| from_header(name)) {
                     if k == "tracestate" {
                         hop.trace_state = Some(v.clone());
                     }
@@ -67,7 +69,7 @@ pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext, 
             Some(hop) => {
                 // A new trace: whatever trace state came with an invalid
                 // traceparent belongs to no trace; baggage is not trace state.
-                if let Some(v) = from_header("baggage").or_else(|| from_meta("baggage")) {
+                if let Some(v) = from_header(&names::BAGGAGE).or_else(|| from_meta("baggage")) {
                     values.insert("baggage".into(), json!(v));
                 }
                 hop

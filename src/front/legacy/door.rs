@@ -19,7 +19,7 @@ use tracing::Instrument;
 use super::super::errors::Rejected;
 use super::super::{context, forbidden_origin, LegacyClients, Responding, State};
 use super::session::{ClientSession, Sessions};
-use super::{get, initialize, post, SESSION_HEADER};
+use super::{get, initialize, post};
 use crate::config::LegacyConfig;
 use crate::dispatch::Mount;
 use crate::serving::body::{self, RespBody};
@@ -165,7 +165,7 @@ impl Legacy {
 impl LegacyClients for Legacy {
     fn session_id(&self, headers: &HeaderMap) -> Option<String> {
         headers
-            .get(SESSION_HEADER)
+            .get(&crate::headers::SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
             .filter(|_| self.cfg.enabled)

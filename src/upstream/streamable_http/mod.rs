@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dashmap::DashMap;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -62,14 +62,10 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// How many times one request is sent again after a 429 or 503 with `Retry-After`.
 const MAX_RETRIES: u32 = 2;
 
-/// `Mcp-Session-Id`.
-static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
-/// `MCP-Protocol-Version`.
-static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
-/// `Mcp-Method`.
-static METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
-/// `Mcp-Name`.
-static NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
+use crate::headers::{
+    METHOD as METHOD_HEADER, NAME as NAME_HEADER, PROTOCOL_VERSION as VERSION_HEADER,
+    SESSION_ID as SESSION_HEADER,
+};
 
 /// A Streamable HTTP upstream.
 #[derive(Clone)]
