@@ -1,9 +1,11 @@
 //! What an operator sees of tasklift at work: the Prometheus counters behind
 //! `/metrics` ([`metrics`]), the W3C trace context carried from a client to its
 //! upstream ([`trace`]), tasklift's own spans ([`spans`]) and their export over
-//! OTLP (`otlp`, the default feature of that name), and how an error is told
+//! OTLP (`otlp`, the default feature of that name), log fields written without
+//! colour ([`fields`]), and how an error is told
 //! ([`error_chain`]).
 
+pub mod fields;
 pub mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
