@@ -200,8 +200,29 @@ impl Request {
     }
 
     /// The request as JSON bytes with `id` (or none): serialized from the borrowed
-    /// fields, without building a copy of the params first.
+    /// fields, without building a copy of the params first, into a buffer this
+    /// thread keeps, then copied out at its exact length. Written straight into a
+    /// new vector, a small request grew it twice and was shrunk to fit once more
+    /// to be kept for the call's retries.
     pub fn to_vec_with_id(&self, id: Option<&Value>) -> Vec<u8> {
+        /// What a thread's buffer may keep between requests.
+        const KEEP: usize = 64 * 1024;
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        SCRATCH.with_borrow_mut(|buf| {
+            buf.clear();
+            self.write_with_id(id, buf);
+            let out = buf.to_vec();
+            if buf.capacity() > KEEP {
+                *buf = Vec::new();
+            }
+            out
+        })
+    }
+
+    /// The request as JSON with `id` (or none), appended to `out`.
+    fn write_with_id(&self, id: Option<&Value>, out: &mut Vec<u8>) {
         #[derive(serde::Serialize)]
         struct Wire<'a> {
             jsonrpc: &'static str,
@@ -210,12 +231,15 @@ impl Request {
             method: &'a str,
             params: &'a Map<String, Value>,
         }
-        serde_json::to_vec(&Wire {
-            jsonrpc: "2.0",
-            id,
-            method: &self.method,
-            params: &self.params,
-        })
+        serde_json::to_writer(
+            out,
+            &Wire {
+                jsonrpc: "2.0",
+                id,
+                method: &self.method,
+                params: &self.params,
+            },
+        )
         .expect("JSON values serialize")
     }
 
@@ -328,6 +352,19 @@ mod tests {
             let bytes = r.to_vec_with_id(id.as_ref());
             let v: Value = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(v, r.to_value_with_id(id.as_ref()));
+        }
+        // The thread's buffer, used again: a short request after a long one (and
+        // after one larger than the buffer keeps) is itself and no more.
+        let long = |n: usize| {
+            Request::from_value(json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+                "params":{"name":"x","arguments":{"text": "y".repeat(n)}}}))
+            .unwrap()
+        };
+        for r in [long(1000), r.clone(), long(100_000), r.clone()] {
+            let bytes = r.to_vec_with_id(None);
+            assert_eq!(bytes.len(), bytes.capacity());
+            let v: Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(v, r.to_value_with_id(None));
         }
     }
 
