@@ -23,23 +23,72 @@ impl<'a> MakeVisitor<Writer<'a>> for PlainFields {
     fn make_visitor(&self, target: Writer<'a>) -> PlainVisitor<'a> {
         PlainVisitor {
             writer: target,
+            pending: Pending {
+                buf: [0; PENDING],
+                len: 0,
+            },
             is_empty: true,
             result: Ok(()),
         }
     }
 }
 
+/// How much of a line's fields is gathered before it is written: a request
+/// span's fields fit, and reach the span's text in one piece (written piece by
+/// piece, its string grew five times).
+const PENDING: usize = 192;
+
+/// Text gathered for the writer, whole `str`s only.
+struct Pending {
+    buf: [u8; PENDING],
+    len: usize,
+}
+
 /// Writes plain fields itself and hands the rest (the message, raw identifiers,
 /// errors with their sources) to the default visitor, which escapes them.
 pub struct PlainVisitor<'a> {
     writer: Writer<'a>,
+    pending: Pending,
     is_empty: bool,
     result: fmt::Result,
+}
+
+/// The gathered text, and the writer it goes to when it is full.
+struct Gather<'v, 'a> {
+    pending: &'v mut Pending,
+    writer: &'v mut Writer<'a>,
+}
+
+impl fmt::Write for Gather<'_, '_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let p = &mut *self.pending;
+        if p.len + s.len() > PENDING {
+            flush(p, self.writer)?;
+            if s.len() > PENDING {
+                return self.writer.write_str(s);
+            }
+        }
+        p.buf[p.len..p.len + s.len()].copy_from_slice(s.as_bytes());
+        p.len += s.len();
+        Ok(())
+    }
+}
+
+/// What was gathered, written.
+fn flush(p: &mut Pending, writer: &mut Writer<'_>) -> fmt::Result {
+    let text = std::str::from_utf8(&p.buf[..p.len]).map_err(|_| fmt::Error)?;
+    let r = writer.write_str(text);
+    p.len = 0;
+    r
 }
 
 impl PlainVisitor<'_> {
     /// The default visitor, for one field, continuing this line.
     fn delegate(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
+        if let Err(e) = flush(&mut self.pending, &mut self.writer) {
+            self.result = Err(e);
+            return;
+        }
         let mut d = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
         record(&mut d);
         self.result = d.finish();
@@ -67,6 +116,7 @@ impl Visit for PlainVisitor<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        use fmt::Write as _;
         if self.result.is_err() {
             return;
         }
@@ -79,9 +129,13 @@ impl Visit for PlainVisitor<'_> {
             self.delegate(|d| d.record_debug(field, value));
             return;
         }
-        let w = &mut self.writer;
+        let mut w = Gather {
+            pending: &mut self.pending,
+            writer: &mut self.writer,
+        };
+        let pad = !self.is_empty;
         self.result = (|| {
-            if !self.is_empty {
+            if pad {
                 w.write_char(' ')?;
             }
             w.write_str(name)?;
@@ -93,13 +147,17 @@ impl Visit for PlainVisitor<'_> {
 }
 
 impl VisitOutput<fmt::Result> for PlainVisitor<'_> {
-    fn finish(self) -> fmt::Result {
-        self.result
+    fn finish(mut self) -> fmt::Result {
+        self.result?;
+        flush(&mut self.pending, &mut self.writer)
     }
 }
 
 impl VisitFmt for PlainVisitor<'_> {
     fn writer(&mut self) -> &mut dyn fmt::Write {
+        if let Err(e) = flush(&mut self.pending, &mut self.writer) {
+            self.result = Err(e);
+        }
         &mut self.writer
     }
 }
@@ -177,6 +235,8 @@ mod tests {
         tracing::info!(r#type = "raw", "a raw identifier");
         tracing::info!(message = "a message given as a field", after = 1);
         tracing::info!(empty = "", "");
+        let long = "x".repeat(300);
+        tracing::info!(first = %long, second = %"y".repeat(150), third = 3, "{long}");
     }
 
     fn output<N>(fields: N) -> String
@@ -209,6 +269,6 @@ mod tests {
             "{plain}"
         );
         assert!(plain.contains("error.sources=[reset by peer]"), "{plain}");
-        assert_eq!(plain.lines().count(), 8, "{plain}");
+        assert_eq!(plain.lines().count(), 9, "{plain}");
     }
 }
