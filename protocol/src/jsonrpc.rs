@@ -6,6 +6,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::compact;
+
 pub use crate::envelope::Envelope;
 
 /// Parse error: the body is not JSON.
@@ -199,48 +201,32 @@ impl Request {
         Value::Object(o)
     }
 
-    /// The request as JSON bytes with `id` (or none): serialized from the borrowed
-    /// fields, without building a copy of the params first, into a buffer this
-    /// thread keeps, then copied out at its exact length. Written straight into a
-    /// new vector, a small request grew it twice and was shrunk to fit once more
-    /// to be kept for the call's retries.
+    /// The request as JSON bytes with `id` (or none), serialized from the
+    /// borrowed fields ([`compact::collect`]).
     pub fn to_vec_with_id(&self, id: Option<&Value>) -> Vec<u8> {
-        /// What a thread's buffer may keep between requests.
-        const KEEP: usize = 64 * 1024;
-        thread_local! {
-            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        SCRATCH.with_borrow_mut(|buf| {
-            buf.clear();
-            self.write_with_id(id, buf);
-            let out = buf.to_vec();
-            if buf.capacity() > KEEP {
-                *buf = Vec::new();
-            }
-            out
-        })
+        compact::collect(|out| self.write_with(id, out, compact::write_map))
     }
 
-    /// The request as JSON with `id` (or none), appended to `out`.
-    fn write_with_id(&self, id: Option<&Value>, out: &mut Vec<u8>) {
-        #[derive(serde::Serialize)]
-        struct Wire<'a> {
-            jsonrpc: &'static str,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            id: Option<&'a Value>,
-            method: &'a str,
-            params: &'a Map<String, Value>,
+    /// The request as JSON with `id` (or none), appended to `out`, its params
+    /// written by `params`: with [`compact::write_map`], the bytes `serde_json`
+    /// writes for it.
+    pub fn write_with(
+        &self,
+        id: Option<&Value>,
+        out: &mut Vec<u8>,
+        params: impl FnOnce(&mut Vec<u8>, &Map<String, Value>),
+    ) {
+        out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
+        if let Some(id) = id {
+            out.extend_from_slice(br#""id":"#);
+            compact::write_value(out, id);
+            out.push(b',');
         }
-        serde_json::to_writer(
-            out,
-            &Wire {
-                jsonrpc: "2.0",
-                id,
-                method: &self.method,
-                params: &self.params,
-            },
-        )
-        .expect("JSON values serialize")
+        out.extend_from_slice(br#""method":"#);
+        compact::write_str(out, &self.method);
+        out.extend_from_slice(br#","params":"#);
+        params(out, &self.params);
+        out.push(b'}');
     }
 
     /// A string param, if present.
@@ -352,6 +338,18 @@ mod tests {
             let bytes = r.to_vec_with_id(id.as_ref());
             let v: Value = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(v, r.to_value_with_id(id.as_ref()));
+            // The bytes serde_json writes for the same members in that order.
+            let mut expected = json!({"jsonrpc": "2.0"}).to_string();
+            expected.pop();
+            if let Some(id) = &id {
+                expected += &format!(r#","id":{id}"#);
+            }
+            expected += &format!(
+                r#","method":{},"params":{}}}"#,
+                json!(r.method),
+                json!(r.params)
+            );
+            assert_eq!(String::from_utf8(bytes).unwrap(), expected);
         }
         // The thread's buffer, used again: a short request after a long one (and
         // after one larger than the buffer keeps) is itself and no more.

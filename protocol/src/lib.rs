@@ -1,11 +1,13 @@
 //! The protocol tasklift speaks, as plain data: no I/O, no runtime.
 //!
 //! - [`jsonrpc`]: JSON-RPC 2.0 messages, ids, error codes.
+//! - [`compact`]: JSON values written as `serde_json` writes them, strings faster.
 //! - [`mcp`]: MCP method names, `_meta` keys, protocol versions, header values.
 //! - [`sse`]: the Server-Sent Events parser and encoder.
 //! - [`traceparent`]: W3C `traceparent` parsing.
 #![forbid(unsafe_code)]
 
+pub mod compact;
 pub mod envelope;
 pub mod jsonrpc;
 pub mod mcp;

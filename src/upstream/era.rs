@@ -4,6 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
+use tasklift_protocol::compact;
 use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp::{self, MODERN_VERSION};
 
@@ -53,54 +54,49 @@ const SESSION_META: [&str; 3] = [
 /// [`legacy_request`] with `id`, as bytes, serialized from the borrowed request:
 /// nothing of it is copied on the way (a legacy call's hot path).
 pub fn legacy_bytes(req: &Request, id: Option<&Value>) -> Vec<u8> {
-    use serde::ser::{Serialize, SerializeMap, Serializer};
-
-    /// The params without the session's `_meta` keys (and without a `_meta`
-    /// left empty).
-    struct Params<'a>(&'a Map<String, Value>);
-    /// A `_meta` object without the session's keys.
-    struct Meta<'a>(&'a Map<String, Value>);
-
+    /// A `_meta` object's members without the session's keys.
     fn kept(meta: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
         meta.iter()
             .filter(|(k, _)| !SESSION_META.contains(&k.as_str()))
     }
-    impl Serialize for Meta<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.collect_map(kept(self.0))
-        }
-    }
-    impl Serialize for Params<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let mut m = s.serialize_map(None)?;
-            for (k, v) in self.0 {
-                match v {
-                    Value::Object(meta) if k == "_meta" => {
-                        if kept(meta).next().is_some() {
-                            m.serialize_entry(k, &Meta(meta))?;
+    // The params without the session's `_meta` keys (and without a `_meta` left
+    // empty).
+    compact::collect(|out| {
+        req.write_with(id, out, |out, params| {
+            out.push(b'{');
+            let mut first = true;
+            for (k, v) in params {
+                let meta = match v {
+                    Value::Object(meta) if k == "_meta" => Some(meta),
+                    _ => None,
+                };
+                if meta.is_some_and(|m| kept(m).next().is_none()) {
+                    continue;
+                }
+                if !std::mem::take(&mut first) {
+                    out.push(b',');
+                }
+                compact::write_str(out, k);
+                out.push(b':');
+                match meta {
+                    Some(meta) => {
+                        out.push(b'{');
+                        for (i, (mk, mv)) in kept(meta).enumerate() {
+                            if i > 0 {
+                                out.push(b',');
+                            }
+                            compact::write_str(out, mk);
+                            out.push(b':');
+                            compact::write_value(out, mv);
                         }
+                        out.push(b'}');
                     }
-                    _ => m.serialize_entry(k, v)?,
+                    None => compact::write_value(out, v),
                 }
             }
-            m.end()
-        }
-    }
-    #[derive(serde::Serialize)]
-    struct Wire<'a> {
-        jsonrpc: &'static str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        id: Option<&'a Value>,
-        method: &'a str,
-        params: Params<'a>,
-    }
-    serde_json::to_vec(&Wire {
-        jsonrpc: "2.0",
-        id,
-        method: &req.method,
-        params: Params(&req.params),
+            out.push(b'}');
+        })
     })
-    .expect("JSON values serialize")
 }
 
 /// A modern request reshaped for a legacy session: the per-request protocol fields
@@ -162,6 +158,7 @@ mod tests {
             json!({"name": "fast", "arguments": {"a": [1, {"b": null}]}, "_meta": modern_meta}),
             json!({"name": "fast", "_meta": with_progress}),
             json!({"name": "fast", "_meta": 7}),
+            json!({"name": "q\"uoted", "arguments": {"text": "line\nbreak \\ é"}, "_meta": with_progress, "z": [true, 1.5]}),
             json!({"name": "fast"}),
             json!({}),
         ] {
