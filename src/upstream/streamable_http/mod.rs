@@ -455,7 +455,12 @@ impl Upstream for HttpUpstream {
     }
 
     fn era<'a>(&'a self, ctx: &'a CallContext) -> UpstreamFuture<'a, Era> {
-        Box::pin(self.inner.era_for(ctx))
+        // Known (every call after the first): a ready future, not the detection's,
+        // which is large and was copied into its box on every `tools/call`.
+        match self.inner.known_era_for(ctx) {
+            Some(era) => Box::pin(std::future::ready(Ok(era))),
+            None => Box::pin(self.inner.era_for(ctx)),
+        }
     }
 
     fn known_era(&self) -> Option<Era> {
