@@ -82,26 +82,30 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
 
 /// Whether any byte is one JSON escapes: a control character, `"` or `\`.
 fn needs_escape(bytes: &[u8]) -> bool {
+    if bytes.len() < 8 {
+        return bytes.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\');
+    }
+    let mut chunks = bytes.chunks_exact(8);
+    if chunks.any(word_needs_escape) {
+        return true;
+    }
+    // The last eight bytes, overlapping the last whole word: no byte-by-byte tail.
+    word_needs_escape(&bytes[bytes.len() - 8..])
+}
+
+/// Whether any of eight bytes needs an escape: a byte below 0x20, or equal to
+/// `"` or `\`, leaves its high bit set in one of these (Mycroft's zero-byte
+/// test, exact for whether there is one).
+fn word_needs_escape(chunk: &[u8]) -> bool {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        // A byte below 0x20, or equal to '"' or '\\', leaves its high bit set
-        // in one of these (Mycroft's zero-byte test).
-        let ctrl = w.wrapping_sub(ONES * 0x20) & !w;
-        let q = w ^ (ONES * u64::from(b'"'));
-        let quote = q.wrapping_sub(ONES) & !q;
-        let b = w ^ (ONES * u64::from(b'\\'));
-        let backslash = b.wrapping_sub(ONES) & !b;
-        if (ctrl | quote | backslash) & HIGH != 0 {
-            return true;
-        }
-    }
-    chunks
-        .remainder()
-        .iter()
-        .any(|&c| c < 0x20 || c == b'"' || c == b'\\')
+    let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+    let ctrl = w.wrapping_sub(ONES * 0x20) & !w;
+    let q = w ^ (ONES * u64::from(b'"'));
+    let quote = q.wrapping_sub(ONES) & !q;
+    let b = w ^ (ONES * u64::from(b'\\'));
+    let backslash = b.wrapping_sub(ONES) & !b;
+    (ctrl | quote | backslash) & HIGH != 0
 }
 
 #[cfg(test)]
@@ -158,11 +162,16 @@ mod tests {
     #[test]
     fn every_byte_that_needs_an_escape_is_found_wherever_it_is() {
         for c in (0u8..0x20).chain([b'"', b'\\']) {
-            for at in 0..20 {
-                let mut s = vec![b'a'; 20];
-                s[at] = c;
-                assert!(needs_escape(&s), "byte {c:#x} at {at}");
+            for len in 1..=20 {
+                for at in 0..len {
+                    let mut s = vec![b'a'; len];
+                    s[at] = c;
+                    assert!(needs_escape(&s), "byte {c:#x} at {at} of {len}");
+                }
             }
+        }
+        for len in 0..=20 {
+            assert!(!needs_escape(&vec![b'a'; len]), "{len} plain bytes");
         }
         for c in (0x20u8..0x80).filter(|c| *c != b'"' && *c != b'\\') {
             assert!(!needs_escape(&[c; 19]), "byte {c:#x}");
