@@ -515,6 +515,14 @@ impl Upstream for HttpUpstream {
         req: &'a Request,
         ctx: &'a CallContext,
     ) -> super::Plain<'a, bool> {
+        // Every call to a legacy upstream asks; once the era is known and the
+        // caller's session open, the answer is at hand, without the detection's
+        // and the session's futures (large, and copied into their box).
+        if self.inner.known_era_for(ctx) == Some(Era::Legacy) {
+            if let Some(s) = self.inner.open_session(ctx) {
+                return Box::pin(std::future::ready(s.tool_tasks));
+            }
+        }
         Box::pin(async move {
             let inner = &self.inner;
             match inner.era_for(ctx).await {

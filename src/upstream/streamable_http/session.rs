@@ -65,6 +65,14 @@ impl Shared {
         Ok(s)
     }
 
+    /// The caller's upstream session, when one is open: looked up without
+    /// waiting, opening or marking it used (the call that follows does).
+    pub(super) fn open_session(&self, ctx: &CallContext) -> Option<Arc<Session>> {
+        let slot = self.sessions.get(&self.session_key(ctx))?.clone();
+        let current = slot.current.lock().expect("sessions lock").clone();
+        current
+    }
+
     /// [`Shared::session`] for the caller whose `session_key` is `key`. An open
     /// session is taken without waiting; opening one waits for the slot's
     /// `opening` lock, so one caller's requests open one session, not one each.
