@@ -33,7 +33,7 @@ impl SseParser {
             &joined
         };
         let mut start = 0;
-        while let Some(n) = input[start..].iter().position(|&b| b == b'\n') {
+        while let Some(n) = memchr::memchr(b'\n', &input[start..]) {
             let line = &input[start..start + n];
             start += n + 1;
             self.line(line.strip_suffix(b"\r").unwrap_or(line), &mut events);
@@ -44,7 +44,11 @@ impl SseParser {
 
     /// One complete line, without its line ending.
     fn line(&mut self, line: &[u8], events: &mut Vec<String>) {
-        let line = String::from_utf8_lossy(line);
+        // UTF-8 (checked a word at a time) as it is; anything else made whole.
+        let line = match std::str::from_utf8(line) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(line),
+        };
         if line.is_empty() {
             if let Some(id) = self.pending_id.take() {
                 self.last_event_id = Some(id);
@@ -162,6 +166,15 @@ mod tests {
                 assert_eq!(p.finish(), None);
             }
         }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_become_replacement_characters() {
+        let mut p = SseParser::default();
+        assert_eq!(
+            p.feed(b"data: a\xffb\n\ndata: d\xc3\xa9j\xc3\xa0\n\n"),
+            vec!["a\u{fffd}b", "d\u{e9}j\u{e0}"]
+        );
     }
 
     #[test]
