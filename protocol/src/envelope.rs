@@ -29,7 +29,7 @@ pub struct Envelope {
 impl Envelope {
     /// Read a body; an error only when it is not JSON (as `serde_json::from_slice`).
     pub fn from_slice(body: &[u8]) -> serde_json::Result<Self> {
-        crate::jsonrpc::from_bytes(body)
+        crate::json::from_bytes(body)
     }
 
     /// The envelope of a message already parsed.

@@ -1,5 +1,6 @@
 //! The protocol tasklift speaks, as plain data: no I/O, no runtime.
 //!
+//! - [`json`]: JSON read from bytes as `serde_json` reads them, checked as UTF-8 once.
 //! - [`jsonrpc`]: JSON-RPC 2.0 messages, ids, error codes.
 //! - [`compact`]: JSON values written as `serde_json` writes them, strings faster.
 //! - [`mcp`]: MCP method names, `_meta` keys, protocol versions, header values.
@@ -9,6 +10,7 @@
 
 pub mod compact;
 pub mod envelope;
+pub mod json;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod sse;

@@ -90,7 +90,7 @@ async fn handle(
     // The 2025-era door takes a request in a session, or one opening a session;
     // it reads the whole object. Every other request is read as an envelope.
     let envelope = if session_id.is_some() {
-        let value = match tasklift_protocol::jsonrpc::from_bytes::<Value>(&body) {
+        let value = match tasklift_protocol::json::from_bytes::<Value>(&body) {
             Ok(v) => v,
             Err(e) => return Rejected::Parse(e.to_string()).response(None),
         };

@@ -164,32 +164,10 @@ impl VisitFmt for PlainVisitor<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use tracing_subscriber::fmt::format::DefaultFields;
-    use tracing_subscriber::fmt::MakeWriter;
 
     use super::PlainFields;
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> MakeWriter<'a> for Captured {
-        type Writer = Captured;
-        fn make_writer(&'a self) -> Captured {
-            self.clone()
-        }
-    }
+    use crate::observe::CapturedLog;
 
     #[derive(Debug)]
     struct Outer(std::io::Error);
@@ -243,16 +221,16 @@ mod tests {
     where
         N: for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static,
     {
-        let out = Captured::default();
+        let out = CapturedLog::default();
+        let writer = out.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
             .without_time()
-            .with_writer(out.clone())
+            .with_writer(move || writer.clone())
             .fmt_fields(fields)
             .finish();
         tracing::subscriber::with_default(subscriber, write_lines);
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-        text
+        out.text()
     }
 
     #[test]

@@ -12,6 +12,31 @@ pub mod otlp;
 pub mod spans;
 pub mod trace;
 
+/// Log lines written into a shared buffer, for tests that read what tasklift
+/// logs (`.with_writer(move || lines.clone())`).
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl CapturedLog {
+    /// What was written so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// An error and its causes as one line ("error performing TLS handshake: invalid
 /// peer certificate: UnknownIssuer"): a client library's outermost error often says
 /// only which step failed, and the cause is further in. A cause whose text is

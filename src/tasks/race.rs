@@ -517,21 +517,7 @@ impl<F: std::future::Future> std::future::Future for TaskLogged<F> {
 #[cfg(test)]
 mod tests {
     use super::TaskLogged;
-    use std::sync::{Arc, Mutex};
-
-    /// Log lines written into a shared buffer.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::observe::CapturedLog as Lines;
 
     #[tokio::test]
     async fn what_a_driver_logs_names_its_task_on_every_poll() {
@@ -557,7 +543,7 @@ mod tests {
         tracing::info!("outside");
         tx.send(()).unwrap();
         run.await.unwrap();
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let text = lines.text();
         let of = |m: &str| {
             text.lines()
                 .find(|l| l.contains(m))

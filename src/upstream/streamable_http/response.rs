@@ -121,7 +121,7 @@ impl Shared {
             false => body,
         };
         Ok(Read::Done(
-            match tasklift_protocol::jsonrpc::from_bytes::<Value>(&body)
+            match tasklift_protocol::json::from_bytes::<Value>(&body)
                 .ok()
                 .and_then(Msg::classify)
             {
