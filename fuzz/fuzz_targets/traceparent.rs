@@ -3,6 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tasklift::observe::spans::Tracer;
 use tasklift::observe::trace;
 use tasklift::upstream::CallContext;
 use tasklift_fuzz::headers_and_body;
@@ -20,7 +21,9 @@ fuzz_target!(|data: &[u8]| {
         forward_headers: h.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         ..CallContext::default()
     };
-    if let Some(trace_id) = trace::propagate(&h, &mut req, &mut ctx) {
+    trace::propagate(&h, &mut req, &mut ctx, &Tracer::off());
+    if let Some(hop) = &ctx.trace {
+        let trace_id = hop.trace_hex();
         assert_eq!(trace_id.len(), 32);
         let tp = req
             .meta()
