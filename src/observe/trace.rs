@@ -93,8 +93,7 @@ pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext, 
     for (k, v) in values {
         let text = v.as_str().unwrap_or_default().to_string();
         if let Ok(hv) = HeaderValue::from_str(&text) {
-            ctx.forward_headers
-                .push((HeaderName::from_static(key_name(&k)), hv));
+            ctx.forward_headers.push((key_name(&k), hv));
         }
         meta.insert(k, v);
     }
@@ -111,11 +110,12 @@ fn continued(tp: &str) -> Option<Hop> {
     ))
 }
 
-fn key_name(k: &str) -> &'static str {
+/// The trace-context header named `k` (one of [`KEYS`]).
+fn key_name(k: &str) -> HeaderName {
     match k {
-        "traceparent" => "traceparent",
-        "tracestate" => "tracestate",
-        _ => "baggage",
+        "traceparent" => names::TRACEPARENT.clone(),
+        "tracestate" => names::TRACESTATE.clone(),
+        _ => names::BAGGAGE.clone(),
     }
 }
 
