@@ -61,9 +61,7 @@ pub async fn call_target(
     {
         return up;
     }
-    let client_token = req
-        .meta()
-        .is_some_and(|m| m.contains_key(mcp::META_PROGRESS_TOKEN));
+    let client_token = req.meta_value(mcp::META_PROGRESS_TOKEN).is_some();
     tracing::debug!(tool = ?req.str_param("name"), "the upstream runs this tool only as its own task; following it");
     task_bridge::bridged(
         up,
@@ -85,7 +83,9 @@ pub async fn dispatch(
     // A 2025-11-25 `params.task` means nothing in 2026-07-28 (servers MUST ignore
     // it), and a 2025-era upstream would take it as a task request of its own: no
     // request carries one upstream unless tasklift adds it (the task bridge).
-    req.params.remove("task");
+    if req.params.contains_key("task") {
+        req.params.remove("task");
+    }
     if req.id.is_none() {
         return forward_notification(mount, &req, &ctx).await;
     }

@@ -13,6 +13,9 @@ use std::fmt;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use crate::params::Params;
+use crate::scan::{scan, Layout};
+
 /// What a body's top level holds: the members a JSON-RPC request has, each as it
 /// came (unchecked). A repeated member counts by its last value, as in a
 /// `serde_json` object; members of other names are left out.
@@ -23,13 +26,69 @@ pub struct Envelope {
     pub jsonrpc: Option<Value>,
     pub id: Option<Value>,
     pub method: Option<Value>,
-    pub params: Option<Value>,
+    pub params: Option<ParamsIn>,
+}
+
+/// A message's `params` as it came: an object read from the body's text is kept
+/// as [`Params`]; anything else (a value already parsed, `null`, an array) as a
+/// value, for the request's checks to refuse or take.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamsIn {
+    /// An object, read from the body's text.
+    Object(Params),
+    /// Any params of a parsed message, and any that are not an object.
+    Value(Value),
+}
+
+impl ParamsIn {
+    /// The params as a value.
+    pub fn into_value(self) -> Value {
+        match self {
+            ParamsIn::Object(p) => Value::Object(p.into_map()),
+            ParamsIn::Value(v) => v,
+        }
+    }
 }
 
 impl Envelope {
     /// Read a body; an error only when it is not JSON (as `serde_json::from_slice`).
+    /// A body [`scan`] is sure of is read from its layout, its params kept as
+    /// their text; any other by `serde_json`, its params parsed.
     pub fn from_slice(body: &[u8]) -> serde_json::Result<Self> {
+        if let Some(e) = std::str::from_utf8(body)
+            .ok()
+            .and_then(|text| Self::from_layout(text, &scan(text)?))
+        {
+            return Ok(e);
+        }
         crate::json::from_bytes(body)
+    }
+
+    /// The envelope of a scanned body.
+    fn from_layout(body: &str, layout: &Layout) -> Option<Self> {
+        let mut e = Envelope {
+            object: true,
+            ..Envelope::default()
+        };
+        for m in &layout.top.members {
+            let text = &body[m.value.0..m.value.1];
+            let slot = match &body[m.name.0..m.name.1] {
+                "jsonrpc" => &mut e.jsonrpc,
+                "id" => &mut e.id,
+                "method" => &mut e.method,
+                "params" => {
+                    let object = layout.params.as_ref().is_some_and(|p| p.span == m.value);
+                    e.params = Some(match object {
+                        true => ParamsIn::Object(Params::from_layout(body, layout)?),
+                        false => ParamsIn::Value(small_value(text)?),
+                    });
+                    continue;
+                }
+                _ => continue,
+            };
+            *slot = Some(small_value(text)?);
+        }
+        Some(e)
     }
 
     /// The envelope of a message already parsed.
@@ -42,7 +101,7 @@ impl Envelope {
             jsonrpc: o.remove("jsonrpc"),
             id: o.remove("id"),
             method: o.remove("method"),
-            params: o.remove("params"),
+            params: o.remove("params").map(ParamsIn::Value),
         }
     }
 
@@ -62,7 +121,7 @@ impl Envelope {
             ("jsonrpc", self.jsonrpc),
             ("id", self.id),
             ("method", self.method),
-            ("params", self.params),
+            ("params", self.params.map(ParamsIn::into_value)),
         ];
         for (k, v) in members {
             if let Some(v) = v {
@@ -76,6 +135,15 @@ impl Envelope {
 impl<'de> de::Deserialize<'de> for Envelope {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(TopLevel)
+    }
+}
+
+/// A small value of a scanned body (an id, a method): a string without escapes
+/// taken as it is, anything else parsed.
+fn small_value(text: &str) -> Option<Value> {
+    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Some(plain) if !plain.contains('\\') => Some(Value::String(plain.to_string())),
+        _ => serde_json::from_str(text).ok(),
     }
 }
 
@@ -130,7 +198,10 @@ impl<'de> Visitor<'de> for TopLevel {
                 Member::Jsonrpc => &mut e.jsonrpc,
                 Member::Id => &mut e.id,
                 Member::Method => &mut e.method,
-                Member::Params => &mut e.params,
+                Member::Params => {
+                    e.params = Some(ParamsIn::Value(m.next_value()?));
+                    continue;
+                }
                 Member::Other => {
                     m.next_value::<IgnoredAny>()?;
                     continue;

@@ -8,7 +8,8 @@ use serde_json::{json, Map, Value};
 
 use crate::compact;
 
-pub use crate::envelope::Envelope;
+pub use crate::envelope::{Envelope, ParamsIn};
+pub use crate::params::Params;
 
 /// Parse error: the body is not JSON.
 pub const PARSE_ERROR: i64 = -32700;
@@ -114,8 +115,9 @@ pub struct Request {
     pub id: Option<Value>,
     /// The method name.
     pub method: String,
-    /// The params object (absent params become `{}`).
-    pub params: Map<String, Value>,
+    /// The params object (absent params become `{}`): the client's text while
+    /// nothing edits it, read as a map where a reader needs one ([`Params`]).
+    pub params: Params,
 }
 
 impl Request {
@@ -165,8 +167,9 @@ impl Request {
             }
         };
         let params = match e.params {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(p)) => p,
+            None | Some(ParamsIn::Value(Value::Null)) => Params::default(),
+            Some(ParamsIn::Object(p)) => p,
+            Some(ParamsIn::Value(Value::Object(p))) => p.into(),
             Some(_) => {
                 return Err(RpcError::new(
                     INVALID_REQUEST,
@@ -185,24 +188,24 @@ impl Request {
             o.insert("id".into(), id.clone());
         }
         o.insert("method".into(), json!(self.method));
-        o.insert("params".into(), Value::Object(self.params.clone()));
+        o.insert("params".into(), Value::Object((*self.params).clone()));
         Value::Object(o)
     }
 
     /// The request as JSON bytes with `id` (or none), serialized from the
-    /// borrowed fields ([`compact::collect`]).
+    /// borrowed fields ([`compact::collect`]), its params as [`Params::write`]
+    /// writes them.
     pub fn to_vec_with_id(&self, id: Option<&Value>) -> Vec<u8> {
-        compact::collect(|out| self.write_with(id, out, compact::write_map))
+        compact::collect(|out| self.write_with(id, out, |out, p| p.write(out)))
     }
 
     /// The request as JSON with `id` (or none), appended to `out`, its params
-    /// written by `params`: with [`compact::write_map`], the bytes `serde_json`
-    /// writes for it.
+    /// written by `params`.
     pub fn write_with(
         &self,
         id: Option<&Value>,
         out: &mut Vec<u8>,
-        params: impl FnOnce(&mut Vec<u8>, &Map<String, Value>),
+        params: impl FnOnce(&mut Vec<u8>, &Params),
     ) {
         out.extend_from_slice(br#"{"jsonrpc":"2.0","#);
         if let Some(id) = id {
@@ -219,12 +222,23 @@ impl Request {
 
     /// A string param, if present.
     pub fn str_param(&self, key: &str) -> Option<&str> {
-        self.params.get(key).and_then(Value::as_str)
+        self.params.str(key)
     }
 
-    /// The `_meta` object of the params, if any.
+    /// The `_meta` object of the params, if any (the whole map, parsed: to read
+    /// one entry, [`Request::meta_value`]).
     pub fn meta(&self) -> Option<&Map<String, Value>> {
         self.params.get("_meta").and_then(Value::as_object)
+    }
+
+    /// A `_meta` entry, if `_meta` is an object that has it.
+    pub fn meta_value(&self, key: &str) -> Option<&Value> {
+        self.params.meta_value(key)
+    }
+
+    /// A `_meta` entry that is a string, if `_meta` is an object that has it.
+    pub fn meta_str(&self, key: &str) -> Option<&str> {
+        self.params.meta_str(key)
     }
 }
 

@@ -96,10 +96,9 @@ pub fn may_ask(method: &str) -> bool {
 }
 
 /// Whether this request declared the Tasks extension in its per-request capabilities.
-pub fn declares_tasks(params: &Map<String, Value>) -> bool {
+pub fn declares_tasks(params: &crate::params::Params) -> bool {
     params
-        .get("_meta")
-        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+        .meta_value(META_CLIENT_CAPABILITIES)
         .and_then(|c| c.get("extensions"))
         .and_then(|e| e.get(TASKS_EXTENSION))
         .is_some_and(|v| !v.is_null())
@@ -202,8 +201,8 @@ mod tests {
     #[test]
     fn detects_tasks_extension() {
         let p = json!({"_meta": {META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}}}});
-        assert!(declares_tasks(p.as_object().unwrap()));
+        assert!(declares_tasks(&p.as_object().unwrap().clone().into()));
         let p = json!({"_meta": {META_CLIENT_CAPABILITIES: {}}});
-        assert!(!declares_tasks(p.as_object().unwrap()));
+        assert!(!declares_tasks(&p.as_object().unwrap().clone().into()));
     }
 }

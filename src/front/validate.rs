@@ -48,15 +48,14 @@ pub fn check_request_with(
 /// is reported before anything else.
 fn check_version(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
     let version_h = header(h, &names::PROTOCOL_VERSION)?;
-    let version_b = req.meta().and_then(|m| m.get(mcp::META_PROTOCOL_VERSION));
     // Required `_meta` fields (-32602).
-    let Some(version_b) = version_b else {
-        return Err(Rejected::InvalidParams(format!(
-            "Invalid params: _meta[\"{}\"] is required",
-            mcp::META_PROTOCOL_VERSION
-        )));
-    };
-    let Some(version_b) = version_b.as_str() else {
+    let Some(version_b) = req.meta_str(mcp::META_PROTOCOL_VERSION) else {
+        if req.meta_value(mcp::META_PROTOCOL_VERSION).is_none() {
+            return Err(Rejected::InvalidParams(format!(
+                "Invalid params: _meta[\"{}\"] is required",
+                mcp::META_PROTOCOL_VERSION
+            )));
+        }
         return Err(Rejected::InvalidParams(format!(
             "Invalid params: _meta[\"{}\"] must be a string",
             mcp::META_PROTOCOL_VERSION
@@ -82,10 +81,7 @@ fn check_version(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
 
 /// `_meta`'s client capabilities: required, an object.
 fn check_capabilities(req: &Request) -> Result<(), Rejected> {
-    match req
-        .meta()
-        .and_then(|m| m.get(mcp::META_CLIENT_CAPABILITIES))
-    {
+    match req.meta_value(mcp::META_CLIENT_CAPABILITIES) {
         Some(Value::Object(_)) => Ok(()),
         _ => Err(Rejected::InvalidParams(format!(
             "Invalid params: _meta[\"{}\"] is required and must be an object",
@@ -115,7 +111,7 @@ fn check_name(h: &HeaderMap, req: &Request, lenient_task_name: bool) -> Result<b
     let Some(param) = mcp::name_param(&req.method) else {
         return Ok(false);
     };
-    let body = req.params.get(param).and_then(Value::as_str);
+    let body = req.str_param(param);
     match (header(h, &names::NAME)?, body) {
         (None, Some(_)) if lenient_task_name && req.method.starts_with("tasks/") => Ok(true),
         (None, _) => Err(Rejected::HeaderMismatch(

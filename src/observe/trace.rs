@@ -31,12 +31,7 @@ pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext, 
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     };
-    let meta = req.meta();
-    let from_meta = |k: &str| {
-        meta.and_then(|m| m.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
+    let from_meta = |k: &str| req.meta_str(k).map(str::to_string);
     // The header wins: it is what the HTTP hop in front of tasklift saw.
     let incoming = from_header(&names::TRACEPARENT)
         .and_then(|t| continued(&t))

@@ -57,7 +57,7 @@ impl ClientRequest {
 
     /// A `_meta` entry the client sent.
     pub fn meta(&self, key: &str) -> Option<&Value> {
-        self.0.meta().and_then(|m| m.get(key))
+        self.0.meta_value(key)
     }
 
     /// The request's clientCapabilities (null if none).
@@ -89,7 +89,7 @@ impl ClientRequest {
 
     /// Name the progress token the upstream reports under.
     pub fn set_progress_token(&mut self, token: Value) {
-        mcp::meta_mut(&mut self.0.params).insert(mcp::META_PROGRESS_TOKEN.into(), token);
+        self.0.params.insert_meta(mcp::META_PROGRESS_TOKEN, token);
     }
 
     /// The request again with a round's answers and the upstream's

@@ -54,47 +54,9 @@ const SESSION_META: [&str; 3] = [
 /// [`legacy_request`] with `id`, as bytes, serialized from the borrowed request:
 /// nothing of it is copied on the way (a legacy call's hot path).
 pub fn legacy_bytes(req: &Request, id: Option<&Value>) -> Vec<u8> {
-    /// A `_meta` object's members without the session's keys.
-    fn kept(meta: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
-        meta.iter()
-            .filter(|(k, _)| !SESSION_META.contains(&k.as_str()))
-    }
-    // The params without the session's `_meta` keys (and without a `_meta` left
-    // empty).
     compact::collect(|out| {
         req.write_with(id, out, |out, params| {
-            out.push(b'{');
-            let mut first = true;
-            for (k, v) in params {
-                let meta = match v {
-                    Value::Object(meta) if k == "_meta" => Some(meta),
-                    _ => None,
-                };
-                if meta.is_some_and(|m| kept(m).next().is_none()) {
-                    continue;
-                }
-                if !std::mem::take(&mut first) {
-                    out.push(b',');
-                }
-                compact::write_str(out, k);
-                out.push(b':');
-                match meta {
-                    Some(meta) => {
-                        out.push(b'{');
-                        for (i, (mk, mv)) in kept(meta).enumerate() {
-                            if i > 0 {
-                                out.push(b',');
-                            }
-                            compact::write_str(out, mk);
-                            out.push(b':');
-                            compact::write_value(out, mv);
-                        }
-                        out.push(b'}');
-                    }
-                    None => compact::write_value(out, v),
-                }
-            }
-            out.push(b'}');
+            params.write_without_meta(out, &SESSION_META)
         })
     })
 }
@@ -142,8 +104,18 @@ mod tests {
         Request {
             id: Some(json!(1)),
             method: "tools/call".into(),
-            params: params.as_object().expect("an object").clone(),
+            params: params.as_object().expect("an object").clone().into(),
         }
+    }
+
+    /// The same request read from a body, as the front door reads one: its
+    /// params kept as the client's text.
+    fn request_from_text(params: &Value) -> Request {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let e = tasklift_protocol::jsonrpc::Envelope::from_slice(body.to_string().as_bytes());
+        let req = Request::from_envelope(e.expect("JSON")).expect("a request");
+        assert!(req.params.is_text(), "{params}");
+        req
     }
 
     #[test]
@@ -162,16 +134,27 @@ mod tests {
             json!({"name": "fast"}),
             json!({}),
         ] {
-            let req = request(params.clone());
             let id = json!("tasklift-3");
-            let bytes = legacy_bytes(&req, Some(&id));
-            let sent: Value = serde_json::from_slice(&bytes).expect("JSON");
-            assert_eq!(
-                sent,
-                wire_message(&req, &Era::Legacy, Some(&id)),
-                "{params}"
-            );
-            assert!(!String::from_utf8_lossy(&bytes).contains("protocolVersion"));
+            let expected = wire_message(&request(params.clone()), &Era::Legacy, Some(&id));
+            let mut with_token = request_from_text(&params);
+            with_token.params.insert_meta("progressToken", json!("t-9"));
+            for req in [
+                request(params.clone()),
+                request_from_text(&params),
+                with_token,
+            ] {
+                let bytes = legacy_bytes(&req, Some(&id));
+                let sent: Value = serde_json::from_slice(&bytes).expect("JSON");
+                assert_eq!(
+                    sent,
+                    wire_message(&req, &Era::Legacy, Some(&id)),
+                    "{params}"
+                );
+                if req.meta_value("progressToken") != Some(&json!("t-9")) {
+                    assert_eq!(sent, expected, "{params}");
+                }
+                assert!(!String::from_utf8_lossy(&bytes).contains("protocolVersion"));
+            }
         }
         let note = legacy_bytes(&request(json!({})), None);
         assert_eq!(

@@ -203,7 +203,7 @@ impl ToolCatalog {
             let req = Request {
                 id: Some(json!("tasklift-tool-headers")),
                 method: "tools/list".into(),
-                params,
+                params: params.into(),
             };
             let asked = async {
                 match up.call(&req, ctx).await {

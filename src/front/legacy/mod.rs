@@ -219,7 +219,7 @@ async fn described(mount: &Mount, s: &ClientSession, ctx: &CallContext) -> Resul
         Request {
             id: Some(json!("tasklift-initialize")),
             method: mcp::method::DISCOVER.into(),
-            params: Map::new(),
+            params: Default::default(),
         },
     );
     let d = match mount.upstream.discover(&discover, ctx).await {
@@ -480,7 +480,7 @@ pub fn listen(mount: &Mount, s: &Arc<ClientSession>, ctx: &CallContext, restart:
             Request {
                 id: Some(json!(format!("tasklift-listen-{}", ses.id))),
                 method: "subscriptions/listen".into(),
-                params: Map::new(),
+                params: Default::default(),
             },
         );
         let mut l = match up.listen(&filter, &req, &ctx).await {

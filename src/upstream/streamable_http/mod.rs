@@ -401,9 +401,7 @@ impl Session {
 fn modern_headers(req: &Request) -> HeaderMap {
     let mut h = HeaderMap::with_capacity(3);
     let version = req
-        .meta()
-        .and_then(|m| m.get(mcp::META_PROTOCOL_VERSION))
-        .and_then(Value::as_str)
+        .meta_str(mcp::META_PROTOCOL_VERSION)
         .unwrap_or(MODERN_VERSION);
     if let Some(v) = header_value(version, &[MODERN_VERSION]) {
         h.insert(VERSION_HEADER.clone(), v);

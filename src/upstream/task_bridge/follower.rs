@@ -69,7 +69,7 @@ impl Follower {
         Request {
             id: Some(json!("tasklift-task-bridge")),
             method: method.into(),
-            params,
+            params: params.into(),
         }
     }
 

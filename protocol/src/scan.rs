@@ -1,0 +1,405 @@
+//! A request body read in one pass over its bytes, for where its members lie.
+//!
+//! `serde_json` reads a body through its visitor machinery: every member and
+//! value is a call through `deserialize_any`, skipped values included. A proxied
+//! `tools/call` needs only where the top-level members, the params' members and
+//! `_meta`'s lie, and that the whole body is JSON. [`scan`] checks the body's
+//! syntax here, noting those places, in a few instructions a byte.
+//!
+//! It is sound one way only: a body it accepts is one `serde_json` reads, to the
+//! same members. Anything it is not sure of (a repeated or escaped member name
+//! where it notes places, a number with an exponent or of 300 digits, a `\u`
+//! escape of a surrogate not in a pair, nesting past 100, any syntax error) it
+//! leaves to `serde_json`, which reads the body as before and gives its own
+//! errors.
+
+/// A range of the body.
+pub type Span = (usize, usize);
+
+/// One member of an object: its name without the quotes, and its value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Member {
+    pub name: Span,
+    pub value: Span,
+    /// Whether the value is a string without escapes.
+    pub plain: bool,
+}
+
+/// An object whose members were noted: where it lies, and its members in order.
+#[derive(Debug, Default, PartialEq)]
+pub struct Object {
+    pub span: Span,
+    pub members: Vec<Member>,
+}
+
+/// Where a body's members lie: the top level's, the params' (when an object),
+/// and the params' `_meta`'s (when an object).
+#[derive(Debug, Default, PartialEq)]
+pub struct Layout {
+    pub top: Object,
+    pub params: Option<Object>,
+    pub meta: Option<Object>,
+}
+
+/// How deep the scan follows nesting (`serde_json` reads 128 levels).
+const MAX_DEPTH: usize = 100;
+
+/// Digits a number may have here (`serde_json` refuses past about 309).
+const MAX_DIGITS: usize = 300;
+
+/// The body's layout, when it is a JSON object the scan is sure of; `None`
+/// leaves the body to `serde_json`.
+pub fn scan(body: &str) -> Option<Layout> {
+    scan_as(body, Role::Top)
+}
+
+/// The layout of a params object's text alone (`params` and `meta` noted).
+pub fn scan_params(text: &str) -> Option<Layout> {
+    scan_as(text, Role::Params)
+}
+
+fn scan_as(body: &str, role: Role) -> Option<Layout> {
+    let mut s = Scan {
+        b: body.as_bytes(),
+        i: 0,
+        depth: 0,
+        layout: Layout::default(),
+    };
+    s.ws();
+    if s.peek() != Some(b'{') {
+        return None;
+    }
+    s.object(role)?;
+    s.ws();
+    (s.i == s.b.len()).then_some(s.layout)
+}
+
+/// Whose members an object's are, for the layout.
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    Top,
+    Params,
+    Meta,
+    Other,
+}
+
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+    depth: usize,
+    layout: Layout,
+}
+
+impl Scan<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek() == Some(c)).then(|| self.i += 1)
+    }
+
+    /// An object at `{`; its members noted when `role` is one the layout keeps.
+    fn object(&mut self, role: Role) -> Option<()> {
+        let start = self.i;
+        self.enter()?;
+        let mut members = match role {
+            Role::Other => Vec::new(),
+            _ => Vec::with_capacity(8),
+        };
+        self.ws();
+        if self.eat(b'}').is_none() {
+            loop {
+                self.ws();
+                let (name, escaped) = self.string()?;
+                self.ws();
+                self.eat(b':')?;
+                self.ws();
+                let at = self.i;
+                if role != Role::Other {
+                    if escaped {
+                        return None;
+                    }
+                    let inner = match (role, &self.b[name.0..name.1]) {
+                        (Role::Top, b"params") => Role::Params,
+                        (Role::Params, b"_meta") => Role::Meta,
+                        _ => Role::Other,
+                    };
+                    let plain = if inner != Role::Other && self.peek() == Some(b'{') {
+                        self.object(inner)?;
+                        false
+                    } else {
+                        self.value()?
+                    };
+                    let b = self.b;
+                    let name_is = |m: &Member| {
+                        m.name.1 - m.name.0 == name.1 - name.0
+                            && b[m.name.0..m.name.1] == b[name.0..name.1]
+                    };
+                    if members.iter().any(name_is) {
+                        return None;
+                    }
+                    members.push(Member {
+                        name,
+                        value: (at, self.i),
+                        plain,
+                    });
+                } else {
+                    self.value()?;
+                }
+                self.ws();
+                if self.eat(b',').is_none() {
+                    self.eat(b'}')?;
+                    break;
+                }
+            }
+        }
+        self.depth -= 1;
+        let object = Object {
+            span: (start, self.i),
+            members,
+        };
+        match role {
+            Role::Top => self.layout.top = object,
+            Role::Params => self.layout.params = Some(object),
+            Role::Meta => self.layout.meta = Some(object),
+            Role::Other => {}
+        }
+        Some(())
+    }
+
+    fn enter(&mut self) -> Option<()> {
+        self.i += 1;
+        self.depth += 1;
+        (self.depth <= MAX_DEPTH).then_some(())
+    }
+
+    /// A value; `true` when it is a string without escapes.
+    fn value(&mut self) -> Option<bool> {
+        match self.peek()? {
+            b'"' => return self.string().map(|(_, escaped)| !escaped),
+            b'{' => self.object(Role::Other),
+            b'[' => self.array(),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+        .map(|()| false)
+    }
+
+    fn array(&mut self) -> Option<()> {
+        self.enter()?;
+        self.ws();
+        if self.eat(b']').is_none() {
+            loop {
+                self.ws();
+                self.value()?;
+                self.ws();
+                if self.eat(b',').is_none() {
+                    self.eat(b']')?;
+                    break;
+                }
+            }
+        }
+        self.depth -= 1;
+        Some(())
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.i + word.len();
+        (self.b.get(self.i..end) == Some(word)).then(|| self.i = end)
+    }
+
+    /// `-?(0|[1-9][0-9]*)(.[0-9]+)?`; an exponent is left to `serde_json`.
+    fn number(&mut self) -> Option<()> {
+        let start = self.i;
+        let digits = |s: &mut Self| {
+            let from = s.i;
+            while matches!(s.peek(), Some(b'0'..=b'9')) {
+                s.i += 1;
+            }
+            s.i > from
+        };
+        self.eat(b'-');
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => {
+                digits(self);
+            }
+            _ => return None,
+        }
+        if self.eat(b'.').is_some() && !digits(self) {
+            return None;
+        }
+        let fine = !matches!(self.peek(), Some(b'e' | b'E')) && self.i - start < MAX_DIGITS;
+        fine.then_some(())
+    }
+
+    /// A string at its opening quote: the range of its text, and whether it has
+    /// escapes.
+    fn string(&mut self) -> Option<(Span, bool)> {
+        self.eat(b'"')?;
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            self.i += special_at(&self.b[self.i..])?;
+            match self.b[self.i] {
+                b'"' => {
+                    self.i += 1;
+                    return Some(((start, self.i - 1), escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An escape at its backslash: one of `"\/bfnrt`, or `\u` and four hex
+    /// digits, a surrogate only as the first of a pair followed by the second.
+    fn escape(&mut self) -> Option<()> {
+        match *self.b.get(self.i + 1)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                self.i += 2;
+                Some(())
+            }
+            b'u' => match self.hex(self.i + 2)? {
+                0xD800..=0xDBFF => {
+                    let low = (self.b.get(self.i + 6..self.i + 8) == Some(b"\\u"))
+                        .then(|| self.hex(self.i + 8))??;
+                    (0xDC00..=0xDFFF).contains(&low).then(|| self.i += 12)
+                }
+                0xDC00..=0xDFFF => None,
+                _ => {
+                    self.i += 6;
+                    Some(())
+                }
+            },
+            _ => None,
+        }
+    }
+
+    fn hex(&self, at: usize) -> Option<u32> {
+        let digits = self.b.get(at..at + 4)?;
+        digits.iter().try_fold(0, |n, &c| {
+            let d = (c as char).to_digit(16)?;
+            Some(n * 16 + d)
+        })
+    }
+}
+
+/// Where the first byte a string cannot hold as it is lies (`"`, `\`, or a
+/// control character); eight bytes at a time, the last eight overlapping the
+/// word before (whose bytes held none).
+fn special_at(b: &[u8]) -> Option<usize> {
+    let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"));
+    if b.len() < 8 {
+        return b.iter().position(|&c| c < 0x20 || c == b'"' || c == b'\\');
+    }
+    let mut at = 0;
+    loop {
+        let found = special_bytes(word(at));
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize / 8);
+        }
+        if at + 8 == b.len() {
+            return None;
+        }
+        at = (at + 8).min(b.len() - 8);
+    }
+}
+
+/// The high bit of each byte of `w` that is below 0x20, `"` or `\`: exact for
+/// the lowest such byte (a borrow only sets bits above a true one).
+fn special_bytes(w: u64) -> u64 {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES << 7;
+    let ctrl = w.wrapping_sub(ONES * 0x20) & !w;
+    let q = w ^ (ONES * u64::from(b'"'));
+    let quote = q.wrapping_sub(ONES) & !q;
+    let s = w ^ (ONES * u64::from(b'\\'));
+    let backslash = s.wrapping_sub(ONES) & !s;
+    (ctrl | quote | backslash) & HIGH
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(body: &str, s: Span) -> &str {
+        &body[s.0..s.1]
+    }
+
+    #[test]
+    fn notes_where_the_members_lie() {
+        let body = r#" { "jsonrpc" : "2.0", "id":7,"method":"tools/call","params":{"name":"t\"x","arguments":{"a":[1,-2.5,{"b":null}],"a":true},"_meta":{"k":"v","n":{"x":[]}}},"extra":[] } "#;
+        let l = scan(body).expect("scanned");
+        let names: Vec<&str> = l.top.members.iter().map(|m| text(body, m.name)).collect();
+        assert_eq!(names, ["jsonrpc", "id", "method", "params", "extra"]);
+        assert_eq!(text(body, l.top.members[0].value), r#""2.0""#);
+        assert_eq!(text(body, l.top.members[1].value), "7");
+        let params = l.params.expect("params");
+        assert_eq!(text(body, params.span), text(body, l.top.members[3].value));
+        assert_eq!(text(body, params.members[0].value), r#""t\"x""#);
+        assert_eq!(
+            text(body, params.members[1].value),
+            r#"{"a":[1,-2.5,{"b":null}],"a":true}"#
+        );
+        let meta = l.meta.expect("meta");
+        assert_eq!(text(body, meta.span), r#"{"k":"v","n":{"x":[]}}"#);
+        assert_eq!(text(body, meta.members[1].value), r#"{"x":[]}"#);
+    }
+
+    #[test]
+    fn accepts_only_what_serde_json_reads() {
+        let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(99), "]".repeat(99));
+        let too_deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(100), "]".repeat(100));
+        let long = format!(r#"{{"a":{}}}"#, "1".repeat(300));
+        let bodies: &[(&str, bool)] = &[
+            (r#"{}"#, true),
+            (r#"{"a":"\u00e9\ud83d\ude00\n\/"}"#, true),
+            (r#"{"a":0.5,"b":-0,"c":[true,false,null]}"#, true),
+            (&deep, true),
+            (&too_deep, false),
+            (&long, false),
+            (r#"{"a":1e5}"#, false),
+            (r#"{"a":01}"#, false),
+            (r#"{"a":1.}"#, false),
+            (r#"{"a":-}"#, false),
+            (r#"{"a":"\ud800"}"#, false),
+            (r#"{"a":"\udc00"}"#, false),
+            (r#"{"a":"\ud800\u0041"}"#, false),
+            (r#"{"a":"\x"}"#, false),
+            ("{\"a\":\"tab\there\"}", false),
+            (r#"{"a":1,}"#, false),
+            (r#"{"a" 1}"#, false),
+            (r#"{"a":tru}"#, false),
+            (r#"{"a":1} x"#, false),
+            (r#"[{"a":1}]"#, false),
+            (r#"{"id":1,"id":2}"#, false),
+            (r#"{"params":{"name":1,"name":2}}"#, false),
+            (r#"{"params":{"_meta":{"k":1,"k":2}}}"#, false),
+            (r#"{"params":{"arguments":{"k":1,"k":2}}}"#, true),
+            (r#"{"\u0069d":1}"#, false),
+            (r#"{"params":{"arguments":{"\u0069d":1}}}"#, true),
+            ("{\"a\":\"\u{e9}\u{1F600}\"}", true),
+            ("{\u{a0}}", false),
+        ];
+        for (body, sure) in bodies {
+            assert_eq!(scan(body).is_some(), *sure, "{body}");
+            if *sure {
+                serde_json::from_str::<serde_json::Value>(body).expect("serde_json reads it");
+            }
+        }
+    }
+}
