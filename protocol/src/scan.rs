@@ -32,8 +32,9 @@ pub struct Object {
     pub members: Vec<Member>,
 }
 
-/// Where a body's members lie: the top level's, the params' (when an object),
-/// and the params' `_meta`'s (when an object).
+/// Where a body's members lie: the top level's, the params' (a response's
+/// result, with [`scan_response`]) when an object, and their `_meta`'s when an
+/// object.
 #[derive(Debug, Default, PartialEq)]
 pub struct Layout {
     pub top: Object,
@@ -50,19 +51,26 @@ const MAX_DIGITS: usize = 300;
 /// The body's layout, when it is a JSON object the scan is sure of; `None`
 /// leaves the body to `serde_json`.
 pub fn scan(body: &str) -> Option<Layout> {
-    scan_as(body, Role::Top)
+    scan_as(body, Role::Top, b"params")
+}
+
+/// A response's layout: its `result`'s members in `params`, their `_meta`'s in
+/// `meta`.
+pub fn scan_response(body: &str) -> Option<Layout> {
+    scan_as(body, Role::Top, b"result")
 }
 
 /// The layout of a params object's text alone (`params` and `meta` noted).
 pub fn scan_params(text: &str) -> Option<Layout> {
-    scan_as(text, Role::Params)
+    scan_as(text, Role::Params, b"params")
 }
 
-fn scan_as(body: &str, role: Role) -> Option<Layout> {
+fn scan_as(body: &str, role: Role, inner: &'static [u8]) -> Option<Layout> {
     let mut s = Scan {
         b: body.as_bytes(),
         i: 0,
         depth: 0,
+        inner,
         layout: Layout::default(),
     };
     s.ws();
@@ -87,6 +95,8 @@ struct Scan<'a> {
     b: &'a [u8],
     i: usize,
     depth: usize,
+    /// The top-level member whose members are noted (`params`, `result`).
+    inner: &'static [u8],
     layout: Layout,
 }
 
@@ -127,7 +137,7 @@ impl Scan<'_> {
                         return None;
                     }
                     let inner = match (role, &self.b[name.0..name.1]) {
-                        (Role::Top, b"params") => Role::Params,
+                        (Role::Top, n) if n == self.inner => Role::Params,
                         (Role::Params, b"_meta") => Role::Meta,
                         _ => Role::Other,
                     };

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use super::error::broken;
 use tasklift_protocol::jsonrpc::{Outcome, RpcError};
 use tasklift_protocol::mcp::method;
+use tasklift_protocol::scan::{Layout, Member};
 
 /// Something an upstream sent about an in-flight request.
 #[derive(Debug)]
@@ -206,33 +207,85 @@ struct MetaTop {
     related_task: Option<IgnoredAny>,
 }
 
+/// The `_meta` key of an upstream's related-task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// Where an answer's result and its id lie, and whether it says `complete`.
+type Found = (usize, usize, Option<(usize, usize)>, bool);
+
+/// Where a scanned answer's result and id lie and whether it says `complete`,
+/// when the scan alone decides that it passes as bytes: no `error` or `method`,
+/// an object `result` whose `resultType` (if any) is `"complete"` as written,
+/// and no related-task in its `_meta`. `None`: `serde_json` decides
+/// ([`RawResult::scan`]).
+fn passable(text: &str, layout: &Layout) -> Option<Found> {
+    let name = |m: &Member| &text[m.name.0..m.name.1];
+    let value = |m: &Member| &text[m.value.0..m.value.1];
+    let (mut id, mut result) = (None, None);
+    for m in &layout.top.members {
+        match name(m) {
+            "error" | "method" => return None,
+            "id" if value(m) == "null" => return None,
+            "id" => id = Some(m.value),
+            "result" => result = Some(m.value),
+            _ => {}
+        }
+    }
+    let result = result?;
+    let inner = layout.params.as_ref().filter(|o| o.span == result)?;
+    let mut complete = false;
+    for m in &inner.members {
+        match name(m) {
+            "resultType" if value(m) == r#""complete""# => complete = true,
+            "resultType" => return None,
+            "_meta" => {
+                let meta = layout.meta.as_ref().filter(|o| o.span == m.value)?;
+                if meta.members.iter().any(|e| name(e) == RELATED_TASK) {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+    }
+    Some((result.0, result.1, id, complete))
+}
+
+/// [`passable`], decided by `serde_json` reading the answer's top and its
+/// result's.
+fn parsed_passable(text: &str) -> Option<Found> {
+    let top: AnswerTop = serde_json::from_str(text).ok()?;
+    if top.error.is_some() || top.method.is_some() {
+        return None;
+    }
+    let result = top.result?.get();
+    if !result.starts_with('{') {
+        return None;
+    }
+    let inner: ResultTop = serde_json::from_str(result).ok()?;
+    let complete = match inner.result_type.as_deref() {
+        _ if inner.meta.is_some_and(|m| m.related_task.is_some()) => return None,
+        None => false,
+        Some("complete") => true,
+        Some(_) => return None,
+    };
+    let at = |r: &str| r.as_ptr() as usize - text.as_ptr() as usize;
+    let start = at(result);
+    let id = top.id.map(|i| (at(i.get()), at(i.get()) + i.get().len()));
+    Some((start, start + result.len(), id, complete))
+}
+
 impl RawResult {
     /// The answer's bytes as a passable result, or the bytes back when the answer
     /// needs the full parse (an error, a request, a related-task to filter out of
     /// `_meta`, another `resultType`, anything malformed).
     pub fn scan(body: Bytes) -> Result<Self, Bytes> {
-        let found = (|| {
-            let text = std::str::from_utf8(&body).ok()?;
-            let top: AnswerTop = serde_json::from_str(text).ok()?;
-            if top.error.is_some() || top.method.is_some() {
-                return None;
-            }
-            let result = top.result?.get();
-            if !result.starts_with('{') {
-                return None;
-            }
-            let inner: ResultTop = serde_json::from_str(result).ok()?;
-            let complete = match inner.result_type.as_deref() {
-                _ if inner.meta.is_some_and(|m| m.related_task.is_some()) => return None,
-                None => false,
-                Some("complete") => true,
-                Some(_) => return None,
-            };
-            let at = |r: &str| r.as_ptr() as usize - text.as_ptr() as usize;
-            let start = at(result);
-            let id = top.id.map(|i| (at(i.get()), at(i.get()) + i.get().len()));
-            Some((start, start + result.len(), id, complete))
-        })();
+        // Most answers are decided from a scan of the bytes; what it leaves open,
+        // serde_json decides.
+        let found = std::str::from_utf8(&body).ok().and_then(|text| {
+            tasklift_protocol::scan::scan_response(text)
+                .and_then(|layout| passable(text, &layout))
+                .or_else(|| parsed_passable(text))
+        });
         match found {
             Some((start, end, id, complete)) => Ok(Self {
                 body,
@@ -525,6 +578,45 @@ mod tests {
         assert!(!r.id_is(&json!("tasklift-90")) && !r.id_is(&json!(9)));
         assert!(scan(complete).unwrap().id_is(&json!(3)));
         assert!(!scan(r#"{"result":{}}"#).unwrap().id_is(&Value::Null));
+    }
+
+    #[test]
+    fn the_scan_decides_as_serde_json_does() {
+        let answers = [
+            r#"{"jsonrpc":"2.0","id":"tasklift-9","result":{"content":[{"type":"text","text":"ok"}]}}"#,
+            r#" { "result" : { "resultType" : "complete" , "x" : [1, {"y": null}] } , "id" : 3 } "#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"py"}}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t"}}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":{"io.modelcontextprotocol/related-task":null}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":null}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"_meta":7}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":null}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1,"a":2}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"x":1e400}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}"#,
+        ];
+        let mut decided = 0;
+        for a in answers {
+            let by_scan = tasklift_protocol::scan::scan_response(a).and_then(|l| passable(a, &l));
+            let by_serde = parsed_passable(a);
+            if by_scan.is_some() {
+                decided += 1;
+                assert_eq!(by_scan, by_serde, "{a}");
+            }
+            // Whichever decides, the answer is what serde_json makes of it.
+            let scanned = RawResult::scan(Bytes::from(a.to_string())).ok();
+            assert_eq!(scanned.map(|r| (r.start, r.end, r.id, r.complete)), by_serde, "{a}");
+        }
+        assert!(decided >= 5, "the scan decided only {decided}");
     }
 
     #[test]
