@@ -4,13 +4,14 @@
 //! (a map node, an allocated key for each member, the `"2.0"` string), which
 //! [`Request::from_value`](crate::jsonrpc::Request::from_value) then takes apart
 //! again. [`Envelope::from_slice`] reads the four members a request has as they
-//! come, borrows the keys, skips the rest, and leaves the checks to
+//! come (from [`scan`]'s layout when it is sure of the body), reads the rest only
+//! to refuse what `serde_json` refuses in them, and leaves the checks to
 //! [`Request::from_envelope`](crate::jsonrpc::Request::from_envelope): the same
 //! request, and the same refusals, as parsing the object and reading it.
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::params::Params;
@@ -53,15 +54,17 @@ impl ParamsIn {
 impl Envelope {
     /// Read a body; an error only when it is not JSON (as `serde_json::from_slice`).
     /// A body [`scan`] is sure of is read from its layout, its params kept as
-    /// their text; any other by `serde_json`, its params parsed.
+    /// their text; any other by `serde_json`, its params parsed. A body that is
+    /// not UTF-8 is no JSON: parsing it gives the parser's own error (skipping
+    /// members would not look inside their strings).
     pub fn from_slice(body: &[u8]) -> serde_json::Result<Self> {
-        if let Some(e) = std::str::from_utf8(body)
-            .ok()
-            .and_then(|text| Self::from_layout(text, &scan(text)?))
-        {
+        let Ok(text) = std::str::from_utf8(body) else {
+            return serde_json::from_slice::<Value>(body).map(Self::from_value);
+        };
+        if let Some(e) = scan(text).and_then(|layout| Self::from_layout(text, &layout)) {
             return Ok(e);
         }
-        crate::json::from_bytes(body)
+        serde_json::from_str(text)
     }
 
     /// The envelope of a scanned body.
@@ -147,7 +150,8 @@ fn small_value(text: &str) -> Option<Value> {
     }
 }
 
-/// The top level's visitor: an object's four members, anything else skipped.
+/// The top level's visitor: an object's four members; anything else is parsed
+/// and dropped (skipping it would not check its numbers' range).
 struct TopLevel;
 
 /// A top-level member's name.
@@ -203,7 +207,7 @@ impl<'de> Visitor<'de> for TopLevel {
                     continue;
                 }
                 Member::Other => {
-                    m.next_value::<IgnoredAny>()?;
+                    m.next_value::<Value>()?;
                     continue;
                 }
             };
@@ -213,7 +217,7 @@ impl<'de> Visitor<'de> for TopLevel {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Envelope, A::Error> {
-        while s.next_element::<IgnoredAny>()?.is_some() {}
+        while s.next_element::<Value>()?.is_some() {}
         Ok(Envelope::default())
     }
 
@@ -269,6 +273,8 @@ mod tests {
             &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\xff\"}"[..],
             &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{\"a\":\"\xc3\"}}"[..],
             &b"\xef\xbb"[..],
+            &b"[{\"jsonrpc\":\"2.0\",\"\xff\xff\":1,\"method\":\"ping\"}]"[..],
+            &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"x\":\"\xff\"}"[..],
         ] {
             let direct = Envelope::from_slice(body).expect_err("not UTF-8");
             let parsed = serde_json::from_slice::<Value>(body).expect_err("not UTF-8");
@@ -298,6 +304,11 @@ mod tests {
             "null",
             "true",
             r#"{"jsonrpc":"2.0","id":1,"method":"m"} trailing"#,
+            r#"{"t":{"x":5.55003E555},"jsonrpc":"2.0","id":1,"method":"m"}"#,
+            r#"[1e999]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":"\ud800"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"a":2}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"k":1E2}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"m""#,
             "",
         ];
