@@ -19,6 +19,33 @@ fn written(req: &Request) -> (Value, Value) {
     (read(&plain), read(&legacy))
 }
 
+/// Equal, floats within a few units in the last place: the client's own text
+/// of a float (which goes upstream as it is) and serde_json's writing of the
+/// value it parsed from it (when the map goes) may parse back a unit apart, as
+/// serde_json parses floats fast rather than correctly rounded.
+fn same(x: &Value, y: &Value) -> bool {
+    match (x, y) {
+        (Value::Number(a), Value::Number(b)) if a.is_f64() || b.is_f64() => {
+            let (a, b) = (a.as_f64().unwrap_or(f64::NAN), b.as_f64().unwrap_or(f64::NAN));
+            a == b || (a - b).abs() <= 1e-12 * a.abs().max(b.abs())
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same(x, y))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len() && a.iter().all(|(k, x)| b.get(k).is_some_and(|y| same(x, y)))
+        }
+        _ => x == y,
+    }
+}
+
+/// [`written`] of two requests, compared with [`same`].
+fn same_written(a: &Request, b: &Request) {
+    let ((a1, a2), (b1, b2)) = (written(a), written(b));
+    assert!(same(&a1, &b1), "{a1} / {b1}");
+    assert!(same(&a2, &b2), "{a2} / {b2}");
+}
+
 fuzz_target!(|data: &[u8]| {
     let read = Envelope::from_slice(data).map(Request::from_envelope);
     let parsed = serde_json::from_slice::<Value>(data).map(Request::from_value);
@@ -31,12 +58,12 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(a.meta_value(key), b.meta_value(key));
                 assert_eq!(a.meta_str(key), b.meta_str(key));
             }
-            assert_eq!(written(&a), written(&b));
+            same_written(&a, &b);
             a.params.insert_meta("progressToken", json!("t"));
             b.params.insert_meta("progressToken", json!("t"));
-            assert_eq!(written(&a), written(&b));
+            same_written(&a, &b);
             assert_eq!(*a.params, *b.params);
-            assert_eq!(written(&a), written(&b));
+            same_written(&a, &b);
         }
         (Ok(Err(a)), Ok(Err(b))) => assert_eq!(a.message, b.message),
         (Err(_), Err(_)) => {}
