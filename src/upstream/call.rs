@@ -614,7 +614,11 @@ mod tests {
             }
             // Whichever decides, the answer is what serde_json makes of it.
             let scanned = RawResult::scan(Bytes::from(a.to_string())).ok();
-            assert_eq!(scanned.map(|r| (r.start, r.end, r.id, r.complete)), by_serde, "{a}");
+            assert_eq!(
+                scanned.map(|r| (r.start, r.end, r.id, r.complete)),
+                by_serde,
+                "{a}"
+            );
         }
         assert!(decided >= 5, "the scan decided only {decided}");
     }
