@@ -1,7 +1,7 @@
 //! MCP vocabulary: method names, `_meta` keys, versions, and the few params and
 //! results tasklift reads or writes. No I/O.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::jsonrpc::{RpcError, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY};
 
@@ -131,16 +131,7 @@ pub fn mark_complete(result: &mut Value) {
     }
 }
 
-/// The `_meta` object of a params map, created if absent.
-pub fn meta_mut(params: &mut Map<String, Value>) -> &mut Map<String, Value> {
-    let m = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !m.is_object() {
-        *m = Value::Object(Map::new());
-    }
-    m.as_object_mut().expect("just made an object")
-}
+pub use crate::params::meta_mut;
 
 /// Decode an `Mcp-Name`/`Mcp-Param-*` header value (plain or `=?base64?…?=`).
 pub fn decode_header_value(raw: &str) -> Option<std::borrow::Cow<'_, str>> {

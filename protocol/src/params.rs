@@ -172,7 +172,7 @@ impl Params {
     }
 
     /// Set a `_meta` entry (creating `_meta`, or replacing one that is not an
-    /// object, as [`crate::mcp::meta_mut`] does). An entry the client's text does
+    /// object, as [`meta_mut`] does). An entry the client's text does
     /// not have is noted beside the text; any other edit parses the map.
     pub fn insert_meta(&mut self, key: &str, value: Value) {
         if let Some(r) = self.raw.as_deref_mut().filter(|_| self.map.get().is_none()) {
@@ -185,7 +185,7 @@ impl Params {
                 return;
             }
         }
-        crate::mcp::meta_mut(self).insert(key.to_string(), value);
+        meta_mut(self).insert(key.to_string(), value);
     }
 
     /// The params as compact JSON, appended to `out`: the client's text (with
@@ -229,7 +229,7 @@ impl Params {
             // Scanned text parses throughout (`scan`).
             let mut map: Map<String, Value> = serde_json::from_str(&r.text).unwrap_or_default();
             if !r.added.is_empty() {
-                let meta = crate::mcp::meta_mut(&mut map);
+                let meta = meta_mut(&mut map);
                 for (k, v) in &r.added {
                     meta.insert(k.clone(), v.clone());
                 }
@@ -357,6 +357,18 @@ impl Raw {
         }
         out.push(b'}');
     }
+}
+
+/// The `_meta` object of a params map, created if absent (replacing a `_meta`
+/// that is not an object).
+pub fn meta_mut(params: &mut Map<String, Value>) -> &mut Map<String, Value> {
+    let m = params
+        .entry(META)
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !m.is_object() {
+        *m = Value::Object(Map::new());
+    }
+    m.as_object_mut().expect("just made an object")
 }
 
 /// [`Params::write_without_meta`] for params that are a map.
