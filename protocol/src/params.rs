@@ -456,8 +456,10 @@ impl DerefMut for Params {
 impl Clone for Params {
     fn clone(&self) -> Self {
         match &self.raw {
+            // The map too, once parsed: a copy of params something has read
+            // goes upstream as read, as the original does (`unread`).
             Some(r) => Self {
-                map: OnceLock::new(),
+                map: self.map.clone(),
                 raw: Some(Box::new(Raw {
                     text: r.text.clone(),
                     top: r.top.clone(),
@@ -723,6 +725,10 @@ mod tests {
         let mut out = Vec::new();
         p.write(&mut out);
         assert_eq!(out, serde_json::to_vec(&*p).unwrap());
+        // A copy of params that were read goes upstream as read too.
+        let mut copied = Vec::new();
+        p.clone().write(&mut copied);
+        assert_eq!(copied, serde_json::to_vec(&*p).unwrap());
         // Not read: the client's text goes on as it came.
         let mut out = Vec::new();
         text(s).write(&mut out);
