@@ -17,6 +17,7 @@ mod context;
 mod era;
 mod error;
 mod listen;
+mod raw_result;
 mod router;
 pub mod stdio;
 pub mod streamable_http;
@@ -33,8 +34,8 @@ use tasklift_protocol::jsonrpc::Request;
 
 pub use attribution::{attribute, related_task, unattributed, upstream_task_of};
 pub use call::{
-    log_level, progress_under, tag_meta, CallEvent, Canceller, Events, First, Next, RawResult,
-    ServerRequest, UpstreamCall,
+    log_level, progress_under, tag_meta, CallEvent, Canceller, Events, First, Next, ServerRequest,
+    UpstreamCall,
 };
 pub use client_request::ClientRequest;
 pub use context::{CallContext, ClientPeer};
@@ -44,6 +45,7 @@ pub use era::{
 };
 pub use error::{broken, broken_by, chain, UpstreamError};
 pub use listen::{agreed_by_capabilities, notification_wanted, Listening};
+pub use raw_result::RawResult;
 /// An upstream's answer to a request (its result, or its error as it came), and
 /// that error: what the layers above carry unopened.
 pub use tasklift_protocol::jsonrpc::{Outcome, RpcError};
