@@ -97,15 +97,22 @@ fn needs_escape(bytes: &[u8]) -> bool {
 /// `"` or `\`, leaves its high bit set in one of these (Mycroft's zero-byte
 /// test, exact for whether there is one).
 fn word_needs_escape(chunk: &[u8]) -> bool {
+    escape_bytes(u64::from_le_bytes(chunk.try_into().expect("eight bytes"))) != 0
+}
+
+/// The high bit of each byte of `w` (eight bytes, little-endian) that JSON
+/// escapes in a string: below 0x20, `"` or `\`. A borrow sets bits only above a
+/// byte that is one, so the lowest set bit is exact (the scan finds a string's
+/// end by it).
+pub(crate) fn escape_bytes(w: u64) -> u64 {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
-    let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
     let ctrl = w.wrapping_sub(ONES * 0x20) & !w;
     let q = w ^ (ONES * u64::from(b'"'));
     let quote = q.wrapping_sub(ONES) & !q;
     let b = w ^ (ONES * u64::from(b'\\'));
     let backslash = b.wrapping_sub(ONES) & !b;
-    (ctrl | quote | backslash) & HIGH != 0
+    (ctrl | quote | backslash) & HIGH
 }
 
 #[cfg(test)]

@@ -318,7 +318,7 @@ fn special_at(b: &[u8]) -> Option<usize> {
     }
     let mut at = 0;
     loop {
-        let found = special_bytes(word(at));
+        let found = crate::compact::escape_bytes(word(at));
         if found != 0 {
             return Some(at + found.trailing_zeros() as usize / 8);
         }
@@ -327,19 +327,6 @@ fn special_at(b: &[u8]) -> Option<usize> {
         }
         at = (at + 8).min(b.len() - 8);
     }
-}
-
-/// The high bit of each byte of `w` that is below 0x20, `"` or `\`: exact for
-/// the lowest such byte (a borrow only sets bits above a true one).
-fn special_bytes(w: u64) -> u64 {
-    const ONES: u64 = u64::MAX / 255;
-    const HIGH: u64 = ONES << 7;
-    let ctrl = w.wrapping_sub(ONES * 0x20) & !w;
-    let q = w ^ (ONES * u64::from(b'"'));
-    let quote = q.wrapping_sub(ONES) & !q;
-    let s = w ^ (ONES * u64::from(b'\\'));
-    let backslash = s.wrapping_sub(ONES) & !s;
-    (ctrl | quote | backslash) & HIGH
 }
 
 #[cfg(test)]
