@@ -504,9 +504,14 @@ mod tests {
 
     /// What the upstream would read: the params written out, parsed.
     fn written(p: &Params) -> Value {
+        serde_json::from_slice(&bytes(p)).expect("written params are JSON")
+    }
+
+    /// The params' bytes as they go upstream.
+    fn bytes(p: &Params) -> Vec<u8> {
         let mut out = Vec::new();
         p.write(&mut out);
-        serde_json::from_slice(&out).expect("written params are JSON")
+        out
     }
 
     #[test]
@@ -722,17 +727,11 @@ mod tests {
             written(&p),
             json!({"name": "t", "arguments": {"x": 3, "y": 2}})
         );
-        let mut out = Vec::new();
-        p.write(&mut out);
-        assert_eq!(out, serde_json::to_vec(&*p).unwrap());
+        assert_eq!(bytes(&p), serde_json::to_vec(&*p).unwrap());
         // A copy of params that were read goes upstream as read too.
-        let mut copied = Vec::new();
-        p.clone().write(&mut copied);
-        assert_eq!(copied, serde_json::to_vec(&*p).unwrap());
+        assert_eq!(bytes(&p.clone()), serde_json::to_vec(&*p).unwrap());
         // Not read: the client's text goes on as it came.
-        let mut out = Vec::new();
-        text(s).write(&mut out);
-        assert_eq!(out, s.as_bytes());
+        assert_eq!(bytes(&text(s)), s.as_bytes());
     }
 
     #[test]
@@ -784,8 +783,6 @@ mod tests {
             json!({"name": "t", "_meta": {"a": 1, "progressToken": 1}})
         );
         // Written as serde_json writes the map.
-        let mut out = Vec::new();
-        p.write(&mut out);
-        assert_eq!(out, serde_json::to_vec(&*p).unwrap());
+        assert_eq!(bytes(&p), serde_json::to_vec(&*p).unwrap());
     }
 }
