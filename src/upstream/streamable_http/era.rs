@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http::{HeaderValue, Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::{Shared, METHOD_HEADER, SESSION_HEADER, VERSION_HEADER};
+use super::{Fields, Shared, METHOD_HEADER, SESSION_HEADER, VERSION_HEADER};
 use crate::config::EraSetting;
 use crate::upstream::{modern_meta, CallContext, Era, UpstreamError};
 use tasklift_protocol::jsonrpc::Incoming as Msg;
@@ -126,9 +126,9 @@ impl Shared {
             return Ok(Some(false));
         };
         if let Some(sid) = sid {
-            let mut h = HeaderMap::new();
-            h.insert(SESSION_HEADER.clone(), sid);
-            h.insert(
+            let mut h = Fields::with_capacity(2);
+            h.append(SESSION_HEADER.clone(), sid);
+            h.append(
                 VERSION_HEADER.clone(),
                 HeaderValue::from_str(version).expect("known versions are header-safe"),
             );
@@ -150,12 +150,12 @@ impl Shared {
             "jsonrpc": "2.0", "id": id, "method": mcp::method::DISCOVER,
             "params": {"_meta": modern_meta()},
         });
-        let mut h = HeaderMap::new();
-        h.insert(
+        let mut h = Fields::with_capacity(2);
+        h.append(
             VERSION_HEADER.clone(),
             HeaderValue::from_static(MODERN_VERSION),
         );
-        h.insert(
+        h.append(
             METHOD_HEADER.clone(),
             HeaderValue::from_static(mcp::method::DISCOVER),
         );

@@ -7,13 +7,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::ResponseBody;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::session::InFlight;
-use super::{Answer, Session, Shared, MAX_RESUME_DELAY_MS};
+use super::{Answer, Fields, Session, Shared, MAX_RESUME_DELAY_MS};
 use crate::upstream::router::{self, Channel, Route};
 use crate::upstream::{
     agreed_by_capabilities, CallContext, CallEvent, Canceller, Listening, UpstreamError,
@@ -170,7 +170,7 @@ impl GetStream {
     }
 
     /// The GET's headers and the context it goes with; `None` once the session is gone.
-    fn request(&self) -> Option<(HeaderMap, CallContext)> {
+    fn request(&self) -> Option<(Fields, CallContext)> {
         let sess = self.session.upgrade()?;
         let mut h = sess.headers();
         h.insert(

@@ -19,6 +19,7 @@ mod clients;
 mod connect;
 mod era;
 mod failure;
+mod fields;
 mod get_stream;
 mod http1;
 mod http2;
@@ -28,6 +29,7 @@ mod session;
 
 use clients::{Clients, ResponseBody};
 use failure::retry_after;
+use fields::Fields;
 use http2::Http2Failure;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -216,7 +218,7 @@ impl Shared {
     async fn post(
         &self,
         body: impl Into<Bytes>,
-        headers: HeaderMap,
+        headers: Fields,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
         let body = body.into();
@@ -235,7 +237,7 @@ impl Shared {
         &self,
         method: &Method,
         body: Option<&Bytes>,
-        extra: &HeaderMap,
+        extra: &Fields,
         ctx: &CallContext,
     ) -> Result<Answer, UpstreamError> {
         static NO_BODY: Bytes = Bytes::new();
@@ -267,16 +269,16 @@ impl Shared {
 
     /// A request's headers: the content type for a body, the configured headers,
     /// the caller's credentials and forwarded headers, then `extra`.
-    fn request_headers(&self, has_body: bool, extra: &HeaderMap, ctx: &CallContext) -> HeaderMap {
-        let mut h = HeaderMap::with_capacity(
+    fn request_headers(&self, has_body: bool, extra: &Fields, ctx: &CallContext) -> Fields {
+        let mut h = Fields::with_capacity(
             2 + self.cfg.headers.len() + ctx.forward_headers.len() + extra.len() + 1,
         );
         if has_body {
-            h.insert(
+            h.append(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            h.insert(
+            h.append(
                 header::ACCEPT,
                 HeaderValue::from_static("application/json, text/event-stream"),
             );
@@ -301,7 +303,7 @@ impl Shared {
     async fn exchange(
         &self,
         method: &Method,
-        headers: HeaderMap,
+        headers: Fields,
         body: &Bytes,
     ) -> Result<(http::response::Parts, ResponseBody), UpstreamError> {
         // A slow call waits here as long as it runs, so the requests are built
@@ -317,7 +319,7 @@ impl Shared {
                 Ok((parts, ResponseBody::Http1(body)))
             }
             Clients::Http2(pools) => {
-                let headers = http2::without_connection_headers(headers);
+                let headers = http2::without_connection_headers(headers.into_map());
                 // Boxed: sending (and, rarely, connecting) is brief; the wait for
                 // the answer then holds h2's response future alone.
                 let pool = &pools[worker % pools.len()];
@@ -363,7 +365,7 @@ impl Shared {
     /// A responder that POSTs the answer to a server-to-client request on the session.
     fn responder(
         self: &Arc<Self>,
-        headers: HeaderMap,
+        headers: Fields,
         ctx: CallContext,
         id: Value,
     ) -> Box<dyn FnOnce(Outcome) + Send> {
@@ -386,25 +388,25 @@ impl Shared {
 }
 
 impl Session {
-    fn headers(&self) -> HeaderMap {
-        let mut h = HeaderMap::with_capacity(2);
+    fn headers(&self) -> Fields {
+        let mut h = Fields::with_capacity(4);
         if let Some(id) = &self.id {
-            h.insert(SESSION_HEADER.clone(), id.clone());
+            h.append(SESSION_HEADER.clone(), id.clone());
         }
-        h.insert(VERSION_HEADER.clone(), self.version.clone());
+        h.append(VERSION_HEADER.clone(), self.version.clone());
         h
     }
 }
 
 /// Headers mirrored from a modern request's body. Sized to fit: a slow call keeps
 /// them (for a retry) as long as it runs.
-fn modern_headers(req: &Request) -> HeaderMap {
-    let mut h = HeaderMap::with_capacity(3);
+fn modern_headers(req: &Request) -> Fields {
+    let mut h = Fields::with_capacity(3);
     let version = req
         .meta_str(mcp::META_PROTOCOL_VERSION)
         .unwrap_or(MODERN_VERSION);
     if let Some(v) = header_value(version, &[MODERN_VERSION]) {
-        h.insert(VERSION_HEADER.clone(), v);
+        h.append(VERSION_HEADER.clone(), v);
     }
     let methods = [
         mcp::method::TOOLS_CALL,
@@ -414,14 +416,14 @@ fn modern_headers(req: &Request) -> HeaderMap {
         mcp::method::TASKS_CANCEL,
     ];
     if let Some(v) = header_value(&req.method, &methods) {
-        h.insert(METHOD_HEADER.clone(), v);
+        h.append(METHOD_HEADER.clone(), v);
     }
     if let Some(name) = mcp::name_param(&req.method).and_then(|p| req.str_param(p)) {
         if let Ok(v) = HeaderValue::try_from(mcp::encode_header_value(name)) {
-            h.insert(NAME_HEADER.clone(), v);
+            h.append(NAME_HEADER.clone(), v);
         }
     }
-    h
+    h.fitted()
 }
 
 /// `text` as a header value: one of `known` without allocating (most requests

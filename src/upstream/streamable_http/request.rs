@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::response::{Read, Started};
 use super::session::{Asker, InFlight};
-use super::{modern_headers, Session, Shared};
+use super::{modern_headers, Fields, Session, Shared};
 use crate::upstream::{
     cancelled_notification, legacy_bytes, upstream_task_of, CallContext, CallEvent, Canceller, Era,
     Events, First, UpstreamCall, UpstreamError,
@@ -130,7 +130,7 @@ impl Shared {
     fn modern(
         self: Arc<Self>,
         body: Bytes,
-        headers: HeaderMap,
+        headers: Fields,
         id: Value,
         ctx: CallContext,
         reader: Arc<Mutex<Stop>>,
@@ -379,7 +379,7 @@ impl LegacyStream {
 /// A request as `start` hands it to the call: serialized for an upstream known to
 /// be modern, else as it is, until the upstream's era says how it goes.
 enum Ready {
-    Modern(Vec<u8>, HeaderMap, Value),
+    Modern(Vec<u8>, Fields, Value),
     Legacy(LegacyCall),
     Request(Request),
 }

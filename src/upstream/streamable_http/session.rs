@@ -6,12 +6,12 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use http::{HeaderMap, HeaderValue, Method};
+use http::{HeaderValue, Method};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use super::{Answer, Asking, Session, SessionSlot, Shared, SESSION_HEADER};
+use super::{Answer, Asking, Fields, Session, SessionSlot, Shared, SESSION_HEADER};
 use crate::upstream::{offers_tool_tasks, CallContext, CallEvent, Era, UpstreamError};
 use tasklift_protocol::mcp::{self, LEGACY_VERSIONS};
 
@@ -245,7 +245,7 @@ impl Shared {
         let ans = self
             .post(
                 serde_json::to_vec(&msg).expect("serializes"),
-                HeaderMap::new(),
+                Fields::default(),
                 ctx,
             )
             .await?;

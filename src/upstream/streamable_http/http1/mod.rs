@@ -34,12 +34,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderName};
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 use hyper_rustls::MaybeHttpsStream;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::connect::{BoxError, Timed, CONNECTION_SPECIFIC};
+use super::Fields;
 pub(super) use body::Http1Body;
 use body::{keeps_alive, poll_head};
 
@@ -195,7 +196,7 @@ impl Http1Pool {
     pub(super) async fn send(
         self: &Arc<Self>,
         method: &Method,
-        headers: &HeaderMap,
+        headers: &Fields,
         body: &Bytes,
     ) -> Result<(http::response::Parts, Http1Body), Http1Failure> {
         // Boxed: writing (and, rarely, connecting) is brief; the wait for the
@@ -221,7 +222,7 @@ impl Http1Pool {
     async fn sent(
         self: &Arc<Self>,
         method: &Method,
-        headers: &HeaderMap,
+        headers: &Fields,
         body: &Bytes,
     ) -> Result<Box<Conn>, Http1Failure> {
         let mut head = self.head(method, headers, body.len());
@@ -249,18 +250,18 @@ impl Http1Pool {
     }
 
     /// The request line and headers.
-    fn head(&self, method: &Method, headers: &HeaderMap, len: usize) -> Vec<u8> {
+    fn head(&self, method: &Method, headers: &Fields, len: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(256 + len.min(INLINE_BODY));
         out.extend_from_slice(method.as_str().as_bytes());
         out.push(b' ');
         out.extend_from_slice(self.target.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        if !headers.contains_key(header::HOST) {
+        if !headers.contains(&header::HOST) {
             out.extend_from_slice(b"host: ");
             out.extend_from_slice(self.host.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        for (name, value) in headers {
+        for (name, value) in headers.iter() {
             if hop_by_hop(name) {
                 continue;
             }

@@ -3,6 +3,7 @@
 
 use super::body::{framing, Framing};
 use super::*;
+use http::HeaderMap;
 use http_body_util::BodyExt;
 use std::sync::atomic::AtomicUsize;
 use tokio::io::AsyncReadExt;
@@ -83,7 +84,7 @@ fn pool(uri: http::Uri) -> Arc<Http1Pool> {
 
 async fn post(pool: &Arc<Http1Pool>) -> Result<(StatusCode, Bytes), String> {
     let (parts, body) = pool
-        .send(&Method::POST, &HeaderMap::new(), &Bytes::from_static(b"{}"))
+        .send(&Method::POST, &Fields::default(), &Bytes::from_static(b"{}"))
         .await
         .map_err(|e| format!("{e:?}"))?;
     let body = body.collect().await.map_err(|e| e.to_string())?;
@@ -167,7 +168,7 @@ async fn a_body_dropped_unread_closes_its_connection() {
     .await;
     let pool = pool(uri);
     let (_, body) = pool
-        .send(&Method::POST, &HeaderMap::new(), &Bytes::from_static(b"{}"))
+        .send(&Method::POST, &Fields::default(), &Bytes::from_static(b"{}"))
         .await
         .unwrap();
     drop(body);
@@ -207,7 +208,7 @@ async fn a_body_cut_short_and_an_answer_that_is_not_http_are_errors() {
     .await;
     let pool = pool(uri);
     let (_, body) = pool
-        .send(&Method::POST, &HeaderMap::new(), &Bytes::new())
+        .send(&Method::POST, &Fields::default(), &Bytes::new())
         .await
         .unwrap();
     let cut = body.collect().await.expect_err("an error").to_string();
@@ -300,16 +301,16 @@ fn the_request_head_names_its_host_and_length_and_drops_hop_by_hop_fields() {
         idle_timeout: IDLE_TIMEOUT,
         reaping: AtomicBool::new(false),
     };
-    let mut headers = HeaderMap::new();
+    let mut headers = Fields::default();
     headers.insert(header::CONNECTION, "close".parse().unwrap());
     headers.insert(header::CONTENT_LENGTH, "99".parse().unwrap());
-    headers.insert("x-trace", "1".parse().unwrap());
+    headers.insert(HeaderName::from_static("x-trace"), "1".parse().unwrap());
     let head = String::from_utf8(pool.head(&Method::POST, &headers, 2)).unwrap();
     assert_eq!(
         head,
         "POST /mcp?a=b HTTP/1.1\r\nhost: up:8080\r\nx-trace: 1\r\ncontent-length: 2\r\n\r\n"
     );
-    let head = String::from_utf8(pool.head(&Method::GET, &HeaderMap::new(), 0)).unwrap();
+    let head = String::from_utf8(pool.head(&Method::GET, &Fields::default(), 0)).unwrap();
     assert_eq!(head, "GET /mcp?a=b HTTP/1.1\r\nhost: up:8080\r\n\r\n");
 }
 
