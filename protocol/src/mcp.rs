@@ -97,11 +97,84 @@ pub fn may_ask(method: &str) -> bool {
 
 /// Whether this request declared the Tasks extension in its per-request capabilities.
 pub fn declares_tasks(params: &crate::params::Params) -> bool {
-    params
-        .meta_value(META_CLIENT_CAPABILITIES)
-        .and_then(|c| c.get("extensions"))
-        .and_then(|e| e.get(TASKS_EXTENSION))
-        .is_some_and(|v| !v.is_null())
+    declared(params).tasks()
+}
+
+/// The capabilities of a client a server may ask (each a bit of [`Declared`]).
+const ASKED: [&str; 3] = ["elicitation", "sampling", "roots"];
+/// [`Declared`]'s bit for the Tasks extension.
+const TASKS_BIT: u8 = 1 << ASKED.len();
+
+/// What a request's clientCapabilities declare that tasklift acts on: the Tasks
+/// extension, and which requests the client may be shown (a member present and
+/// not `null`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declared(u8);
+
+impl Declared {
+    /// The Tasks extension (`extensions["io.modelcontextprotocol/tasks"]`).
+    pub fn tasks(self) -> bool {
+        self.0 & TASKS_BIT != 0
+    }
+
+    /// `capability` (`elicitation`, `sampling` or `roots`; any other: false).
+    pub fn has(self, capability: &str) -> bool {
+        let i = ASKED.iter().position(|c| *c == capability);
+        i.is_some_and(|i| self.0 & (1 << i) != 0)
+    }
+
+    /// What a clientCapabilities value declares.
+    pub fn of_value(caps: Option<&Value>) -> Self {
+        let declared = |v: Option<&Value>| v.is_some_and(|v| !v.is_null());
+        let caps = caps.filter(|c| c.is_object());
+        let mut bits = bits_where(|cap| declared(caps.and_then(|c| c.get(cap))));
+        let ext = caps.and_then(|c| c.get("extensions"));
+        if declared(ext.and_then(|e| e.get(TASKS_EXTENSION))) {
+            bits |= TASKS_BIT;
+        }
+        Self(bits)
+    }
+
+    /// What the clientCapabilities text declares, when the scan is sure of
+    /// each object read (`None` leaves it to `serde_json`).
+    fn of_text(caps: &str) -> Option<Self> {
+        if !caps.starts_with('{') {
+            return Some(Self(0));
+        }
+        let layout = crate::scan::scan_params(caps)?;
+        let members = layout.params?.members;
+        let value = |name: &str| {
+            members
+                .iter()
+                .find(|m| &caps[m.name.0..m.name.1] == name)
+                .map(|m| &caps[m.value.0..m.value.1])
+        };
+        let declared = |v: Option<&str>| v.is_some_and(|v| v != "null");
+        let mut bits = bits_where(|cap| declared(value(cap)));
+        if let Some(ext) = value("extensions").filter(|e| e.starts_with('{')) {
+            if declared(crate::scan::member(ext, TASKS_EXTENSION)?) {
+                bits |= TASKS_BIT;
+            }
+        }
+        Some(Self(bits))
+    }
+}
+
+fn bits_where(declared: impl Fn(&str) -> bool) -> u8 {
+    let asked = ASKED.iter().enumerate();
+    asked.fold(0, |b, (i, cap)| b | (u8::from(declared(cap)) << i))
+}
+
+/// What the request's clientCapabilities declare: read once per request, from
+/// the client's text where the scan is sure of it, else from the parsed value.
+pub fn declared(params: &crate::params::Params) -> Declared {
+    Declared(params.declared_bits(|p| {
+        let text = p.meta_text(META_CLIENT_CAPABILITIES);
+        match text.and_then(Declared::of_text) {
+            Some(d) => d.0,
+            None => Declared::of_value(p.meta_value(META_CLIENT_CAPABILITIES)).0,
+        }
+    }))
 }
 
 /// The `-32021` error naming the Tasks extension.
@@ -195,5 +268,48 @@ mod tests {
         assert!(declares_tasks(&p.as_object().unwrap().clone().into()));
         let p = json!({"_meta": {META_CLIENT_CAPABILITIES: {}}});
         assert!(!declares_tasks(&p.as_object().unwrap().clone().into()));
+    }
+
+    /// Capabilities read from the client's text answer as the parsed map does,
+    /// for every shape a client may send, including those the scan leaves to
+    /// `serde_json` (a repeated or escaped name).
+    #[test]
+    fn declared_capabilities_read_from_text_agree_with_the_map() {
+        let t = TASKS_EXTENSION;
+        let caps = [
+            format!(r#"{{"extensions":{{"{t}":{{}}}}}}"#),
+            format!(r#"{{ "extensions" : {{ "{t}" : {{ "x" : [1, 2.5] }} }} }}"#),
+            format!(r#"{{"extensions":{{"{t}":null}}}}"#),
+            format!(r#"{{"extensions":{{"{t}":false,"other":{{}}}}}}"#),
+            format!(r#"{{"extensions":{{"other":{{"{t}":{{}}}}}}}}"#),
+            format!(r#"{{"extensions":[{{"{t}":{{}}}}]}}"#),
+            format!(r#"{{"extensions":null,"sampling":{{}}}}"#),
+            format!(r#"{{"extensions":{{"{t}":{{}}}},"extensions":{{}}}}"#),
+            format!(r#"{{"extensions":{{"{t}":{{}},"{t}":null}}}}"#),
+            format!(r#"{{"extension\u0073":{{"{t}":{{}}}}}}"#),
+            format!(r#"{{"extensions":{{"io.modelcontextprotocol\/tasks":{{}}}}}}"#),
+            r#"{"sampling":{},"roots":{"listChanged":true},"elicitation":null}"#.into(),
+            r#"{"sampling":{},"sampling":null}"#.into(),
+            r#"{"sampling":"yes","roots":0,"elicitation":[]}"#.into(),
+            r#"[]"#.into(),
+            r#""caps""#.into(),
+            r#"null"#.into(),
+            r#"{}"#.into(),
+        ];
+        let mut from_text = 0;
+        for c in &caps {
+            let text = format!(r#"{{"name":"x","_meta":{{"{META_CLIENT_CAPABILITIES}":{c}}}}}"#);
+            let kept = crate::params::Params::from_text(&text).unwrap();
+            let map: serde_json::Map<String, Value> = serde_json::from_str(&text).unwrap();
+            let parsed = crate::params::Params::from(map);
+            assert!(kept.is_text(), "{text}");
+            assert_eq!(declared(&kept), declared(&parsed), "{c}");
+            if let Some(d) = Declared::of_text(c) {
+                let value = serde_json::from_str::<Value>(c).unwrap();
+                assert_eq!(d, Declared::of_value(Some(&value)), "{c}");
+                from_text += 1;
+            }
+        }
+        assert_eq!(from_text, 13, "all but the five with a repeated or escaped name");
     }
 }

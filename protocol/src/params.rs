@@ -34,6 +34,9 @@ const META: &str = "_meta";
 pub struct Params {
     /// The map, parsed when something reads or edits the params as a whole.
     map: OnceLock<Map<String, Value>>,
+    /// What the clientCapabilities declare (`mcp::declared`'s bits), read once:
+    /// several steps of a call ask. Forgotten on any edit.
+    declared: OnceLock<u8>,
     /// The client's text while nothing has edited the params through the map.
     raw: Option<Box<Raw>>,
 }
@@ -100,6 +103,7 @@ impl Params {
             .filter(|o| params.members.iter().any(|m| m.value == o.span));
         Some(Self {
             map: OnceLock::new(),
+            declared: OnceLock::new(),
             raw: Some(Box::new(Raw {
                 text: body[params.span.0..params.span.1].into(),
                 top: slots(params),
@@ -152,6 +156,22 @@ impl Params {
         }
     }
 
+    /// `compute`'s answer for these params, computed once until they are
+    /// edited (for `mcp::declared`).
+    pub(crate) fn declared_bits(&self, compute: impl FnOnce(&Self) -> u8) -> u8 {
+        *self.declared.get_or_init(|| compute(self))
+    }
+
+    /// A `_meta` entry as the client's text, while the params are kept as text
+    /// and the entry is the client's (not one tasklift added).
+    pub fn meta_text(&self, key: &str) -> Option<&str> {
+        let r = self.raw.as_deref()?;
+        if r.added.iter().any(|(k, _)| k == key) {
+            return None;
+        }
+        r.meta(key).map(|slot| &r.text[slot.value.0..slot.value.1])
+    }
+
     /// A `_meta` entry that is a string (none when absent or not a string), read
     /// from the text without parsing it when it has no escapes.
     pub fn meta_str(&self, key: &str) -> Option<&str> {
@@ -175,6 +195,7 @@ impl Params {
     /// object, as [`meta_mut`] does). An entry the client's text does
     /// not have is noted beside the text; any other edit parses the map.
     pub fn insert_meta(&mut self, key: &str, value: Value) {
+        self.declared = OnceLock::new();
         if let Some(r) = self.raw.as_deref_mut().filter(|_| self.map.get().is_none()) {
             let meta_ok = r.meta_at.is_some() || r.top(META).is_none();
             if meta_ok && r.meta(key).is_none() {
@@ -242,6 +263,7 @@ impl Params {
     fn owned(&mut self) -> &mut Map<String, Value> {
         self.map();
         self.raw = None;
+        self.declared = OnceLock::new();
         self.map.get_mut().expect("just parsed")
     }
 }
@@ -428,6 +450,7 @@ impl From<Map<String, Value>> for Params {
     fn from(map: Map<String, Value>) -> Self {
         Self {
             map: OnceLock::from(map),
+            declared: OnceLock::new(),
             raw: None,
         }
     }
@@ -460,6 +483,7 @@ impl Clone for Params {
             // goes upstream as read, as the original does (`unread`).
             Some(r) => Self {
                 map: self.map.clone(),
+                declared: self.declared.clone(),
                 raw: Some(Box::new(Raw {
                     text: r.text.clone(),
                     top: r.top.clone(),

@@ -65,6 +65,18 @@ pub fn scan_params(text: &str) -> Option<Layout> {
     scan_as(text, Role::Params, b"params")
 }
 
+/// The text of the value of member `name` of the object `text` (`Some(None)`:
+/// it has no such member), when the scan is sure of the object; `None` leaves
+/// it to `serde_json`.
+pub fn member<'a>(text: &'a str, name: &str) -> Option<Option<&'a str>> {
+    let members = scan_params(text)?.params?.members;
+    let found = members
+        .iter()
+        .find(|m| &text[m.name.0..m.name.1] == name)
+        .map(|m| &text[m.value.0..m.value.1]);
+    Some(found)
+}
+
 fn scan_as(body: &str, role: Role, inner: &'static [u8]) -> Option<Layout> {
     let mut s = Scan {
         b: body.as_bytes(),

@@ -81,9 +81,17 @@ fn check_version(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
 
 /// `_meta`'s client capabilities: required, an object.
 fn check_capabilities(req: &Request) -> Result<(), Rejected> {
-    match req.meta_value(mcp::META_CLIENT_CAPABILITIES) {
-        Some(Value::Object(_)) => Ok(()),
-        _ => Err(Rejected::InvalidParams(format!(
+    // The client's text when it is kept (scanned: a `{` opens an object),
+    // else the parsed value.
+    let object = match req.params.meta_text(mcp::META_CLIENT_CAPABILITIES) {
+        Some(text) => text.starts_with('{'),
+        None => req
+            .meta_value(mcp::META_CLIENT_CAPABILITIES)
+            .is_some_and(Value::is_object),
+    };
+    match object {
+        true => Ok(()),
+        false => Err(Rejected::InvalidParams(format!(
             "Invalid params: _meta[\"{}\"] is required and must be an object",
             mcp::META_CLIENT_CAPABILITIES
         ))),

@@ -243,7 +243,7 @@ impl Driver {
     /// A legacy upstream's request: the task asks the client (`input_required`).
     async fn input_request(&mut self, r: ServerRequest) -> bool {
         let mut admitted = Vec::new();
-        admit_request(&self.o.caps, r, &mut admitted, self.drivers.write_failure);
+        admit_request(self.o.caps, r, &mut admitted, self.drivers.write_failure);
         for r in admitted {
             let key = self.o.input_keys.next(&r);
             self.rec

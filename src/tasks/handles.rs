@@ -56,8 +56,8 @@ pub(super) struct Waiter {
     pub upstream: String,
     /// A legacy client's session: questions become its own requests.
     pub peer: Option<Arc<ClientPeer>>,
-    /// The request's clientCapabilities (may it be asked with MRTR).
-    pub caps: Value,
+    /// What the request's clientCapabilities declare (may it be asked with MRTR).
+    pub caps: mcp::Declared,
     /// Which client program waits ([`client_key`]): how long it stays is learned.
     pub client: String,
 }
@@ -68,7 +68,7 @@ impl Waiter {
             principal: ctx.principal.clone(),
             upstream: upstream.to_string(),
             peer: ctx.session.clone(),
-            caps: req.client_capabilities(),
+            caps: req.declared(),
             client: client_key(req, ctx),
         }
     }
@@ -334,7 +334,7 @@ impl Handles {
             && !rec.input_requests.is_empty()
             && rec.input_requests.values().all(|r| {
                 check_allowed(
-                    &w.caps,
+                    w.caps,
                     r.get("method").and_then(Value::as_str).unwrap_or_default(),
                 )
                 .is_ok()

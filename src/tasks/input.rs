@@ -10,6 +10,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use super::answer::Failure;
+use tasklift_protocol::mcp::Declared;
 
 /// Marks a `requestState` as tasklift's own (anything else belongs to the upstream).
 pub const STATE_PREFIX: &str = "tl1.";
@@ -126,9 +127,6 @@ impl StateSealer {
     }
 }
 
-/// Every capability [`required_capability`] names.
-const ASKABLE: [&str; 3] = ["elicitation", "sampling", "roots"];
-
 /// The capability a client must declare to be shown a server-to-client request, or
 /// `None` if the method is not one a client can be asked.
 pub fn required_capability(method: &str) -> Option<&'static str> {
@@ -142,26 +140,14 @@ pub fn required_capability(method: &str) -> Option<&'static str> {
 
 /// Whether `caps` (a request's clientCapabilities) allows showing `method`; the error
 /// to answer the upstream with when it does not.
-pub fn check_allowed(caps: &Value, method: &str) -> Result<(), Failure> {
+pub fn check_allowed(caps: Declared, method: &str) -> Result<(), Failure> {
     match required_capability(method) {
-        Some(cap) if caps.get(cap).is_some_and(|v| !v.is_null()) => Ok(()),
+        Some(cap) if caps.has(cap) => Ok(()),
         capability => Err(Failure::NotAskable {
             method: method.to_string(),
             capability,
         }),
     }
-}
-
-/// The part of a client's capabilities [`check_allowed`] reads, for a running task
-/// to keep: each capability an upstream's request may need, when declared (as
-/// `true`). A client that declares none of them costs the task no allocation.
-pub fn askable(caps: &Value) -> Value {
-    let declared: serde_json::Map<String, Value> = ASKABLE
-        .iter()
-        .filter(|cap| caps.get(**cap).is_some_and(|v| !v.is_null()))
-        .map(|cap| (cap.to_string(), Value::Bool(true)))
-        .collect();
-    Value::Object(declared)
 }
 
 /// What a `requestState` is bound to: method, tool name (or prompt name or URI), and
@@ -295,9 +281,9 @@ mod tests {
 
     #[test]
     fn capabilities_gate_requests() {
-        let caps = json!({"elicitation": {}});
-        assert!(check_allowed(&caps, "elicitation/create").is_ok());
-        let e = check_allowed(&caps, "sampling/createMessage").unwrap_err();
+        let caps = Declared::of_value(Some(&json!({"elicitation": {}, "sampling": null})));
+        assert!(check_allowed(caps, "elicitation/create").is_ok());
+        let e = check_allowed(caps, "sampling/createMessage").unwrap_err();
         assert!(matches!(
             e,
             Failure::NotAskable {

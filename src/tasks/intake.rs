@@ -200,7 +200,7 @@ impl Intake {
             ahead: None,
             last_progress: None,
             upstream: upstream.name().to_string(),
-            caps: req.client_capabilities(),
+            caps: req.declared(),
             log_level: req
                 .meta("io.modelcontextprotocol/logLevel")
                 .and_then(Value::as_str)

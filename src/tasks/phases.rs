@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::answer::WriteFailure;
 use super::input::{check_allowed, InputKeys};
+use tasklift_protocol::mcp::Declared;
 use crate::config::ToolPolicy;
 use crate::store::{StoreError, TaskRecord, TaskStore};
 use crate::upstream::{
@@ -78,8 +79,8 @@ pub(super) struct SyncCall {
     pub last_progress: Option<String>,
     /// Upstream name (for errors).
     pub upstream: String,
-    /// The request's clientCapabilities (which input requests it may be shown).
-    pub caps: Value,
+    /// What the request's clientCapabilities declare (which input requests it may be shown).
+    pub caps: Declared,
     /// The request's `_meta` logLevel: log messages are relayed only when set.
     pub log_level: Option<String>,
     /// The caller's principal.
@@ -177,8 +178,8 @@ pub(super) struct RunningCall {
     pub backlog: VecDeque<CallEvent>,
     /// Progress token of the call.
     pub token: Value,
-    /// The client's capabilities at creation (which requests it may be shown).
-    pub caps: Value,
+    /// What the client's capabilities declared at creation (which requests it may be shown).
+    pub caps: Declared,
     /// The upstream's call slot, when calls are limited.
     pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
     /// Counts the task against its principal's limit until it settles.
@@ -246,7 +247,7 @@ pub(super) fn finalize_result(outcome: Outcome) -> Outcome {
 /// Keep a request the caller may be shown; answer the others upstream with an
 /// error, as `write` writes it.
 pub(super) fn admit_request(
-    caps: &Value,
+    caps: Declared,
     r: ServerRequest,
     out: &mut Vec<ServerRequest>,
     write: WriteFailure,

@@ -15,7 +15,7 @@ use super::core::part;
 use super::detach::Detach;
 use super::driver::Drivers;
 use super::handles::{still_running, Handle, Waiter};
-use super::input::{askable, request_binding, StateClaims};
+use super::input::{request_binding, StateClaims};
 use super::phases::{
     admit_request, finalize_result, sleep_until_precisely, Ahead, Origin, Parked, RunningCall,
     SyncCall, TaskSpec, WRITE_AHEAD,
@@ -326,7 +326,7 @@ impl Race {
             call: Some(std::mem::replace(&mut sc.call, UpstreamCall::finished())),
             backlog: std::mem::take(&mut sc.backlog),
             token: sc.token.clone(),
-            caps: askable(&sc.caps),
+            caps: sc.caps,
             input_keys: std::mem::take(&mut sc.input_keys),
             origin: sc
                 .origin
@@ -383,7 +383,7 @@ fn waiter(sc: &SyncCall, handle: Handle) -> Waiter {
         principal: sc.owner.clone(),
         upstream: sc.upstream.clone(),
         peer: sc.session.clone(),
-        caps: sc.caps.clone(),
+        caps: sc.caps,
         client: match (&sc.origin, handle) {
             (Some((_, req, ctx)), Handle::Join) => super::handles::client_key(req, ctx),
             _ => String::new(),
@@ -458,10 +458,10 @@ async fn gather_input(
     write: WriteFailure,
 ) -> Vec<ServerRequest> {
     let mut reqs = Vec::new();
-    admit_request(&sc.caps, first, &mut reqs, write);
+    admit_request(sc.caps, first, &mut reqs, write);
     while let Ok(Some(ev)) = tokio::time::timeout(INPUT_GATHER, sc.call.events.recv()).await {
         match ev {
-            CallEvent::Input(r) => admit_request(&sc.caps, r, &mut reqs, write),
+            CallEvent::Input(r) => admit_request(sc.caps, r, &mut reqs, write),
             other => {
                 sc.backlog.push_back(other);
                 break;

@@ -74,7 +74,7 @@ pub(super) async fn resume(
             r.answer(Ok(v.clone()));
         }
     }
-    p.sc.caps = req.client_capabilities();
+    p.sc.caps = req.declared();
     p.task = task;
     if !p.waiting.is_empty() {
         // Some answers are missing: ask again for the rest.

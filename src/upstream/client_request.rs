@@ -60,11 +60,9 @@ impl ClientRequest {
         self.0.meta_value(key)
     }
 
-    /// The request's clientCapabilities (null if none).
-    pub fn client_capabilities(&self) -> Value {
-        self.meta(mcp::META_CLIENT_CAPABILITIES)
-            .cloned()
-            .unwrap_or_default()
+    /// What the request's clientCapabilities declare (read once).
+    pub fn declared(&self) -> mcp::Declared {
+        mcp::declared(&self.0.params)
     }
 
     /// Whether the client declared the tasks extension.
