@@ -91,13 +91,21 @@ impl Race {
             // came in; a stream's last message, a legacy session's answer (rewritten
             // for its era) and a result given cache hints are parsed.
             let raw = last_send.is_none() && sc.session.is_none() && sc.cache_hint.is_none();
-            // One timer towards the threshold: first to write the task's record
-            // WRITE_AHEAD before it, then the threshold itself, on time.
+            // One timer, for whichever is due first: writing the task's record
+            // WRITE_AHEAD before the threshold, the threshold itself (on time),
+            // or a keep-alive. On a tie the threshold's comes first.
             let write_at = write_ahead_at(sc, task);
-            let towards_threshold = async {
-                match write_at {
-                    Some((w, _, _)) => tokio::time::sleep_until(w).await,
-                    None => sleep_until_precisely(threshold_at).await,
+            let due = match (write_at, threshold_at) {
+                (Some((w, spec, t)), _) if w <= keepalive_at => Due::WriteAhead(w, spec, t),
+                (None, Some(t)) if t <= keepalive_at => Due::Threshold(t),
+                _ => Due::KeepAlive(keepalive_at),
+            };
+            let timer = async {
+                match due {
+                    Due::Threshold(t) => sleep_until_precisely(Some(t)).await,
+                    Due::WriteAhead(at, ..) | Due::KeepAlive(at) => {
+                        tokio::time::sleep_until(at).await
+                    }
                 }
             };
             tokio::select! {
@@ -107,14 +115,14 @@ impl Race {
                         return step;
                     }
                 }
-                _ = towards_threshold => match write_at {
-                    Some((_, spec, t)) => {
+                _ = timer => match due {
+                    Due::WriteAhead(_, spec, t) => {
                         let rec = self.new_record(sc, spec, t);
                         sc.ahead = Some(Ahead::start(self.store(), rec));
                     }
-                    None => return Step::Threshold,
+                    Due::Threshold(_) => return Step::Threshold,
+                    Due::KeepAlive(_) => return Step::KeepAlive,
                 },
-                _ = tokio::time::sleep_until(keepalive_at) => return Step::KeepAlive,
             }
         }
     }
@@ -416,6 +424,15 @@ impl Race {
         rec.status_message = sc.last_progress.clone();
         rec
     }
+}
+
+/// What [`Race::step`]'s one timer is set for.
+#[derive(Clone, Copy)]
+enum Due<'a> {
+    /// Writing the task's record (at, spec, threshold).
+    WriteAhead(tokio::time::Instant, &'a TaskSpec, tokio::time::Instant),
+    Threshold(tokio::time::Instant),
+    KeepAlive(tokio::time::Instant),
 }
 
 /// When to write the task's record ahead of the threshold, with the spec it is
