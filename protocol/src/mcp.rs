@@ -310,6 +310,9 @@ mod tests {
                 from_text += 1;
             }
         }
-        assert_eq!(from_text, 13, "all but the five with a repeated or escaped name");
+        assert_eq!(
+            from_text, 13,
+            "all but the five with a repeated or escaped name"
+        );
     }
 }

@@ -12,13 +12,13 @@ use tokio::sync::mpsc;
 
 use super::answer::WriteFailure;
 use super::input::{check_allowed, InputKeys};
-use tasklift_protocol::mcp::Declared;
 use crate::config::ToolPolicy;
 use crate::store::{StoreError, TaskRecord, TaskStore};
 use crate::upstream::{
     CallContext, CallEvent, ClientRequest, Outcome, ServerRequest, Upstream, UpstreamCall,
 };
 use tasklift_protocol::mcp;
+use tasklift_protocol::mcp::Declared;
 
 /// Why a running task is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -99,7 +99,11 @@ mod tests {
         }
         assert_eq!(fields.len(), map.len());
         for name in map.keys() {
-            let listed: Vec<_> = fields.iter().filter(|(n, _)| *n == name).map(|(_, v)| v).collect();
+            let listed: Vec<_> = fields
+                .iter()
+                .filter(|(n, _)| *n == name)
+                .map(|(_, v)| v)
+                .collect();
             let mapped: Vec<_> = map.get_all(name).iter().collect();
             assert_eq!(listed, mapped, "{name}");
         }

@@ -84,7 +84,11 @@ fn pool(uri: http::Uri) -> Arc<Http1Pool> {
 
 async fn post(pool: &Arc<Http1Pool>) -> Result<(StatusCode, Bytes), String> {
     let (parts, body) = pool
-        .send(&Method::POST, &Fields::default(), &Bytes::from_static(b"{}"))
+        .send(
+            &Method::POST,
+            &Fields::default(),
+            &Bytes::from_static(b"{}"),
+        )
         .await
         .map_err(|e| format!("{e:?}"))?;
     let body = body.collect().await.map_err(|e| e.to_string())?;
@@ -168,7 +172,11 @@ async fn a_body_dropped_unread_closes_its_connection() {
     .await;
     let pool = pool(uri);
     let (_, body) = pool
-        .send(&Method::POST, &Fields::default(), &Bytes::from_static(b"{}"))
+        .send(
+            &Method::POST,
+            &Fields::default(),
+            &Bytes::from_static(b"{}"),
+        )
         .await
         .unwrap();
     drop(body);
