@@ -12,7 +12,7 @@
 //!    then SIGTERM, then SIGKILL);
 //! 4. flush the store.
 
-use std::collections::HashMap;
+use crate::hashing::FastMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -277,11 +277,11 @@ fn build_engine(
 }
 
 /// Mounts by path, and every upstream (each stopped at shutdown).
-type Mounted = (HashMap<String, Mount>, Vec<Arc<dyn Upstream>>);
+type Mounted = (FastMap<String, Mount>, Vec<Arc<dyn Upstream>>);
 
 /// Each configured upstream, built for its transport and mounted at its path.
 fn mount_upstreams(cfg: &Config) -> Result<Mounted, StartError> {
-    let mut mounts = HashMap::new();
+    let mut mounts = FastMap::default();
     let mut upstreams: Vec<Arc<dyn Upstream>> = Vec::new();
     for u in &cfg.upstreams {
         let up: Arc<dyn Upstream> = match &u.transport {
@@ -314,7 +314,7 @@ async fn bind(at: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
 /// clients to (with the store, which keeps their sessions across restarts).
 fn front_state(
     cfg: &Config,
-    mounts: HashMap<String, Mount>,
+    mounts: FastMap<String, Mount>,
     engine: &Arc<Engine>,
     metrics: Arc<crate::observe::metrics::Metrics>,
     store: Arc<dyn TaskStore>,

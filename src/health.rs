@@ -3,7 +3,7 @@
 //! unready with the reason) and the figures `/metrics` reads at scrape time.
 //! Below `front/` and `admin.rs`: it takes the parts it reads, never their state.
 
-use std::collections::HashMap;
+use crate::hashing::FastMap;
 
 use http::{header, Response, StatusCode};
 use serde_json::{json, Value};
@@ -19,7 +19,7 @@ use crate::tasks::Engine;
 #[derive(Clone, Copy)]
 pub struct Readings<'a> {
     pub engine: &'a Engine,
-    pub mounts: &'a HashMap<String, Mount>,
+    pub mounts: &'a FastMap<String, Mount>,
     pub metrics: &'a Metrics,
     pub legacy_sessions: usize,
 }
@@ -75,7 +75,7 @@ pub async fn metrics(state: Readings<'_>) -> Response<RespBody> {
 }
 
 /// Check every upstream's reachability now (concurrently).
-pub async fn check_upstreams(mounts: &HashMap<String, Mount>) {
+pub async fn check_upstreams(mounts: &FastMap<String, Mount>) {
     let mut checks = tokio::task::JoinSet::new();
     for m in mounts.values() {
         let up = m.upstream.clone();

@@ -27,6 +27,7 @@ pub mod cli;
 pub mod config;
 pub mod dispatch;
 pub mod front;
+pub mod hashing;
 pub mod headers;
 pub mod health;
 pub mod observe;

@@ -4,7 +4,7 @@
 //! removing 2025-era client support is deleting that folder and the lines of
 //! `app.rs` that open it.
 
-use std::collections::HashMap;
+use crate::hashing::FastMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -57,7 +57,7 @@ pub trait LegacyClients: Send + Sync {
 /// Everything a request handler needs.
 pub struct State {
     /// Upstreams by mount path.
-    pub mounts: HashMap<String, Mount>,
+    pub mounts: FastMap<String, Mount>,
     /// The task engine.
     pub engine: Arc<Engine>,
     /// Counters for `/metrics` (shared with the engine).

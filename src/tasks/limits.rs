@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
+use crate::hashing::FastDashMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use crate::config::Limits;
@@ -84,9 +84,9 @@ impl LimitError {
 #[derive(Default)]
 pub struct Gate {
     limits: Limits,
-    slots: DashMap<String, Arc<Semaphore>>,
-    active: DashMap<String, Arc<AtomicUsize>>,
-    last_poll: DashMap<String, std::time::Instant>,
+    slots: FastDashMap<String, Arc<Semaphore>>,
+    active: FastDashMap<String, Arc<AtomicUsize>>,
+    last_poll: FastDashMap<String, std::time::Instant>,
 }
 
 /// A running task counted against its principal until dropped.
@@ -121,11 +121,14 @@ impl Gate {
         if l.max_concurrent_calls == 0 {
             return Ok(None);
         }
-        let sem = self
-            .slots
-            .entry(upstream.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(l.max_concurrent_calls)))
-            .clone();
+        // A known upstream's semaphore under a read lock, with no key allocated.
+        let known = self.slots.get(upstream).map(|s| s.clone());
+        let sem = known.unwrap_or_else(|| {
+            self.slots
+                .entry(upstream.to_string())
+                .or_insert_with(|| Arc::new(Semaphore::new(l.max_concurrent_calls)))
+                .clone()
+        });
         match tokio::time::timeout(l.queue_timeout, sem.acquire_owned()).await {
             Ok(Ok(p)) => Ok(Some(p)),
             _ => Err(LimitError::Busy {

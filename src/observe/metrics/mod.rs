@@ -13,7 +13,7 @@ mod scrape;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dashmap::DashMap;
+use crate::hashing::FastDashMap;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
 
@@ -65,7 +65,7 @@ pub struct Metrics {
     families: Families,
     /// Each upstream's series by name, so that a call finds them without
     /// allocating its label (the families are keyed by owned label sets).
-    upstreams: DashMap<String, Arc<UpstreamFigures>>,
+    upstreams: FastDashMap<String, Arc<UpstreamFigures>>,
     /// The webhook destinations' figures, read at scrape time.
     webhooks: std::sync::OnceLock<Arc<dyn WebhookSource>>,
 }
@@ -74,7 +74,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             families: Families::new(),
-            upstreams: DashMap::new(),
+            upstreams: FastDashMap::default(),
             webhooks: std::sync::OnceLock::new(),
         }
     }

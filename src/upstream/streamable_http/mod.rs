@@ -36,8 +36,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::hashing::FastDashMap;
 use bytes::Bytes;
-use dashmap::DashMap;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -91,9 +91,9 @@ struct Shared {
     /// Whether a modern upstream also serves 2025 clients, once known (`era_for`).
     legacy_too: OnceLock<bool>,
     /// Legacy sessions by (principal, credentials).
-    sessions: DashMap<String, Arc<SessionSlot>>,
+    sessions: FastDashMap<String, Arc<SessionSlot>>,
     /// The session each upstream (2025-11-25) task was created on, by task id.
-    task_homes: DashMap<String, std::sync::Weak<Session>>,
+    task_homes: FastDashMap<String, std::sync::Weak<Session>>,
     /// Upstream-side request ids.
     next_id: AtomicU64,
     /// Reference point for idle times.
@@ -189,8 +189,8 @@ impl HttpUpstream {
                 era: RwLock::new(era),
                 detecting: tokio::sync::Mutex::new(()),
                 legacy_too: OnceLock::new(),
-                sessions: DashMap::new(),
-                task_homes: DashMap::new(),
+                sessions: FastDashMap::default(),
+                task_homes: FastDashMap::default(),
                 next_id: AtomicU64::new(1),
                 epoch: Instant::now(),
             }),
