@@ -168,7 +168,7 @@ fn bits_where(declared: impl Fn(&str) -> bool) -> u8 {
 /// What the request's clientCapabilities declare: read once per request, from
 /// the client's text where the scan is sure of it, else from the parsed value.
 pub fn declared(params: &crate::params::Params) -> Declared {
-    Declared(params.declared_bits(|p| {
+    Declared(params.meta_summary(META_CLIENT_CAPABILITIES, |p| {
         let text = p.meta_text(META_CLIENT_CAPABILITIES);
         match text.and_then(Declared::of_text) {
             Some(d) => d.0,

@@ -34,9 +34,10 @@ const META: &str = "_meta";
 pub struct Params {
     /// The map, parsed when something reads or edits the params as a whole.
     map: OnceLock<Map<String, Value>>,
-    /// What the clientCapabilities declare (`mcp::declared`'s bits), read once:
-    /// several steps of a call ask. Forgotten on any edit.
-    declared: OnceLock<u8>,
+    /// A summary of one `_meta` entry and the entry's key (`mcp::declared`'s
+    /// bits of the clientCapabilities), computed once: several steps of a call
+    /// ask. Forgotten when that entry is set or the map is edited.
+    summary: OnceLock<(&'static str, u8)>,
     /// The client's text while nothing has edited the params through the map.
     raw: Option<Box<Raw>>,
 }
@@ -103,7 +104,7 @@ impl Params {
             .filter(|o| params.members.iter().any(|m| m.value == o.span));
         Some(Self {
             map: OnceLock::new(),
-            declared: OnceLock::new(),
+            summary: OnceLock::new(),
             raw: Some(Box::new(Raw {
                 text: body[params.span.0..params.span.1].into(),
                 top: slots(params),
@@ -156,10 +157,15 @@ impl Params {
         }
     }
 
-    /// `compute`'s answer for these params, computed once until they are
-    /// edited (for `mcp::declared`).
-    pub(crate) fn declared_bits(&self, compute: impl FnOnce(&Self) -> u8) -> u8 {
-        *self.declared.get_or_init(|| compute(self))
+    /// `compute`'s summary of the `_meta` entry `key`, computed once until that
+    /// entry is set or the map edited (for `mcp::declared`). Only one entry is
+    /// summarized: another key's is computed each time.
+    pub(crate) fn meta_summary(&self, key: &'static str, compute: impl FnOnce(&Self) -> u8) -> u8 {
+        match self.summary.get() {
+            Some((k, v)) if *k == key => *v,
+            Some(_) => compute(self),
+            None => self.summary.get_or_init(|| (key, compute(self))).1,
+        }
     }
 
     /// A `_meta` entry as the client's text, while the params are kept as text
@@ -195,7 +201,9 @@ impl Params {
     /// object, as [`meta_mut`] does). An entry the client's text does
     /// not have is noted beside the text; any other edit parses the map.
     pub fn insert_meta(&mut self, key: &str, value: Value) {
-        self.declared = OnceLock::new();
+        if self.summary.get().is_some_and(|(k, _)| *k == key) {
+            self.summary = OnceLock::new();
+        }
         if let Some(r) = self.raw.as_deref_mut().filter(|_| self.map.get().is_none()) {
             let meta_ok = r.meta_at.is_some() || r.top(META).is_none();
             if meta_ok && r.meta(key).is_none() {
@@ -263,7 +271,7 @@ impl Params {
     fn owned(&mut self) -> &mut Map<String, Value> {
         self.map();
         self.raw = None;
-        self.declared = OnceLock::new();
+        self.summary = OnceLock::new();
         self.map.get_mut().expect("just parsed")
     }
 }
@@ -450,7 +458,7 @@ impl From<Map<String, Value>> for Params {
     fn from(map: Map<String, Value>) -> Self {
         Self {
             map: OnceLock::from(map),
-            declared: OnceLock::new(),
+            summary: OnceLock::new(),
             raw: None,
         }
     }
@@ -483,7 +491,7 @@ impl Clone for Params {
             // goes upstream as read, as the original does (`unread`).
             Some(r) => Self {
                 map: self.map.clone(),
-                declared: self.declared.clone(),
+                summary: self.summary.clone(),
                 raw: Some(Box::new(Raw {
                     text: r.text.clone(),
                     top: r.top.clone(),
@@ -529,6 +537,28 @@ mod tests {
     /// What the upstream would read: the params written out, parsed.
     fn written(p: &Params) -> Value {
         serde_json::from_slice(&bytes(p)).expect("written params are JSON")
+    }
+
+    /// A `_meta` entry's summary is computed once, forgotten when that entry is
+    /// set or the map edited, and kept when another entry is set (tasklift's
+    /// progress token).
+    #[test]
+    fn a_meta_summary_is_computed_once_until_its_entry_changes() {
+        let computed = std::cell::Cell::new(0);
+        let summary = |p: &Params| {
+            p.meta_summary("caps", |p| {
+                computed.set(computed.get() + 1);
+                u8::from(p.meta_value("caps").is_some())
+            })
+        };
+        let mut p = Params::from_text(r#"{"name":"t","_meta":{"caps":{}}}"#).unwrap();
+        assert_eq!((summary(&p), summary(&p)), (1, 1));
+        p.insert_meta("progressToken", json!(1));
+        assert_eq!((summary(&p), computed.get()), (1, 1));
+        p.insert_meta("caps", Value::Null);
+        assert_eq!((summary(&p), computed.get()), (1, 2));
+        meta_mut(&mut p).remove("caps");
+        assert_eq!((summary(&p), computed.get()), (0, 3));
     }
 
     /// The params' bytes as they go upstream.
