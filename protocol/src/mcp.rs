@@ -141,18 +141,11 @@ impl Declared {
         if !caps.starts_with('{') {
             return Some(Self(0));
         }
-        let layout = crate::scan::scan_params(caps)?;
-        let members = layout.params?.members;
-        let value = |name: &str| {
-            members
-                .iter()
-                .find(|m| &caps[m.name.0..m.name.1] == name)
-                .map(|m| &caps[m.value.0..m.value.1])
-        };
+        let members = crate::scan::members(caps)?;
         let declared = |v: Option<&str>| v.is_some_and(|v| v != "null");
-        let mut bits = bits_where(|cap| declared(value(cap)));
-        if let Some(ext) = value("extensions").filter(|e| e.starts_with('{')) {
-            if declared(crate::scan::member(ext, TASKS_EXTENSION)?) {
+        let mut bits = bits_where(|cap| declared(members.get(cap)));
+        if let Some(ext) = members.get("extensions").filter(|e| e.starts_with('{')) {
+            if declared(crate::scan::members(ext)?.get(TASKS_EXTENSION)) {
                 bits |= TASKS_BIT;
             }
         }

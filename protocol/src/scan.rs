@@ -65,16 +65,28 @@ pub fn scan_params(text: &str) -> Option<Layout> {
     scan_as(text, Role::Params, b"params")
 }
 
-/// The text of the value of member `name` of the object `text` (`Some(None)`:
-/// it has no such member), when the scan is sure of the object; `None` leaves
-/// it to `serde_json`.
-pub fn member<'a>(text: &'a str, name: &str) -> Option<Option<&'a str>> {
+/// The members of the object `text`, when the scan is sure of it (`None`
+/// leaves it to `serde_json`): each value's text found by its name.
+pub fn members(text: &str) -> Option<Members<'_>> {
     let members = scan_params(text)?.params?.members;
-    let found = members
-        .iter()
-        .find(|m| &text[m.name.0..m.name.1] == name)
-        .map(|m| &text[m.value.0..m.value.1]);
-    Some(found)
+    Some(Members { text, members })
+}
+
+/// An object's members, as [`members`] found them.
+pub struct Members<'a> {
+    text: &'a str,
+    members: Vec<Member>,
+}
+
+impl<'a> Members<'a> {
+    /// The text of member `name`'s value, if the object has it.
+    pub fn get(&self, name: &str) -> Option<&'a str> {
+        let text = self.text;
+        self.members
+            .iter()
+            .find(|m| &text[m.name.0..m.name.1] == name)
+            .map(|m| &text[m.value.0..m.value.1])
+    }
 }
 
 fn scan_as(body: &str, role: Role, inner: &'static [u8]) -> Option<Layout> {
