@@ -297,6 +297,8 @@ mod tests {
             let parsed = crate::params::Params::from(map);
             assert!(kept.is_text(), "{text}");
             assert_eq!(declared(&kept), declared(&parsed), "{c}");
+            let object = |p: &crate::params::Params| p.meta_is_object(META_CLIENT_CAPABILITIES);
+            assert_eq!(object(&kept), object(&parsed), "{c}");
             if let Some(d) = Declared::of_text(c) {
                 let value = serde_json::from_str::<Value>(c).unwrap();
                 assert_eq!(d, Declared::of_value(Some(&value)), "{c}");

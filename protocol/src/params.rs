@@ -168,6 +168,15 @@ impl Params {
         }
     }
 
+    /// Whether a `_meta` entry is an object, read from the text's first byte
+    /// while the params are kept as text (scanned text: `{` opens an object).
+    pub fn meta_is_object(&self, key: &str) -> bool {
+        match self.meta_text(key) {
+            Some(text) => text.starts_with('{'),
+            None => self.meta_value(key).is_some_and(Value::is_object),
+        }
+    }
+
     /// A `_meta` entry as the client's text, while the params are kept as text
     /// and the entry is the client's (not one tasklift added).
     pub fn meta_text(&self, key: &str) -> Option<&str> {

@@ -2,7 +2,6 @@
 //! body, the required `_meta` fields, the protocol version, and Origin.
 
 use http::{HeaderMap, HeaderName};
-use serde_json::Value;
 
 use super::errors::Rejected;
 use crate::headers as names;
@@ -81,15 +80,7 @@ fn check_version(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
 
 /// `_meta`'s client capabilities: required, an object.
 fn check_capabilities(req: &Request) -> Result<(), Rejected> {
-    // The client's text when it is kept (scanned: a `{` opens an object),
-    // else the parsed value.
-    let object = match req.params.meta_text(mcp::META_CLIENT_CAPABILITIES) {
-        Some(text) => text.starts_with('{'),
-        None => req
-            .meta_value(mcp::META_CLIENT_CAPABILITIES)
-            .is_some_and(Value::is_object),
-    };
-    match object {
+    match req.params.meta_is_object(mcp::META_CLIENT_CAPABILITIES) {
         true => Ok(()),
         false => Err(Rejected::InvalidParams(format!(
             "Invalid params: _meta[\"{}\"] is required and must be an object",
@@ -175,7 +166,7 @@ pub fn origin_allowed(h: &HeaderMap, allowed: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
     use tasklift_protocol::jsonrpc::{HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
 
     fn req(v: Value) -> Request {
