@@ -176,7 +176,12 @@ impl Shared {
             };
             let mut events = events;
             match own_response(std::mem::take(&mut events[first]), id) {
-                Ok(read) => return Ok(read),
+                Ok(read) => {
+                    if !ended {
+                        release(started.reading.body);
+                    }
+                    return Ok(read);
+                }
                 Err(data) => events[first] = data,
             }
             started.pending = events;
@@ -204,6 +209,9 @@ impl Shared {
         let (mut events, mut ended) = (std::mem::take(&mut started.pending), started.ended);
         loop {
             if reading.deliver(&stream, events, name).await.is_break() {
+                if !ended {
+                    release(started.reading.body);
+                }
                 return;
             }
             if ended && !self.resume(reading, session).await {
@@ -303,6 +311,35 @@ impl Shared {
             }
         }
     }
+}
+
+/// How long what is left of a response stream after the call's own answer is
+/// read in the background before it is dropped (see [`release`]).
+const RELEASE_LIMIT: Duration = Duration::from_secs(2);
+
+/// What is left of a response stream once the call's own answer is in: read to
+/// its end, so that its connection goes back to the pool. Dropped unread, an
+/// HTTP/1.1 body closes its connection (cancellation, to the server), and every
+/// SDK server ends its SSE answers with a last chunk that comes with the answer
+/// or just after it: each call would open a new connection. What is already
+/// here is read at once; a stream that goes on is read in the background for up
+/// to [`RELEASE_LIMIT`] (its events are nobody's now: the call is answered), then
+/// dropped.
+fn release(mut body: ResponseBody) {
+    use http_body::Body;
+    use std::task::{Context, Poll, Waker};
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        match std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(_))) => continue,
+            Poll::Ready(_) => return,
+            Poll::Pending => break,
+        }
+    }
+    tokio::spawn(async move {
+        let rest = async { while let Some(Ok(_)) = body.frame().await {} };
+        let _ = tokio::time::timeout(RELEASE_LIMIT, rest).await;
+    });
 }
 
 /// ` (Retry-After: 30)` when the answer carries `Retry-After`, for the error a

@@ -28,6 +28,7 @@ use crate::support::node::{
     front, node, node22, or_skip, peers_dir, peers_or_skip, run_node, ts_v1_server, NodePeer,
 };
 use crate::support::proc::Proc;
+use crate::support::relay::Relay;
 use crate::support::stdio::{follow, guard, task_id, text};
 
 const RESTART_MESSAGE: &str =
@@ -114,6 +115,31 @@ async fn ts_v1_server_lists_answers_fast_calls_and_reports_tool_errors() {
         a.result
     );
     assert_eq!(stored_tasks(&h).await, 0, "fast calls leave nothing stored");
+    h.stop().await;
+}
+
+/// The SDK answers every `tools/call` as an SSE stream, chunked, its last chunk
+/// after the response: tasklift reads it to the end and keeps the connection, so
+/// a run of calls rides one connection instead of opening one each (a TCP
+/// handshake and a `TIME_WAIT` socket per call, what it did before).
+#[tokio::test]
+async fn ts_v1_server_calls_reuse_their_upstream_connection() {
+    let Some(up) = ts_v1_server().await else {
+        return;
+    };
+    let relay = Relay::start(&up.url).await;
+    let h = front(&relay.url, |c| c.server.workers = 1).await;
+    let c = h.client();
+    for i in 0..20 {
+        let want = format!("echo: {i}");
+        assert_eq!(
+            call_text(&c, "echo", json!({"text": i.to_string()})).await,
+            want
+        );
+    }
+    // The session's POSTs share one connection; its GET stream has another.
+    let accepted = relay.accepted();
+    assert!(accepted <= 3, "20 calls over {accepted} connections");
     h.stop().await;
 }
 

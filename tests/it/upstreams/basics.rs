@@ -3,6 +3,7 @@
 //! when the upstream is gone or hands out task handles of its own.
 
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -10,7 +11,10 @@ use tasklift::cli::client::ClientError;
 use tasklift_fixture::{FixtureServer, Tool};
 
 use crate::support::harness::*;
-use crate::support::mock::{discover_result, tls_front, MockReply, MockUpstream};
+use crate::support::mock::{
+    discover_result, sse_event, tls_front, MockReply, MockUpstream, StreamTx,
+};
+use crate::support::relay::Relay;
 
 fn fixture() -> FixtureServer {
     FixtureServer::new().tool(Tool::new("echo"))
@@ -491,45 +495,6 @@ async fn an_http2_upstream_carries_concurrent_calls_on_a_connection_per_worker()
     h.stop().await;
 }
 
-/// A TCP forwarder in front of `to` whose connections the test can cut at once
-/// (both sockets closed, as when an upstream restarts or a network path drops).
-struct Cuttable {
-    url: String,
-    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
-}
-
-impl Cuttable {
-    async fn start(to: std::net::SocketAddr) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let links = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (n, l) = (accepted.clone(), links.clone());
-        tokio::spawn(async move {
-            while let Ok((mut a, _)) = listener.accept().await {
-                n.fetch_add(1, Ordering::SeqCst);
-                let link = tokio::spawn(async move {
-                    let mut b = tokio::net::TcpStream::connect(to).await.unwrap();
-                    let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
-                });
-                l.lock().unwrap().push(link.abort_handle());
-            }
-        });
-        Self {
-            url,
-            accepted,
-            links,
-        }
-    }
-
-    fn cut(&self) {
-        for link in self.links.lock().unwrap().drain(..) {
-            link.abort();
-        }
-    }
-}
-
 /// An HTTP/2 upstream connection that breaks is not reused: the task running on
 /// it fails saying the connection broke (it does not hang), and the next call
 /// opens a new connection and gets its answer.
@@ -542,13 +507,7 @@ async fn a_broken_http2_connection_fails_its_calls_and_the_next_call_reconnects(
         .start("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let addr: std::net::SocketAddr = up
-        .url()
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .parse()
-        .unwrap();
-    let cut = Cuttable::start(addr).await;
+    let cut = Relay::start(&up.url()).await;
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::front(FixtureServer::new(), &cut.url, dir, |c| {
         c.server.workers = 1;
@@ -561,11 +520,7 @@ async fn a_broken_http2_connection_fails_its_calls_and_the_next_call_reconnects(
     let a = c.call_tool("slow", json!({})).await.unwrap();
     assert_eq!(a.result["resultType"], "task", "{}", a.result);
     let id = a.result["taskId"].as_str().unwrap().to_string();
-    assert_eq!(
-        cut.accepted.load(Ordering::SeqCst),
-        1,
-        "one connection so far"
-    );
+    assert_eq!(cut.accepted(), 1, "one connection so far");
 
     cut.cut();
     let t = wait_terminal(&c, &id, Duration::from_secs(20)).await;
@@ -575,7 +530,65 @@ async fn a_broken_http2_connection_fails_its_calls_and_the_next_call_reconnects(
 
     let a = c.call_tool("echo", json!({})).await.unwrap();
     assert_eq!(a.result["content"][0]["text"], "echo done");
-    assert_eq!(cut.accepted.load(Ordering::SeqCst), 2, "a new connection");
+    assert_eq!(cut.accepted(), 2, "a new connection");
+    h.stop().await;
+}
+
+/// An SSE answer whose stream goes on after the call's response (its last
+/// chunk comes later, or never): the caller has its answer at once, the
+/// connection goes back to the pool once the stream ends, and a stream that
+/// never ends is closed within seconds, not held. Dropped unread, the stream
+/// closed its connection, and every call opened a new one.
+#[tokio::test]
+async fn an_sse_answer_that_ends_after_its_response_keeps_its_connection() {
+    let streams: Arc<Mutex<Vec<StreamTx>>> = Arc::default();
+    let s2 = streams.clone();
+    let mock = MockUpstream::start(move |m| match m["method"].as_str().unwrap_or("") {
+        "server/discover" => MockReply::Result(discover_result(json!({}))),
+        _ => {
+            let answer = json!({"jsonrpc": "2.0", "id": m["id"], "result": {
+                "resultType": "complete",
+                "content": [{"type": "text", "text": m["params"]["name"]}]}});
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.try_send(Ok(sse_event(&answer))).unwrap();
+            s2.lock().unwrap().push(tx);
+            MockReply::Stream(rx)
+        }
+    })
+    .await;
+    let relay = Relay::start(&mock.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &relay.url, dir, |c| {
+        c.server.workers = 1;
+    })
+    .await;
+    let c = h.client();
+    for round in 0..3 {
+        let a = c.call_tool("first", json!({})).await.unwrap();
+        assert_eq!(a.result["content"][0]["text"], "first", "{}", a.result);
+        // The stream is still open: the answer did not wait for its end.
+        let tx = streams.lock().unwrap().pop().expect("the call's stream");
+        drop(tx); // now it ends
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(relay.accepted(), 1, "round {round}: one connection for all");
+    }
+
+    // A stream that never ends is let go, not held.
+    let a = c.call_tool("endless", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "endless", "{}", a.result);
+    let tx = streams.lock().unwrap().pop().expect("the call's stream");
+    let closed = async {
+        // Comments keep coming until a write finds the connection closed.
+        while tx.send(Ok(": ping\n\n".into())).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the endless stream's connection is closed");
+    let a = c.call_tool("after", json!({})).await.unwrap();
+    assert_eq!(a.result["content"][0]["text"], "after", "{}", a.result);
+    assert_eq!(relay.accepted(), 2, "a new connection after the closed one");
     h.stop().await;
 }
 
