@@ -56,6 +56,10 @@ pub struct Sample {
     pub proxy_us_per_req: f64,
     /// The upstream's CPU time per answer, µs.
     pub upstream_us_per_req: f64,
+    /// Connections the upstream accepted during the run (warm-up included), when
+    /// it is the baseline's HTTP server: a proxy that keeps its upstream
+    /// connections opens about as many as the load has clients.
+    pub upstream_connections: Option<u64>,
 }
 
 /// The task-creation scenario (one repetition).

@@ -270,6 +270,31 @@ impl Report {
                 pass: (!reference).then_some(s.med <= LEGACY_EXTRA_CPU_MAX_US),
             });
         }
+        // A proxy that drops its upstream connection after each answer pays a
+        // TCP handshake per call, and so does the upstream.
+        for label in [LEGACY_NGINX, LEGACY_TL, LEGACY_NGINX_SSE, LEGACY_TL_SSE] {
+            let per_1000: Vec<f64> = self
+                .samples
+                .get(label)
+                .into_iter()
+                .flatten()
+                .filter_map(|x| {
+                    let n = x.upstream_connections?;
+                    Some(n as f64 * 1000.0 / x.total.max(1) as f64)
+                })
+                .collect();
+            if per_1000.is_empty() {
+                continue;
+            }
+            let s = spread(per_1000);
+            v.push(Verdict {
+                what: format!("upstream connections opened per 1,000 calls: {label}"),
+                value: format!("{:.1}", s.med),
+                spread: format!("{:.1} – {:.1}", s.min, s.max),
+                target: "(reference)".into(),
+                pass: None,
+            });
+        }
     }
 
     fn creation_verdicts(&self, v: &mut Vec<Verdict>) {

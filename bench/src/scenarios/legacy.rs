@@ -105,9 +105,14 @@ impl Legacy {
             vec![self.json.upstream.pid()?],
             vec![self.sse.upstream.pid()?],
         );
+        let (json_ep, sse_ep) = (&self.json.ep, &self.sse.ep);
         let cpu = |proxy: Vec<u32>, upstream: &Vec<u32>| Cpu {
             proxy,
             upstream: upstream.clone(),
+            accepted_at: Some(match upstream == &sse_up {
+                true => sse_ep.clone(),
+                false => json_ep.clone(),
+            }),
         };
         let mut t: Vec<Target<'_>> = vec![(
             LEGACY_DIRECT,

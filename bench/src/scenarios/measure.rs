@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::loadgen::{Pct, RunResult};
 use crate::procs;
 use crate::report::Sample;
+use crate::wire::Endpoint;
 use crate::RunArgs;
 
 fn sample(r: RunResult) -> Sample {
@@ -28,11 +29,21 @@ fn sample(r: RunResult) -> Sample {
     }
 }
 
-/// Processes whose CPU a run accounts for.
+/// Processes whose CPU a run accounts for, and the baseline upstream whose
+/// `/stats` counts the connections it accepted during the run (none for an
+/// upstream that is not the baseline's HTTP server).
 #[derive(Clone, Default)]
 pub(super) struct Cpu {
     pub(super) proxy: Vec<u32>,
     pub(super) upstream: Vec<u32>,
+    pub(super) accepted_at: Option<Endpoint>,
+}
+
+/// Connections the baseline upstream at `ep` accepted so far.
+async fn accepted(ep: &Option<Endpoint>) -> anyhow::Result<Option<u64>> {
+    let Some(ep) = ep else { return Ok(None) };
+    let stats = super::held::upstream_stats(ep).await?;
+    Ok(stats["connectionsAccepted"].as_u64())
 }
 
 /// Wait until the machine, apart from what it ran before, is quiet: less than
@@ -121,6 +132,7 @@ where
     F: std::future::Future<Output = anyhow::Result<RunResult>>,
 {
     let me = [std::process::id()];
+    let a0 = accepted(&cpu.accepted_at).await?;
     let (c0, p0, u0, m0) = (
         procs::cpu_secs(&me),
         procs::cpu_secs(&cpu.proxy),
@@ -136,8 +148,12 @@ where
         procs::cpu_secs(&cpu.upstream),
         procs::machine_busy_secs(),
     );
+    // Read after the run: the `/stats` request's own connection is in a0's count,
+    // not in the run's.
+    let a1 = accepted(&cpu.accepted_at).await?;
     let mut s = sample(r);
     let n = s.total.max(1) as f64;
+    s.upstream_connections = a0.zip(a1).map(|(a0, a1)| a1.saturating_sub(a0 + 1));
     s.cpu_client = (c1 - c0) / wall;
     s.cpu_proxy = (p1 - p0) / wall;
     s.cpu_upstream = (u1 - u0) / wall;
@@ -149,7 +165,7 @@ where
 
 pub(super) fn log_run(label: &str, s: &Sample) {
     eprintln!(
-        "  {label:<26} {:>9.0} req/s  p50 {:>6} µs  p99 {:>6} µs  max {:>7} µs  cpu: client {:>3.0}% proxy {:>3.0}% upstream {:>3.0}% other {:>3.0}%  errors {}{}",
+        "  {label:<26} {:>9.0} req/s  p50 {:>6} µs  p99 {:>6} µs  max {:>7} µs  cpu: client {:>3.0}% proxy {:>3.0}% upstream {:>3.0}% other {:>3.0}%  errors {}{}{}",
         s.rps,
         s.pct.p50,
         s.pct.p99,
@@ -159,6 +175,9 @@ pub(super) fn log_run(label: &str, s: &Sample) {
         s.cpu_upstream * 100.0,
         s.cpu_other * 100.0,
         s.errors,
+        s.upstream_connections
+            .map(|n| format!("  upstream connections {n}"))
+            .unwrap_or_default(),
         s.first_error
             .as_ref()
             .map(|e| format!(" (first: {e})"))

@@ -237,18 +237,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Cpu {
                 proxy: Vec::new(),
                 upstream: up_cpu.clone(),
+                accepted_at: Some(up.clone()),
             },
         )];
         if let Some((p, ep)) = &nginx {
             let cpu = Cpu {
                 proxy: procs::with_children(p.pid()?),
                 upstream: up_cpu.clone(),
+                accepted_at: Some(up.clone()),
             };
             targets.push(("nginx", ep, cpu));
         }
         let tl_cpu = Cpu {
             proxy: vec![main.pid()?],
             upstream: up_cpu.clone(),
+            accepted_at: Some(up.clone()),
         };
         targets.push(("tasklift", &main.ep, tl_cpu.clone()));
         // The closed loop also runs tasklift with the stdio upstream, whose CPU is
@@ -258,6 +261,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let cpu = Cpu {
                 proxy: vec![p.pid()?],
                 upstream: up_cpu.clone(),
+                accepted_at: Some(up.clone()),
             };
             closed.insert(closed.len() - 1, (FORWARDER, ep, cpu));
         }
@@ -265,6 +269,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let cpu = Cpu {
                 proxy: vec![tl.pid()?],
                 upstream: up_cpu.clone(),
+                accepted_at: Some(up.clone()),
             };
             closed.push((TRACED, &tl.ep, cpu));
         }
@@ -273,6 +278,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let cpu = Cpu {
                 proxy: vec![pid],
                 upstream: procs::children(pid),
+                accepted_at: None,
             };
             if cpu.upstream.is_empty() {
                 bail!("{STDIO}: tasklift runs no child process");
@@ -293,7 +299,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         if let (Some(p), Some(l)) = (&mut peers, &legacy) {
-            for (label, ep, cpu, work) in p.targets(l.json_upstream()?.1)? {
+            for (label, ep, cpu, work) in p.targets(l.json_upstream()?)? {
                 let s =
                     measured(&args, &cpu, || loadgen::closed(ep, work.clone(), c, w, d)).await?;
                 log_run(label, &s);
@@ -316,6 +322,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let cpu = Cpu {
                 proxy,
                 upstream: up_cpu.clone(),
+                accepted_at: Some(up.clone()),
             };
             let s = measured(&args, &cpu, || loadgen::closed(&tl.ep, gw.clone(), c, w, d)).await?;
             log_run(PG_GET, &s);

@@ -199,13 +199,17 @@ impl Peers {
     }
 
     /// This repetition's closed-loop targets; the upstream's CPU is `upstream`'s.
-    pub(super) fn targets(&mut self, upstream: u32) -> anyhow::Result<Vec<Target<'_>>> {
+    pub(super) fn targets(
+        &mut self,
+        (upstream_ep, upstream): (&Endpoint, u32),
+    ) -> anyhow::Result<Vec<Target<'_>>> {
         let mut t = Vec::new();
         for p in &mut self.peers {
             p.proc_.check_alive()?;
             let cpu = Cpu {
                 proxy: vec![p.proc_.pid()?],
                 upstream: vec![upstream],
+                accepted_at: Some(upstream_ep.clone()),
             };
             t.push((p.label, &p.ep, cpu, p.work.clone()));
         }

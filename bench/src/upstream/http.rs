@@ -8,7 +8,12 @@
 //! (`Mcp-Session-Id`), every other request must carry a live one (400 without, 404
 //! for an unknown one), `DELETE` closes it, `GET` streams are refused with 405, and
 //! results carry no `resultType`. With `--sse` too, a `tools/call` is answered as
-//! an SSE stream holding the one response, as those SDKs answer by default.
+//! an SSE stream holding the one response, as those SDKs answer by default: with
+//! `Transfer-Encoding: chunked` (no length), its last chunk after the event.
+//!
+//! `/stats` counts connections accepted since the start (`connectionsAccepted`), so
+//! a scenario can tell a proxy that reuses its upstream connections from one that
+//! opens one per call.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -18,7 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::service::service_fn;
@@ -37,6 +43,7 @@ struct Stats {
     held_peak: AtomicU64,
     connections: AtomicU64,
     connections_peak: AtomicU64,
+    connections_accepted: AtomicU64,
     sessions: AtomicU64,
 }
 
@@ -101,6 +108,10 @@ async fn serve(listen: SocketAddr, mode: Mode) -> anyhow::Result<()> {
             }
         };
         let _ = stream.set_nodelay(true);
+        state
+            .stats
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
         let state = state.clone();
         tokio::spawn(async move {
             let _conn = Gauge::up(&state.stats.connections, &state.stats.connections_peak);
@@ -117,8 +128,55 @@ async fn serve(listen: SocketAddr, mode: Mode) -> anyhow::Result<()> {
     }
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+/// A response body of one piece: with its length (`whole`), or chunked, as a
+/// stream whose length nobody knows in advance (`chunked`: an SDK's SSE answer).
+struct Reply {
+    data: Option<Bytes>,
+    chunked: bool,
+}
+
+impl Reply {
+    fn whole(data: Bytes) -> Self {
+        Self {
+            data: Some(data),
+            chunked: false,
+        }
+    }
+
+    fn chunked(data: Bytes) -> Self {
+        Self {
+            data: Some(data),
+            chunked: true,
+        }
+    }
+}
+
+impl http_body::Body for Reply {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        std::task::Poll::Ready(self.data.take().map(|d| Ok(Frame::data(d))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match (&self.data, self.chunked) {
+            (_, true) => SizeHint::default(),
+            (Some(d), false) => SizeHint::with_exact(d.len() as u64),
+            (None, false) => SizeHint::with_exact(0),
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Reply> {
+    let mut r = Response::new(Reply::whole(Bytes::from(body)));
     *r.status_mut() = status;
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -130,7 +188,7 @@ fn rpc(
     error_status: StatusCode,
     id: &Value,
     outcome: Result<Value, (i64, String)>,
-) -> Response<Full<Bytes>> {
+) -> Response<Reply> {
     let status = if outcome.is_ok() {
         StatusCode::OK
     } else {
@@ -140,7 +198,7 @@ fn rpc(
     json_response(status, body)
 }
 
-async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(state: &State, req: Request<Incoming>) -> Response<Reply> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/stats") => {
             let s = &state.stats;
@@ -150,6 +208,7 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
                 "heldPeak": s.held_peak.load(Ordering::Relaxed),
                 "connections": s.connections.load(Ordering::Relaxed),
                 "connectionsPeak": s.connections_peak.load(Ordering::Relaxed),
+                "connectionsAccepted": s.connections_accepted.load(Ordering::Relaxed),
                 "sessionsOpened": s.sessions.load(Ordering::Relaxed),
             });
             json_response(StatusCode::OK, body.to_string().into_bytes())
@@ -211,8 +270,8 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
     }
 }
 
-fn empty(status: StatusCode) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::new()));
+fn empty(status: StatusCode) -> Response<Reply> {
+    let mut r = Response::new(Reply::whole(Bytes::new()));
     *r.status_mut() = status;
     r
 }
@@ -226,7 +285,7 @@ impl State {
     /// A legacy request without a live session: 400 without one (as the SDKs
     /// answer, which is also how tasklift's era probe tells a legacy server), 404
     /// for one that is unknown or closed.
-    fn refused(&self, sid: Option<&str>) -> Option<Response<Full<Bytes>>> {
+    fn refused(&self, sid: Option<&str>) -> Option<Response<Reply>> {
         let (status, message) = match sid {
             None => (
                 StatusCode::BAD_REQUEST,
@@ -240,7 +299,7 @@ impl State {
 }
 
 /// A legacy `initialize`: a new session, its id in `Mcp-Session-Id`.
-fn initialize(state: &State, id: &Value) -> Response<Full<Bytes>> {
+fn initialize(state: &State, id: &Value) -> Response<Reply> {
     let n = state.stats.sessions.fetch_add(1, Ordering::Relaxed);
     let sid = format!("bench-{}-{n}", std::process::id());
     state.sessions.lock().expect("sessions").insert(sid.clone());
@@ -255,7 +314,7 @@ fn initialize(state: &State, id: &Value) -> Response<Full<Bytes>> {
     r
 }
 
-async fn call(state: &State, id: &Value, params: &Value) -> Response<Full<Bytes>> {
+async fn call(state: &State, id: &Value, params: &Value) -> Response<Reply> {
     state.stats.calls.fetch_add(1, Ordering::Relaxed);
     let mut outcome = match call_of(params) {
         Call::Now(outcome) => outcome,
@@ -281,7 +340,7 @@ async fn call(state: &State, id: &Value, params: &Value) -> Response<Full<Bytes>
     }
     if state.mode.sse {
         let body = serde_json::to_string(&response(id, outcome)).expect("serializes");
-        let mut r = Response::new(Full::new(Bytes::from(format!(
+        let mut r = Response::new(Reply::chunked(Bytes::from(format!(
             "event: message\ndata: {body}\n\n"
         ))));
         r.headers_mut()
