@@ -31,6 +31,7 @@ use crate::support::harness::*;
 use crate::support::input::{caps, key_for, result, threshold, update, wait_for, Caller};
 use crate::support::proc::Proc;
 use crate::support::python::{peers_dir, python, Mode, PyServer};
+use crate::support::relay::Relay;
 use crate::support::stdio::follow;
 
 /// The SDK a server is written with.
@@ -516,6 +517,42 @@ async fn never_asks(b: &Bed, id: &str) {
 #[tokio::test]
 async fn v1_http_list_fast_call_errors_and_a_2mb_result() {
     basics(V1, Http).await
+}
+
+/// FastMCP answers each call as a chunked SSE stream whose last chunk often
+/// comes in a later read than the response: the calls still share one upstream
+/// connection (they each opened one while tasklift dropped the rest unread).
+#[tokio::test]
+async fn v1_http_calls_reuse_their_upstream_connection() {
+    let Some(python) = python(V1.venv()) else {
+        return;
+    };
+    let server = PyServer::start(&python, V1.script(), Http).await;
+    let relay = Relay::start(&server.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::front(FixtureServer::new(), &relay.url, dir, |c| {
+        c.server.workers = 1;
+    })
+    .await;
+    let c = h.client();
+    for i in 0..20 {
+        let a = c
+            .call_tool("echo", json!({"text": i.to_string()}))
+            .await
+            .expect("echo");
+        assert_eq!(
+            a.result["content"][0]["text"],
+            i.to_string(),
+            "{}",
+            a.result
+        );
+        // Room for a last chunk that comes after the response to arrive.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The session's POSTs share one connection; its GET stream has another.
+    let accepted = relay.accepted();
+    assert!(accepted <= 3, "20 calls over {accepted} connections");
+    h.stop().await;
 }
 
 #[tokio::test]
