@@ -325,6 +325,29 @@ pub fn cpu_secs(pids: &[u32]) -> f64 {
     pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() as f64 / 100.0
 }
 
+/// Context switches (voluntary: the thread waited; involuntary: it was
+/// preempted) of every thread of `pids`, summed.
+pub fn switches(pids: &[u32]) -> (u64, u64) {
+    let (mut vol, mut invol) = (0, 0);
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let n = |rest: &str| rest.trim().parse::<u64>().unwrap_or(0);
+            for line in status.lines() {
+                if let Some(rest) = line.strip_prefix("voluntary_ctxt_switches:") {
+                    vol += n(rest);
+                } else if let Some(rest) = line.strip_prefix("nonvoluntary_ctxt_switches:") {
+                    invol += n(rest);
+                }
+            }
+        }
+    }
+    (vol, invol)
+}
+
 /// Every process whose command name is `comm` (e.g. the PostgreSQL server's
 /// backends, whose CPU belongs to the store being measured).
 pub fn named(comm: &str) -> Vec<u32> {

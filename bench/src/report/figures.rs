@@ -48,6 +48,9 @@ pub(super) struct Summary {
     pub(super) cpu_other: f64,
     pub(super) proxy_us: f64,
     pub(super) upstream_us: f64,
+    /// Context switches per answer, voluntary + involuntary (medians).
+    pub(super) proxy_switches: f64,
+    pub(super) upstream_switches: f64,
 }
 
 pub(super) fn summarize(s: &[Sample]) -> Summary {
@@ -69,6 +72,8 @@ pub(super) fn summarize(s: &[Sample]) -> Summary {
         cpu_other: spread(s.iter().map(|x| x.cpu_other).collect()).max,
         proxy_us: med(&|x| x.proxy_us_per_req),
         upstream_us: med(&|x| x.upstream_us_per_req),
+        proxy_switches: med(&|x| x.proxy_switches.0 + x.proxy_switches.1),
+        upstream_switches: med(&|x| x.upstream_switches.0 + x.upstream_switches.1),
     }
 }
 

@@ -462,22 +462,27 @@ impl Report {
             "\nCPU during each run (warm-up included; medians over repetitions), as a share of one core, and CPU time \
              per answer. The load generator is one thread: near 100% means it, not the server, set the pace. \
              \"other\" is the rest of the machine (the kernel's softirq work not charged to a process, and anything \
-             else running), the highest of the repetitions: a large share means the run was disturbed.\n"
+             else running), the highest of the repetitions: a large share means the run was disturbed. \
+             Context switches per answer count every thread's, voluntary (it waited for work) and involuntary \
+             (it was preempted): a process that sleeps and wakes more per answer spends more CPU on the same \
+             work.\n"
         );
         let _ = writeln!(
             s,
-            "| target | load generator | proxy | upstream | other (max) | proxy CPU µs/req | upstream CPU µs/req | answers as SSE |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+            "| target | load generator | proxy | upstream | other (max) | proxy CPU µs/req | upstream CPU µs/req | proxy switches/req | upstream switches/req | answers as SSE |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for (label, m) in self.summaries() {
             let _ = writeln!(
                 s,
-                "| {label} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.1} | {:.1} | {} |",
+                "| {label} | {:.0}% | {:.0}% | {:.0}% | {:.0}% | {:.1} | {:.1} | {:.2} | {:.2} | {} |",
                 m.cpu_client * 100.0,
                 m.cpu_proxy * 100.0,
                 m.cpu_upstream * 100.0,
                 m.cpu_other * 100.0,
                 m.proxy_us,
                 m.upstream_us,
+                m.proxy_switches,
+                m.upstream_switches,
                 m.sse
             );
         }

@@ -60,6 +60,11 @@ pub struct Sample {
     /// it is the baseline's HTTP server: a proxy that keeps its upstream
     /// connections opens about as many as the load has clients.
     pub upstream_connections: Option<u64>,
+    /// Context switches per answer of the proxy's threads: (voluntary: a thread
+    /// waited for work, involuntary: it was preempted).
+    pub proxy_switches: (f64, f64),
+    /// The same for the upstream's threads.
+    pub upstream_switches: (f64, f64),
 }
 
 /// The task-creation scenario (one repetition).
