@@ -22,7 +22,6 @@ use http::{header, HeaderName, HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -32,15 +31,16 @@ use crate::reply::Reply;
 use crate::serving::body::{self, RespBody};
 use crate::serving::{accept_loop, json_bytes, json_response, Peer};
 use crate::upstream::CallContext;
+use crate::workers::Doorway;
 use tasklift_protocol::jsonrpc::{Envelope, Request};
 
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
 /// connections finish their in-flight requests.
-pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) {
+pub async fn serve(doorway: Doorway, state: Arc<State>, shutdown: watch::Receiver<bool>) {
     let times = (state.cfg.shutdown_grace, state.cfg.header_read_timeout);
     let metrics = Some(state.metrics.clone());
     accept_loop(
-        listener,
+        doorway,
         shutdown,
         times,
         "front door",

@@ -11,10 +11,10 @@ use http::Response;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::serving::body::RespBody;
+use crate::workers::Doorway;
 
 /// The client at the other end of a connection: its address, and the address as
 /// text, written once per connection for the log lines of all its requests
@@ -41,9 +41,12 @@ impl std::fmt::Display for Peer {
 }
 
 /// The HTTP/1 accept loop of tasklift's listeners: each request is answered by
-/// `answer`; at `shutdown`, accepting stops and open connections get `grace` to finish.
+/// `answer`; at `shutdown`, accepting stops and open connections get `grace` to
+/// finish. A front-door worker's connections come through its [`Doorway`] (some
+/// accepted by another worker and handed over); the admin listener's straight
+/// from its socket.
 pub async fn accept_loop<F, Fut>(
-    listener: TcpListener,
+    doorway: impl Into<Doorway>,
     mut shutdown: watch::Receiver<bool>,
     (grace, header_timeout): (Duration, Duration),
     what: &'static str,
@@ -53,12 +56,13 @@ pub async fn accept_loop<F, Fut>(
     F: Fn(http::Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<RespBody>> + Send + 'static,
 {
+    let mut doorway = doorway.into();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut conns = tokio::task::JoinSet::new();
     loop {
         while conns.try_join_next().is_some() {}
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
+        let (stream, peer, open) = tokio::select! {
+            r = doorway.next() => match r {
                 Ok(s) => s,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -87,6 +91,7 @@ pub async fn accept_loop<F, Fut>(
         let conn = graceful.watch(conn);
         let metrics = metrics.clone();
         conns.spawn(async move {
+            let _open = open; // counted on this worker while it is open
             if let Err(e) = conn.await {
                 if e.is_timeout() {
                     // A client that never finished sending its headers (slow loris).
