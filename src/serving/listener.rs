@@ -103,6 +103,9 @@ pub async fn accept_loop<F, Fut>(
             }
         });
     }
+    // Closed now, not after the grace: another worker still accepting then
+    // serves what it would have handed to this one.
+    drop(doorway);
     tracing::info!(listener = what, "closed; waiting for open connections");
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
