@@ -68,10 +68,9 @@ impl Balance {
         (Arc::new(balance), inboxes)
     }
 
-    /// The worker a connection accepted by `me` goes to, counted open there:
-    /// `me`, unless another worker serves fewer (then the one that serves
-    /// fewest).
-    fn place(&self, me: usize) -> usize {
+    /// Where a connection accepted by `me` goes, counted open there: `me`,
+    /// unless another worker serves fewer (then the one that serves fewest).
+    fn place(self: &Arc<Self>, me: usize) -> Open {
         let mine = self.open[me].load(Ordering::Relaxed);
         let (least, fewest) = self
             .open
@@ -80,9 +79,16 @@ impl Balance {
             .enumerate()
             .min_by_key(|&(_, n)| n)
             .unwrap_or((me, mine));
-        let to = if mine > fewest { least } else { me };
-        self.open[to].fetch_add(1, Ordering::Relaxed);
-        to
+        self.count(if mine > fewest { least } else { me })
+    }
+
+    /// A connection counted open on `worker` until the [`Open`] is dropped.
+    fn count(self: &Arc<Self>, worker: usize) -> Open {
+        self.open[worker].fetch_add(1, Ordering::Relaxed);
+        Open {
+            balance: self.clone(),
+            worker,
+        }
     }
 }
 
@@ -164,11 +170,12 @@ impl Share {
         stream: TcpStream,
         peer: SocketAddr,
     ) -> std::io::Result<Option<Accepted>> {
-        let to = self.balance.place(self.me);
+        let open = self.balance.place(self.me);
+        let to = open.worker;
         if to == self.me {
-            return Ok(Some((stream, peer, Some(self.open(to)))));
+            return Ok(Some((stream, peer, Some(open))));
         }
-        let open = self.open(to);
+        // An error here drops `open`, which uncounts it.
         let stream = stream.into_std()?;
         let Err(mpsc::error::SendError(h)) =
             self.balance.handoff[to].send(Handed { stream, peer, open })
@@ -177,17 +184,8 @@ impl Share {
         };
         // That worker has stopped (shutdown): serve it here.
         drop(h.open);
-        self.balance.open[self.me].fetch_add(1, Ordering::Relaxed);
-        let here = self.open(self.me);
+        let here = self.balance.count(self.me);
         Ok(Some((TcpStream::from_std(h.stream)?, peer, Some(here))))
-    }
-
-    /// The count of a connection already counted open on `worker`.
-    fn open(&self, worker: usize) -> Open {
-        Open {
-            balance: self.balance.clone(),
-            worker,
-        }
     }
 }
 

@@ -101,18 +101,13 @@ impl Legacy {
     pub(super) fn targets(&mut self) -> anyhow::Result<Vec<Target<'_>>> {
         self.json.upstream.check_alive()?;
         self.sse.upstream.check_alive()?;
-        let (json_up, sse_up) = (
-            vec![self.json.upstream.pid()?],
-            vec![self.sse.upstream.pid()?],
-        );
-        let (json_ep, sse_ep) = (&self.json.ep, &self.sse.ep);
-        let cpu = |proxy: Vec<u32>, upstream: &Vec<u32>| Cpu {
+        // Each upstream's process (its CPU) and endpoint (its /stats).
+        let json_up = (vec![self.json.upstream.pid()?], &self.json.ep);
+        let sse_up = (vec![self.sse.upstream.pid()?], &self.sse.ep);
+        let cpu = |proxy: Vec<u32>, (pids, ep): &(Vec<u32>, &Endpoint)| Cpu {
             proxy,
-            upstream: upstream.clone(),
-            accepted_at: Some(match upstream == &sse_up {
-                true => sse_ep.clone(),
-                false => json_ep.clone(),
-            }),
+            upstream: pids.clone(),
+            accepted_at: Some((*ep).clone()),
         };
         let mut t: Vec<Target<'_>> = vec![(
             LEGACY_DIRECT,
