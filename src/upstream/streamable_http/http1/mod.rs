@@ -96,14 +96,17 @@ impl Conn {
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let room = self.next_read;
         let n = match &mut self.io {
-            Io::Plain(tcp) => loop {
+            Io::Plain(tcp) => {
                 ready!(tcp.poll_read_ready(cx))?;
                 self.buf.reserve(room);
-                match tcp.try_read_buf(&mut self.buf) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    read => break read?,
-                }
-            },
+                // Through `AsyncRead`, not `try_read_buf`: a read that leaves room
+                // shows the socket drained (epoll is edge-triggered) and tokio then
+                // forgets its readiness, so `usable` knows an idle connection has
+                // nothing to read without a system call. `try_read_buf` kept the
+                // readiness until a read came back empty: one more `recvfrom` per
+                // call.
+                ready!(tokio_util::io::poll_read_buf(Pin::new(tcp), cx, &mut self.buf))?
+            }
             Io::Tls(tls) => {
                 let mut chunk = [0u8; 16 * 1024];
                 let mut rb = ReadBuf::new(&mut chunk[..room.min(16 * 1024)]);
