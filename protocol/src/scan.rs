@@ -65,28 +65,30 @@ pub fn scan_params(text: &str) -> Option<Layout> {
     scan_as(text, Role::Params, b"params")
 }
 
-/// The members of the object `text`, when the scan is sure of it (`None`
-/// leaves it to `serde_json`): each value's text found by its name.
-pub fn members(text: &str) -> Option<Members<'_>> {
-    let members = scan_params(text)?.params?.members;
-    Some(Members { text, members })
-}
-
-/// An object's members, as [`members`] found them.
-pub struct Members<'a> {
-    text: &'a str,
-    members: Vec<Member>,
-}
-
-impl<'a> Members<'a> {
-    /// The text of member `name`'s value, if the object has it.
-    pub fn get(&self, name: &str) -> Option<&'a str> {
-        let text = self.text;
-        self.members
-            .iter()
-            .find(|m| &text[m.name.0..m.name.1] == name)
-            .map(|m| &text[m.value.0..m.value.1])
+/// Calls `each(name, value)` with each member of the object `text`, in order:
+/// the name as written, the value's text. `None` (after any calls) when the
+/// scan is not sure of the object or a name has escapes: the caller then reads
+/// it with `serde_json`. A repeated name is passed each time; `serde_json`
+/// keeps the last.
+pub fn each_member<'a>(text: &'a str, mut each: impl FnMut(&'a str, &'a str)) -> Option<()> {
+    let mut s = Scan {
+        b: text.as_bytes(),
+        i: 0,
+        depth: 0,
+        inner: b"",
+        layout: Layout::default(),
+    };
+    s.ws();
+    if s.peek() != Some(b'{') {
+        return None;
     }
+    s.members(|s, name, escaped| {
+        let at = s.i;
+        s.value()?;
+        (!escaped).then(|| each(&text[name.0..name.1], &text[at..s.i]))
+    })?;
+    s.ws();
+    (s.i == s.b.len()).then_some(())
 }
 
 fn scan_as(body: &str, role: Role, inner: &'static [u8]) -> Option<Layout> {
@@ -139,14 +141,13 @@ impl Scan<'_> {
         (self.peek() == Some(c)).then(|| self.i += 1)
     }
 
-    /// An object at `{`; its members noted when `role` is one the layout keeps.
-    fn object(&mut self, role: Role) -> Option<()> {
-        let start = self.i;
+    /// The members of an object at `{`, through its `}`: `member` reads each
+    /// value, given the name's range and whether the name has escapes.
+    fn members(
+        &mut self,
+        mut member: impl FnMut(&mut Self, Span, bool) -> Option<()>,
+    ) -> Option<()> {
         self.enter()?;
-        let mut members = match role {
-            Role::Other => Vec::new(),
-            _ => Vec::with_capacity(8),
-        };
         self.ws();
         if self.eat(b'}').is_none() {
             loop {
@@ -155,38 +156,7 @@ impl Scan<'_> {
                 self.ws();
                 self.eat(b':')?;
                 self.ws();
-                let at = self.i;
-                if role != Role::Other {
-                    if escaped {
-                        return None;
-                    }
-                    let inner = match (role, &self.b[name.0..name.1]) {
-                        (Role::Top, n) if n == self.inner => Role::Params,
-                        (Role::Params, b"_meta") => Role::Meta,
-                        _ => Role::Other,
-                    };
-                    let plain = if inner != Role::Other && self.peek() == Some(b'{') {
-                        self.object(inner)?;
-                        false
-                    } else {
-                        self.value()?
-                    };
-                    let b = self.b;
-                    let name_is = |m: &Member| {
-                        m.name.1 - m.name.0 == name.1 - name.0
-                            && b[m.name.0..m.name.1] == b[name.0..name.1]
-                    };
-                    if members.iter().any(name_is) {
-                        return None;
-                    }
-                    members.push(Member {
-                        name,
-                        value: (at, self.i),
-                        plain,
-                    });
-                } else {
-                    self.value()?;
-                }
+                member(self, name, escaped)?;
                 self.ws();
                 if self.eat(b',').is_none() {
                     self.eat(b'}')?;
@@ -195,6 +165,46 @@ impl Scan<'_> {
             }
         }
         self.depth -= 1;
+        Some(())
+    }
+
+    /// An object at `{`; its members noted when `role` is one the layout keeps.
+    fn object(&mut self, role: Role) -> Option<()> {
+        let start = self.i;
+        if role == Role::Other {
+            return self.members(|s, _, _| s.value().map(drop));
+        }
+        let mut members = Vec::with_capacity(8);
+        self.members(|s, name, escaped| {
+            if escaped {
+                return None;
+            }
+            let at = s.i;
+            let inner = match (role, &s.b[name.0..name.1]) {
+                (Role::Top, n) if n == s.inner => Role::Params,
+                (Role::Params, b"_meta") => Role::Meta,
+                _ => Role::Other,
+            };
+            let plain = if inner != Role::Other && s.peek() == Some(b'{') {
+                s.object(inner)?;
+                false
+            } else {
+                s.value()?
+            };
+            let b = s.b;
+            let name_is = |m: &Member| {
+                m.name.1 - m.name.0 == name.1 - name.0 && b[m.name.0..m.name.1] == b[name.0..name.1]
+            };
+            if members.iter().any(name_is) {
+                return None;
+            }
+            members.push(Member {
+                name,
+                value: (at, s.i),
+                plain,
+            });
+            Some(())
+        })?;
         let object = Object {
             span: (start, self.i),
             members,
