@@ -48,6 +48,10 @@ mod body;
 
 /// How long an idle connection is kept (hyper-util's default was the same).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// An idle connection reused within this is taken on tokio's word that
+/// nothing came on it; one idle longer is asked the kernel (see `usable`).
+/// Upstreams close idle connections after seconds (Node.js 5 s, uvicorn 5 s).
+const ASK_AFTER: Duration = Duration::from_secs(1);
 /// Most idle connections kept per worker; more are closed as they come back.
 const MAX_IDLE: usize = 1024;
 /// Most header fields in an answer's head (hyper's limit).
@@ -105,7 +109,11 @@ impl Conn {
                 // nothing to read without a system call. `try_read_buf` kept the
                 // readiness until a read came back empty: one more `recvfrom` per
                 // call.
-                ready!(tokio_util::io::poll_read_buf(Pin::new(tcp), cx, &mut self.buf))?
+                ready!(tokio_util::io::poll_read_buf(
+                    Pin::new(tcp),
+                    cx,
+                    &mut self.buf
+                ))?
             }
             Io::Tls(tls) => {
                 let mut chunk = [0u8; 16 * 1024];
@@ -135,17 +143,25 @@ impl Conn {
         }
     }
 
-    /// Whether an idle connection can take a request: open, with nothing
-    /// unasked-for to read.
-    fn usable(&mut self) -> bool {
+    /// Whether a connection idle for `idle` can take a request: open, with
+    /// nothing unasked-for to read.
+    ///
+    /// A plain connection whose socket tokio last saw drained is taken without
+    /// asking the kernel (no system call per reuse); one idle for
+    /// [`ASK_AFTER`] or more is asked, as the event of an upstream closing it
+    /// at its idle timeout may have come since the worker last read its events.
+    fn usable(&mut self, idle: Duration) -> bool {
         if !self.buf.is_empty() {
             return false;
         }
         let mut probe = [0u8; 1];
         match &mut self.io {
-            Io::Plain(tcp) => {
-                matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
+            Io::Plain(tcp) => match tcp.try_read(&mut probe) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    idle < ASK_AFTER || nothing_to_read(tcp)
+                }
+                _ => false,
+            },
             Io::Tls(tls) => {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 let mut rb = ReadBuf::new(&mut probe);
@@ -153,6 +169,13 @@ impl Conn {
             }
         }
     }
+}
+
+/// Whether the kernel holds nothing to read on `tcp`, nor its end: a peek.
+fn nothing_to_read(tcp: &TcpStream) -> bool {
+    let mut probe = [std::mem::MaybeUninit::uninit(); 1];
+    let peeked = socket2::SockRef::from(tcp).peek(&mut probe);
+    matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// Why an HTTP/1.1 request got no answer.
@@ -301,12 +324,13 @@ impl Http1Pool {
     fn take_idle(&self) -> Option<Box<Conn>> {
         let mut idle = self.idle.lock().expect("http1 pool");
         while let Some((mut conn, since)) = idle.pop_back() {
-            if since.elapsed() >= self.idle_timeout {
+            let idle_for = since.elapsed();
+            if idle_for >= self.idle_timeout {
                 // The rest are older still.
                 idle.clear();
                 return None;
             }
-            if conn.usable() {
+            if conn.usable(idle_for) {
                 return Some(conn);
             }
         }

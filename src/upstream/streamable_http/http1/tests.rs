@@ -208,6 +208,46 @@ async fn an_idle_connection_the_server_closed_is_replaced_unseen() {
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
 
+/// The pool takes a connection reused soon on tokio's word; one idle for a
+/// second or more is asked the kernel, so an upstream's close the worker has
+/// not yet seen (here: the runtime blocked while it came) is found before a
+/// request is written into it and lost.
+#[tokio::test]
+async fn a_connection_idle_a_while_is_asked_the_kernel_before_reuse() {
+    // A server on a thread of its own: it closes when told, while this
+    // runtime is blocked and reads no events.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}/mcp", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let (close, closing) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut chunk = [0u8; 4096];
+            let n = s.read(&mut chunk).unwrap();
+            got.extend_from_slice(&chunk[..n]);
+        }
+        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na")
+            .unwrap();
+        closing.recv().unwrap();
+    });
+    let pool = pool(uri);
+    assert_eq!(post(&pool).await.unwrap().1, Bytes::from("a"));
+    close.send(()).unwrap();
+    server.join().unwrap();
+    // Blocked: the close reaches the socket, not tokio's readiness.
+    std::thread::sleep(Duration::from_millis(100));
+    let long_ago = Instant::now().checked_sub(ASK_AFTER * 2).unwrap();
+    pool.idle.lock().unwrap().back_mut().unwrap().1 = long_ago;
+    assert!(
+        pool.take_idle().is_none(),
+        "a connection the upstream closed is not handed out"
+    );
+}
+
 #[tokio::test]
 async fn a_body_cut_short_and_an_answer_that_is_not_http_are_errors() {
     let (uri, _) = server(vec![Some(
