@@ -146,22 +146,21 @@ impl Conn {
     /// Whether a connection idle for `idle` can take a request: open, with
     /// nothing unasked-for to read.
     ///
-    /// A plain connection whose socket tokio last saw drained is taken without
-    /// asking the kernel (no system call per reuse); one idle for
-    /// [`ASK_AFTER`] or more is asked, as the event of an upstream closing it
-    /// at its idle timeout may have come since the worker last read its events.
+    /// A plain connection reused within [`ASK_AFTER`] is taken on tokio's
+    /// readiness: one whose socket it last saw drained costs no system call.
+    /// One idle longer is asked the kernel, as the event of an upstream
+    /// closing it at its idle timeout may have come since the worker last read
+    /// its events.
     fn usable(&mut self, idle: Duration) -> bool {
         if !self.buf.is_empty() {
             return false;
         }
         let mut probe = [0u8; 1];
         match &mut self.io {
-            Io::Plain(tcp) => match tcp.try_read(&mut probe) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    idle < ASK_AFTER || nothing_to_read(tcp)
-                }
-                _ => false,
-            },
+            Io::Plain(tcp) if idle >= ASK_AFTER => nothing_to_read(tcp),
+            Io::Plain(tcp) => {
+                matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
             Io::Tls(tls) => {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 let mut rb = ReadBuf::new(&mut probe);
