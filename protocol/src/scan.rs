@@ -71,41 +71,18 @@ pub fn scan_params(text: &str) -> Option<Layout> {
 /// it with `serde_json`. A repeated name is passed each time; `serde_json`
 /// keeps the last.
 pub fn each_member<'a>(text: &'a str, mut each: impl FnMut(&'a str, &'a str)) -> Option<()> {
-    let mut s = Scan {
-        b: text.as_bytes(),
-        i: 0,
-        depth: 0,
-        inner: b"",
-        layout: Layout::default(),
-    };
-    s.ws();
-    if s.peek() != Some(b'{') {
-        return None;
-    }
-    s.members(|s, name, escaped| {
-        let at = s.i;
-        s.value()?;
-        (!escaped).then(|| each(&text[name.0..name.1], &text[at..s.i]))
-    })?;
-    s.ws();
-    (s.i == s.b.len()).then_some(())
+    Scan::whole(text, b"", |s| {
+        s.members(|s, name, escaped| {
+            let at = s.i;
+            s.value()?;
+            (!escaped).then(|| each(&text[name.0..name.1], &text[at..s.i]))
+        })
+    })
+    .map(drop)
 }
 
 fn scan_as(body: &str, role: Role, inner: &'static [u8]) -> Option<Layout> {
-    let mut s = Scan {
-        b: body.as_bytes(),
-        i: 0,
-        depth: 0,
-        inner,
-        layout: Layout::default(),
-    };
-    s.ws();
-    if s.peek() != Some(b'{') {
-        return None;
-    }
-    s.object(role)?;
-    s.ws();
-    (s.i == s.b.len()).then_some(s.layout)
+    Scan::whole(body, inner, |s| s.object(role)).map(|s| s.layout)
 }
 
 /// Whose members an object's are, for the layout.
@@ -126,7 +103,30 @@ struct Scan<'a> {
     layout: Layout,
 }
 
-impl Scan<'_> {
+impl<'a> Scan<'a> {
+    /// `text` read by `read` from its `{`: the scan, when `text` is that one
+    /// object with nothing but whitespace around it.
+    fn whole(
+        text: &'a str,
+        inner: &'static [u8],
+        read: impl FnOnce(&mut Self) -> Option<()>,
+    ) -> Option<Self> {
+        let mut s = Scan {
+            b: text.as_bytes(),
+            i: 0,
+            depth: 0,
+            inner,
+            layout: Layout::default(),
+        };
+        s.ws();
+        if s.peek() != Some(b'{') {
+            return None;
+        }
+        read(&mut s)?;
+        s.ws();
+        (s.i == s.b.len()).then_some(s)
+    }
+
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
