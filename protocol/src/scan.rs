@@ -78,11 +78,13 @@ pub fn each_member<'a>(text: &'a str, mut each: impl FnMut(&'a str, &'a str)) ->
             (!escaped).then(|| each(&text[name.0..name.1], &text[at..s.i]))
         })
     })
-    .map(drop)
 }
 
 fn scan_as(body: &str, role: Role, inner: &'static [u8]) -> Option<Layout> {
-    Scan::whole(body, inner, |s| s.object(role)).map(|s| s.layout)
+    Scan::whole(body, inner, |s| {
+        s.object(role)?;
+        Some(std::mem::take(&mut s.layout))
+    })
 }
 
 /// Whose members an object's are, for the layout.
@@ -104,13 +106,13 @@ struct Scan<'a> {
 }
 
 impl<'a> Scan<'a> {
-    /// `text` read by `read` from its `{`: the scan, when `text` is that one
+    /// What `read` makes of `text` from its `{`, when `text` is that one
     /// object with nothing but whitespace around it.
-    fn whole(
+    fn whole<R>(
         text: &'a str,
         inner: &'static [u8],
-        read: impl FnOnce(&mut Self) -> Option<()>,
-    ) -> Option<Self> {
+        read: impl FnOnce(&mut Self) -> Option<R>,
+    ) -> Option<R> {
         let mut s = Scan {
             b: text.as_bytes(),
             i: 0,
@@ -122,9 +124,9 @@ impl<'a> Scan<'a> {
         if s.peek() != Some(b'{') {
             return None;
         }
-        read(&mut s)?;
+        let read = read(&mut s)?;
         s.ws();
-        (s.i == s.b.len()).then_some(s)
+        (s.i == s.b.len()).then_some(read)
     }
 
     fn peek(&self) -> Option<u8> {
