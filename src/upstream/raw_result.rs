@@ -164,7 +164,17 @@ impl RawResult {
     /// Whether it is the response to `id`.
     pub fn id_is(&self, id: &Value) -> bool {
         self.id.is_some_and(|(a, b)| {
-            serde_json::from_slice::<Value>(&self.body[a..b]).is_ok_and(|v| &v == id)
+            let text = &self.body[a..b];
+            // tasklift's own upstream ids are whole numbers: one written in
+            // digits alone is read as one, without parsing a `Value`.
+            if let Some(n) = id.as_u64() {
+                if text.len() <= 19 && !text.is_empty() && text.iter().all(u8::is_ascii_digit) {
+                    let plain = text.len() == 1 || text[0] != b'0';
+                    let read = text.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+                    return plain && read == n;
+                }
+            }
+            serde_json::from_slice::<Value>(text).is_ok_and(|v| &v == id)
         })
     }
 
@@ -257,6 +267,45 @@ mod tests {
         assert!(!r.id_is(&json!("tasklift-90")) && !r.id_is(&json!(9)));
         assert!(scan(complete).unwrap().id_is(&json!(3)));
         assert!(!scan(r#"{"result":{}}"#).unwrap().id_is(&Value::Null));
+    }
+
+    /// A number id is matched as `serde_json` reads it, whether or not it is
+    /// read from its digits alone: the call's own response is never mistaken
+    /// for another's, nor missed.
+    #[test]
+    fn number_ids_match_as_serde_json_reads_them() {
+        let ids = [
+            "0",
+            "3",
+            "30",
+            "7",
+            "-3",
+            "3.0",
+            "3e0",
+            "1844674407370955161",
+            "9999999999999999999",
+            "18446744073709551615",
+            "18446744073709551616",
+            "\"3\"",
+            "null",
+        ];
+        let asked = [
+            0u64,
+            3,
+            30,
+            7,
+            1844674407370955161,
+            9999999999999999999,
+            u64::MAX,
+        ];
+        for text in ids {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{text},"result":{{}}}}"#);
+            let r = scan(&body).unwrap();
+            let read: Value = serde_json::from_str(text).unwrap();
+            for n in asked {
+                assert_eq!(r.id_is(&json!(n)), read == json!(n), "{text} against {n}");
+            }
+        }
     }
 
     #[test]
