@@ -32,6 +32,7 @@ pub mod headers;
 pub mod health;
 pub mod observe;
 pub mod reply;
+pub mod sequence;
 pub mod serving;
 pub mod store;
 pub mod tasks;

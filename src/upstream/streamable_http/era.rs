@@ -24,7 +24,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 impl Shared {
     /// Detect and cache the era.
     pub(super) async fn era(self: &Arc<Self>, ctx: &CallContext) -> Result<Era, UpstreamError> {
-        if let Some(e) = self.era.read().expect("era lock").clone() {
+        if let Some(e) = self.era.get().cloned() {
             return Ok(e);
         }
         tokio::time::timeout(PROBE_TIMEOUT, self.detect(ctx))
@@ -40,12 +40,13 @@ impl Shared {
 
     async fn detect(self: &Arc<Self>, ctx: &CallContext) -> Result<Era, UpstreamError> {
         let _guard = self.detecting.lock().await;
-        if let Some(e) = self.era.read().expect("era lock").clone() {
+        if let Some(e) = self.era.get().cloned() {
             return Ok(e);
         }
         let era = self.probe(ctx).await?;
         tracing::info!(upstream = %self.cfg.name, era = ?era, "detected upstream era");
-        *self.era.write().expect("era lock") = Some(era.clone());
+        // Only set here, under `detecting`.
+        let _ = self.era.set(era.clone());
         Ok(era)
     }
 
@@ -68,7 +69,7 @@ impl Shared {
 
     /// [`Shared::era_for`], if it is known without asking the upstream.
     pub(super) fn known_era_for(&self, ctx: &CallContext) -> Option<Era> {
-        let era = self.era.read().expect("era lock").clone()?;
+        let era = self.era.get().cloned()?;
         // A configured era is spoken to every client.
         if era == Era::Legacy || ctx.session.is_none() || self.cfg.era != EraSetting::Auto {
             return Some(era);

@@ -32,8 +32,8 @@ use failure::retry_after;
 use fields::Fields;
 use http2::Http2Failure;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::hashing::FastDashMap;
@@ -84,8 +84,9 @@ struct Shared {
     url: http::Uri,
     /// The clients, one per front-door worker.
     clients: Clients,
-    /// Cached era, once known.
-    era: RwLock<Option<Era>>,
+    /// The era, once known (configured, or detected once and kept): read
+    /// without a lock on every call.
+    era: OnceLock<Era>,
     /// Serialises era detection so one probe runs at a time.
     detecting: tokio::sync::Mutex<()>,
     /// Whether a modern upstream also serves 2025 clients, once known (`era_for`).
@@ -94,8 +95,6 @@ struct Shared {
     sessions: FastDashMap<String, Arc<SessionSlot>>,
     /// The session each upstream (2025-11-25) task was created on, by task id.
     task_homes: FastDashMap<String, std::sync::Weak<Session>>,
-    /// Upstream-side request ids.
-    next_id: AtomicU64,
     /// Reference point for idle times.
     epoch: Instant,
 }
@@ -186,12 +185,11 @@ impl HttpUpstream {
                 cfg,
                 url,
                 clients,
-                era: RwLock::new(era),
+                era: era.map(OnceLock::from).unwrap_or_default(),
                 detecting: tokio::sync::Mutex::new(()),
                 legacy_too: OnceLock::new(),
                 sessions: FastDashMap::default(),
                 task_homes: FastDashMap::default(),
-                next_id: AtomicU64::new(1),
                 epoch: Instant::now(),
             }),
         })
@@ -210,8 +208,10 @@ impl Shared {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    /// The id of a request tasklift sends: unique in the process, so in every
+    /// session and on every connection to this upstream.
     fn upstream_id(&self) -> Value {
-        json!(self.next_id.fetch_add(1, Ordering::Relaxed))
+        json!(crate::sequence::next())
     }
 
     /// POST a JSON-RPC message with the configured and per-call headers.
@@ -464,7 +464,7 @@ impl Upstream for HttpUpstream {
     }
 
     fn known_era(&self) -> Option<Era> {
-        self.inner.era.read().expect("era lock").clone()
+        self.inner.era.get().cloned()
     }
 
     fn call<'a>(
