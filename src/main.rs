@@ -13,20 +13,23 @@ use tasklift::config::RawConfig;
 const EXIT_CONFIG: u8 = 64;
 
 fn init_tracing(format: LogFormat, default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tasklift::observe::log_filter::from_env(default);
     let colour = std::io::stderr().is_terminal();
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(std::io::stderr);
+    let with_filter = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Pretty if colour => b.init(),
+        LogFormat::Pretty if colour => with_filter.with(logs).init(),
         // The same text, written without the styling machinery: a fifth of the
         // work of opening each request's span.
-        LogFormat::Pretty => b.fmt_fields(tasklift::observe::fields::PlainFields).init(),
-        LogFormat::Json => b.json().init(),
+        LogFormat::Pretty => with_filter
+            .with(logs.fmt_fields(tasklift::observe::fields::PlainFields))
+            .init(),
+        LogFormat::Json => with_filter.with(logs.json()).init(),
     }
 }
 

@@ -2,10 +2,11 @@
 //! `/metrics` ([`metrics`]), the W3C trace context carried from a client to its
 //! upstream ([`trace`]), tasklift's own spans ([`spans`]) and their export over
 //! OTLP (`otlp`, the default feature of that name), log fields written without
-//! colour ([`fields`]), and how an error is told
+//! colour ([`fields`]), the log filter ([`log_filter`]), and how an error is told
 //! ([`error_chain`]).
 
 pub mod fields;
+pub mod log_filter;
 pub mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
