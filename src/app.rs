@@ -97,7 +97,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     for w in cfg.warnings() {
         tracing::warn!("{w}");
     }
-    let metrics = Arc::new(crate::observe::metrics::Metrics::default());
+    let metrics = Arc::new(crate::observe::metrics::Metrics::for_upstreams(
+        cfg.upstreams.iter().map(|u| u.name.as_str()),
+    ));
     let (tracer, exporter) = tracer(&cfg.telemetry, &metrics)?;
     let engine = build_engine(&cfg, &store, &key, &kind, &metrics, &tracer);
     engine.recover().await?;

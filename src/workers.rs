@@ -42,6 +42,13 @@ pub fn current() -> usize {
     WORKER.with(Cell::get)
 }
 
+/// Name this thread as worker `worker`, as [`spawn`] does, for a test of what
+/// the workers share.
+#[cfg(test)]
+pub(crate) fn name_this_thread_for_tests(worker: usize) {
+    WORKER.with(|w| w.set(worker));
+}
+
 /// A connection accepted by one worker and handed to another, counted open
 /// there.
 struct Handed {

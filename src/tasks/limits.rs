@@ -142,11 +142,14 @@ impl Gate {
     /// Whether `owner` may start one more task.
     pub fn may_start_task(&self, owner: &str) -> Result<(), LimitError> {
         let max = self.limits().max_active_tasks_per_principal;
+        if max == 0 {
+            return Ok(());
+        }
         let n = self
             .active
             .get(owner)
             .map_or(0, |c| c.load(Ordering::Relaxed));
-        if max > 0 && n >= max {
+        if n >= max {
             return Err(LimitError::TooManyTasks { running: n, max });
         }
         Ok(())

@@ -12,10 +12,10 @@ use std::sync::OnceLock;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+
+use super::striped::{StripedCounter, StripedGauge, StripedHistogram};
 
 /// Upper bounds of the upstream call duration buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -83,10 +83,10 @@ const REQUEST_SLOTS: usize = (KNOWN_METHODS.len() + 1) * OUTCOMES.len();
 
 /// `tasklift_requests_total`: a series appears with its first request, and every
 /// later request of that method and outcome counts on a handle resolved then (no
-/// lock, no hashing, no allocation).
+/// lock, no hashing, no allocation), on its worker's stripe.
 pub(super) struct Requests {
-    family: Family<Labels<2>, Counter>,
-    resolved: [OnceLock<Counter>; REQUEST_SLOTS],
+    family: Family<Labels<2>, StripedCounter>,
+    resolved: [OnceLock<StripedCounter>; REQUEST_SLOTS],
 }
 
 impl Requests {
@@ -123,18 +123,19 @@ impl Requests {
     }
 }
 
-/// One upstream's series: handles into the families, shared with the registry.
+/// One upstream's series: handles into the families, shared with the registry,
+/// written on every call (so striped by worker).
 pub(super) struct UpstreamFigures {
     /// `tasklift_upstream_calls_in_flight`.
-    pub in_flight: Gauge,
+    pub in_flight: StripedGauge,
     /// `tasklift_upstream_call_duration_seconds`.
-    pub duration: Histogram,
+    pub duration: StripedHistogram,
 }
 
 /// The two families of each upstream's calls.
 pub(super) struct Upstreams {
-    in_flight: Family<UpstreamLabel, Gauge>,
-    duration: Family<UpstreamLabel, Histogram, fn() -> Histogram>,
+    in_flight: Family<UpstreamLabel, StripedGauge>,
+    duration: Family<UpstreamLabel, StripedHistogram, fn() -> StripedHistogram>,
 }
 
 impl Upstreams {
@@ -150,7 +151,9 @@ impl Upstreams {
                 r,
                 "tasklift_upstream_call_duration_seconds",
                 "How long upstream calls ran (tools/call and relayed requests)",
-                Family::new_with_constructor((|| Histogram::new(BUCKETS)) as fn() -> Histogram),
+                Family::new_with_constructor(
+                    (|| StripedHistogram::new(&BUCKETS)) as fn() -> StripedHistogram,
+                ),
             ),
         }
     }

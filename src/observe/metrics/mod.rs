@@ -9,11 +9,12 @@
 
 mod families;
 mod scrape;
+mod striped;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::hashing::FastDashMap;
+use crate::hashing::{FastDashMap, FastMap};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
 
@@ -63,8 +64,12 @@ pub enum Replay {
 /// Everything tasklift counts.
 pub struct Metrics {
     families: Families,
-    /// Each upstream's series by name, so that a call finds them without
+    /// The configured upstreams' series by name ([`Metrics::for_upstreams`]),
+    /// made at start: every call finds its upstream's without a lock (a read
+    /// lock is a write to the lock's cache line, from both workers) and without
     /// allocating its label (the families are keyed by owned label sets).
+    configured: FastMap<String, Arc<UpstreamFigures>>,
+    /// Any other upstream's series by name, made with its first call.
     upstreams: FastDashMap<String, Arc<UpstreamFigures>>,
     /// The webhook destinations' figures, read at scrape time.
     webhooks: std::sync::OnceLock<Arc<dyn WebhookSource>>,
@@ -74,6 +79,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             families: Families::new(),
+            configured: FastMap::default(),
             upstreams: FastDashMap::default(),
             webhooks: std::sync::OnceLock::new(),
         }
@@ -89,13 +95,22 @@ pub struct CallMeter {
 impl Drop for CallMeter {
     fn drop(&mut self) {
         self.figures.in_flight.dec();
-        self.figures
-            .duration
-            .observe(self.started.elapsed().as_secs_f64());
+        self.figures.duration.observe(self.started.elapsed());
     }
 }
 
 impl Metrics {
+    /// Metrics for a tasklift serving the upstreams `names`, whose series are
+    /// there (at 0) from the start.
+    pub fn for_upstreams<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut m = Self::default();
+        m.configured = names
+            .into_iter()
+            .map(|n| (n.to_string(), Arc::new(m.families.upstreams.figures(n))))
+            .collect();
+        m
+    }
+
     /// A task was created.
     pub fn task_created(&self) {
         self.families.tasks_created.inc();
@@ -192,6 +207,9 @@ impl Metrics {
 
     /// Upstream calls in flight now.
     pub fn in_flight(&self, upstream: &str) -> i64 {
+        if let Some(f) = self.configured.get(upstream) {
+            return f.in_flight.get();
+        }
         self.upstreams
             .get(upstream)
             .map_or(0, |f| f.in_flight.get())
@@ -212,9 +230,12 @@ impl Metrics {
         out
     }
 
-    /// The series of `upstream`: known upstreams take a read lock and allocate
-    /// nothing.
+    /// The series of `upstream`: a configured upstream's are found without a
+    /// lock; another's, known, under a read lock; neither allocates.
     fn upstream(&self, upstream: &str) -> Arc<UpstreamFigures> {
+        if let Some(f) = self.configured.get(upstream) {
+            return f.clone();
+        }
         if let Some(f) = self.upstreams.get(upstream) {
             return f.clone();
         }

@@ -184,3 +184,30 @@ fn the_histogram_keeps_its_buckets_and_escapes_names() {
         "tasklift_upstream_call_duration_seconds_count{{{name}}} 1\n"
     )));
 }
+
+/// A configured upstream's series are there before its first call, and its
+/// calls count on them as on any other upstream's.
+#[test]
+fn configured_upstreams_show_from_the_start_and_count_their_calls() {
+    let m = Metrics::for_upstreams(["reports", "search"]);
+    let text = m.render(&Snapshot::default());
+    for line in [
+        "tasklift_upstream_calls_in_flight{upstream=\"search\"} 0",
+        "tasklift_upstream_call_duration_seconds_count{upstream=\"reports\"} 0",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    let a = m.call_started("reports");
+    let b = m.call_started("elsewhere");
+    assert_eq!((m.in_flight("reports"), m.in_flight("elsewhere")), (1, 1));
+    drop((a, b));
+    assert_eq!((m.in_flight("reports"), m.in_flight("search")), (0, 0));
+    let text = m.render(&Snapshot::default());
+    for line in [
+        "tasklift_upstream_call_duration_seconds_count{upstream=\"reports\"} 1",
+        "tasklift_upstream_call_duration_seconds_count{upstream=\"search\"} 0",
+        "tasklift_upstream_call_duration_seconds_count{upstream=\"elsewhere\"} 1",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}
