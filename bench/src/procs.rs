@@ -279,7 +279,13 @@ pub fn nofile_limits() -> (String, String) {
 /// CPU time (user + system) used so far by `pid`, in clock ticks of 1/100 s
 /// (`USER_HZ`); 0 if the process is gone.
 pub fn cpu_ticks(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    ticks_in(&format!("/proc/{pid}/stat"))
+}
+
+/// The user and system ticks in a `stat` file of /proc (a process's or a
+/// thread's); 0 if it cannot be read.
+fn ticks_in(path: &str) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0;
     };
     // The command name may hold spaces: the fields start after its closing ')'.
@@ -323,6 +329,38 @@ pub fn children(pid: u32) -> Vec<u32> {
 /// CPU time of several processes, in seconds.
 pub fn cpu_secs(pids: &[u32]) -> f64 {
     pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() as f64 / 100.0
+}
+
+/// The CPU ticks of every thread of `pids`, by thread id.
+pub fn thread_ticks(pids: &[u32]) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            if let Some(tid) = t.file_name().to_str().and_then(|n| n.parse().ok()) {
+                out.push((tid, ticks_in(&format!("/proc/{pid}/task/{tid}/stat"))));
+            }
+        }
+    }
+    out
+}
+
+/// Of the CPU the threads in `before` and `after` (two readings of
+/// [`thread_ticks`]) used between the readings, the share of the busiest one:
+/// 1 when one thread did all the work, 0.5 when two split it evenly. None
+/// when they used none.
+pub fn busiest_share(before: &[(u32, u64)], after: &[(u32, u64)]) -> Option<f64> {
+    let used: Vec<u64> = after
+        .iter()
+        .map(|&(tid, t1)| {
+            let t0 = before.iter().find(|b| b.0 == tid).map_or(0, |b| b.1);
+            t1.saturating_sub(t0)
+        })
+        .collect();
+    let total: u64 = used.iter().sum();
+    (total > 0).then(|| *used.iter().max().unwrap_or(&0) as f64 / total as f64)
 }
 
 /// Context switches (voluntary: the thread waited; involuntary: it was
@@ -426,5 +464,21 @@ impl ScratchDb {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         eprintln!("could not drop the scratch database {}", self.name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busiest_share;
+
+    #[test]
+    fn the_busiest_threads_share_of_the_work_between_two_readings() {
+        // Thread 1 did 30 ticks, thread 2 ten; thread 3 started during the run
+        // and did 60; thread 4 ended (not in the second reading).
+        let before = [(1, 100), (2, 50), (4, 7)];
+        let after = [(1, 130), (2, 60), (3, 60)];
+        assert_eq!(busiest_share(&before, &after), Some(0.6));
+        assert_eq!(busiest_share(&after, &after), None);
+        assert_eq!(busiest_share(&[(1, 5)], &[(1, 9)]), Some(1.0));
     }
 }

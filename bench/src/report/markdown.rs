@@ -396,7 +396,13 @@ impl Report {
              - **Disturbed runs**: before each run the harness waits (up to {:.0} s) until the rest of the machine \
              uses less than {:.0}% of a core; a run during which it used more is run again (up to {} more times) \
              and the least disturbed run is kept (\"CPU elsewhere\" and \"attempts\" per repetition below); at \
-             most {:.0} s go to waiting and re-running in all.\n",
+             most {:.0} s go to waiting and re-running in all.\n\
+             - **How a proxy's work fell across its threads**: \"proxy's busiest thread\" per repetition below is \
+             the share of the proxy's CPU its busiest thread (an nginx worker, a tasklift or forwarder worker) used: \
+             100% when all of the load's connections landed on one worker, about 50% when two split them. nginx and \
+             the forwarder take connections as their workers race for them; tasklift balances them across its \
+             workers. On a machine the load and the upstream share, a proxy serving every connection from one \
+             thread spends less CPU per call, so a repetition's ratio moves with this.\n",
             args.quiet_wait.as_secs_f64(),
             args.max_other * 100.0,
             args.retries,
@@ -495,7 +501,7 @@ impl Report {
         let _ = writeln!(s, "### Per repetition\n");
         let _ = writeln!(
             s,
-            "| target | rep | req/s | p50 ms | p99 ms | max ms | errors | CPU elsewhere | attempts |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "| target | rep | req/s | p50 ms | p99 ms | max ms | errors | CPU elsewhere | attempts | proxy's busiest thread |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for label in &self.order {
             let Some(v) = self.samples.get(label) else {
@@ -504,7 +510,7 @@ impl Report {
             for (i, x) in v.iter().enumerate() {
                 let _ = writeln!(
                     s,
-                    "| {label} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.0}% | {} |",
+                    "| {label} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.0}% | {} | {} |",
                     i + 1,
                     x.rps,
                     x.pct.p50 as f64 / 1000.0,
@@ -512,7 +518,9 @@ impl Report {
                     x.pct.max as f64 / 1000.0,
                     x.errors,
                     x.cpu_other * 100.0,
-                    x.attempts
+                    x.attempts,
+                    x.proxy_busiest
+                        .map_or("".into(), |b| format!("{:.0}%", b * 100.0))
                 );
             }
         }

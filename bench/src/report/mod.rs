@@ -60,6 +60,11 @@ pub struct Sample {
     /// it is the baseline's HTTP server: a proxy that keeps its upstream
     /// connections opens about as many as the load has clients.
     pub upstream_connections: Option<u64>,
+    /// The share of the proxy's CPU its busiest thread used (1: one thread did
+    /// all the work; 0.5: two split it evenly). With two workers, how the load's
+    /// connections fell across them, which moves a proxy's cost per call on a
+    /// machine the load and the upstream share.
+    pub proxy_busiest: Option<f64>,
     /// Context switches per answer of the proxy's threads: (voluntary: a thread
     /// waited for work, involuntary: it was preempted).
     pub proxy_switches: (f64, f64),

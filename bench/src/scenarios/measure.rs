@@ -134,6 +134,7 @@ where
     let me = [std::process::id()];
     let a0 = accepted(&cpu.accepted_at).await?;
     let (ps0, us0) = (procs::switches(&cpu.proxy), procs::switches(&cpu.upstream));
+    let threads0 = procs::thread_ticks(&cpu.proxy);
     let (c0, p0, u0, m0) = (
         procs::cpu_secs(&me),
         procs::cpu_secs(&cpu.proxy),
@@ -150,6 +151,7 @@ where
         procs::machine_busy_secs(),
     );
     let (ps1, us1) = (procs::switches(&cpu.proxy), procs::switches(&cpu.upstream));
+    let threads1 = procs::thread_ticks(&cpu.proxy);
     // Read after the run: the `/stats` request's own connection is in a0's count,
     // not in the run's.
     let a1 = accepted(&cpu.accepted_at).await?;
@@ -161,6 +163,7 @@ where
     s.cpu_upstream = (u1 - u0) / wall;
     s.cpu_other = ((m1 - m0) - (c1 - c0) - (p1 - p0) - (u1 - u0)).max(0.0) / wall;
     s.proxy_us_per_req = (p1 - p0) * 1e6 / n;
+    s.proxy_busiest = procs::busiest_share(&threads0, &threads1);
     let per_call = |(v0, i0): (u64, u64), (v1, i1): (u64, u64)| {
         (
             v1.saturating_sub(v0) as f64 / n,
@@ -175,7 +178,7 @@ where
 
 pub(super) fn log_run(label: &str, s: &Sample) {
     eprintln!(
-        "  {label:<26} {:>9.0} req/s  p50 {:>6} µs  p99 {:>6} µs  max {:>7} µs  cpu: client {:>3.0}% proxy {:>3.0}% upstream {:>3.0}% other {:>3.0}%  switches per call: proxy {:.2}+{:.2} upstream {:.2}+{:.2}  errors {}{}{}",
+        "  {label:<26} {:>9.0} req/s  p50 {:>6} µs  p99 {:>6} µs  max {:>7} µs  cpu: client {:>3.0}% proxy {:>3.0}% upstream {:>3.0}% other {:>3.0}%{}  switches per call: proxy {:.2}+{:.2} upstream {:.2}+{:.2}  errors {}{}{}",
         s.rps,
         s.pct.p50,
         s.pct.p99,
@@ -184,6 +187,9 @@ pub(super) fn log_run(label: &str, s: &Sample) {
         s.cpu_proxy * 100.0,
         s.cpu_upstream * 100.0,
         s.cpu_other * 100.0,
+        s.proxy_busiest
+            .map(|b| format!(" (busiest proxy thread {:.0}%)", b * 100.0))
+            .unwrap_or_default(),
         s.proxy_switches.0,
         s.proxy_switches.1,
         s.upstream_switches.0,
