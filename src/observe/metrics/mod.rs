@@ -207,12 +207,7 @@ impl Metrics {
 
     /// Upstream calls in flight now.
     pub fn in_flight(&self, upstream: &str) -> i64 {
-        if let Some(f) = self.configured.get(upstream) {
-            return f.in_flight.get();
-        }
-        self.upstreams
-            .get(upstream)
-            .map_or(0, |f| f.in_flight.get())
+        self.known(upstream).map_or(0, |f| f.in_flight.get())
     }
 
     /// The text exposition: what tasklift counted, then `snap`. Every upstream
@@ -230,14 +225,19 @@ impl Metrics {
         out
     }
 
-    /// The series of `upstream`: a configured upstream's are found without a
-    /// lock; another's, known, under a read lock; neither allocates.
-    fn upstream(&self, upstream: &str) -> Arc<UpstreamFigures> {
-        if let Some(f) = self.configured.get(upstream) {
-            return f.clone();
+    /// The series of `upstream` if it has any: a configured upstream's found
+    /// without a lock, another's under a read lock; neither allocates.
+    fn known(&self, upstream: &str) -> Option<Arc<UpstreamFigures>> {
+        match self.configured.get(upstream) {
+            Some(f) => Some(f.clone()),
+            None => self.upstreams.get(upstream).map(|f| f.clone()),
         }
-        if let Some(f) = self.upstreams.get(upstream) {
-            return f.clone();
+    }
+
+    /// The series of `upstream`, made (at 0) if it has none yet.
+    fn upstream(&self, upstream: &str) -> Arc<UpstreamFigures> {
+        if let Some(f) = self.known(upstream) {
+            return f;
         }
         self.upstreams
             .entry(upstream.to_string())

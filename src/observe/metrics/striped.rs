@@ -30,23 +30,37 @@ fn stripe() -> usize {
 #[derive(Default)]
 struct Line<T>(T);
 
-/// A counter (`u64`, only goes up).
+/// A sum kept as one stripe per worker: what the counter and the gauge both are.
 #[derive(Clone, Default)]
-pub(crate) struct StripedCounter(Arc<[Line<AtomicU64>; STRIPES]>);
+struct Sums(Arc<[Line<AtomicI64>; STRIPES]>);
 
-impl StripedCounter {
-    pub(crate) fn inc(&self) {
-        self.0[stripe()].0.fetch_add(1, Ordering::Relaxed);
+impl Sums {
+    fn add(&self, n: i64) {
+        self.0[stripe()].0.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn get(&self) -> u64 {
+    fn sum(&self) -> i64 {
         self.0.iter().map(|l| l.0.load(Ordering::Relaxed)).sum()
     }
 }
 
-impl std::fmt::Debug for StripedCounter {
+impl std::fmt::Debug for Sums {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("StripedCounter").field(&self.get()).finish()
+        self.sum().fmt(f)
+    }
+}
+
+/// A counter (only goes up).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StripedCounter(Sums);
+
+impl StripedCounter {
+    pub(crate) fn inc(&self) {
+        self.0.add(1);
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.sum().max(0) as u64
     }
 }
 
@@ -64,28 +78,22 @@ impl EncodeMetric for StripedCounter {
     }
 }
 
-/// A gauge (`i64`): a stripe may go below zero (a call counted in on one worker
-/// and out on another); the sum is the gauge.
-#[derive(Clone, Default)]
-pub(crate) struct StripedGauge(Arc<[Line<AtomicI64>; STRIPES]>);
+/// A gauge: a stripe may go below zero (a call counted in on one worker and out
+/// on another); the sum is the gauge.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StripedGauge(Sums);
 
 impl StripedGauge {
     pub(crate) fn inc(&self) {
-        self.0[stripe()].0.fetch_add(1, Ordering::Relaxed);
+        self.0.add(1);
     }
 
     pub(crate) fn dec(&self) {
-        self.0[stripe()].0.fetch_sub(1, Ordering::Relaxed);
+        self.0.add(-1);
     }
 
     pub(crate) fn get(&self) -> i64 {
-        self.0.iter().map(|l| l.0.load(Ordering::Relaxed)).sum()
-    }
-}
-
-impl std::fmt::Debug for StripedGauge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("StripedGauge").field(&self.get()).finish()
+        self.0.sum()
     }
 }
 
@@ -103,6 +111,9 @@ impl EncodeMetric for StripedGauge {
     }
 }
 
+/// Room for a histogram's buckets in each stripe: its bounds and `+Inf`.
+const BUCKET_SLOTS: usize = 16;
+
 /// A histogram of durations over fixed bucket bounds (seconds), then `+Inf`;
 /// the sum is kept in nanoseconds and shown in seconds.
 #[derive(Clone)]
@@ -115,27 +126,24 @@ struct Histogram {
     stripes: [Line<Stripe>; STRIPES],
 }
 
-/// One stripe of a histogram: a count per bucket (the last one `+Inf`), and the
-/// sum.
+/// One stripe of a histogram: a count per bucket (after the bounds', `+Inf`),
+/// and the sum. The counts are held in the stripe itself, so that they share
+/// its lines and no other stripe's.
 #[derive(Default)]
 struct Stripe {
-    buckets: Vec<AtomicU64>,
+    buckets: [AtomicU64; BUCKET_SLOTS],
     sum_ns: AtomicU64,
 }
 
 impl StripedHistogram {
     /// A histogram over `bounds` (seconds, increasing), then `+Inf`.
-    pub(crate) fn new(bounds: &[f64]) -> Self {
+    pub(crate) fn new<const N: usize>(bounds: &[f64; N]) -> Self {
+        const { assert!(N < BUCKET_SLOTS, "more bounds than a stripe holds") };
         let bounds: Vec<(f64, u64)> = bounds
             .iter()
             .map(|&s| (s, Duration::from_secs_f64(s).as_nanos() as u64))
             .collect();
-        let stripes = std::array::from_fn(|_| {
-            Line(Stripe {
-                buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-                sum_ns: AtomicU64::new(0),
-            })
-        });
+        let stripes = std::array::from_fn(|_| Line(Stripe::default()));
         Self(Arc::new(Histogram { bounds, stripes }))
     }
 
@@ -248,6 +256,16 @@ mod tests {
         assert_eq!(buckets, vec![(0.005, 10_000), (0.5, 0), (f64::INFINITY, 0)]);
         // 334 × 0 ms + 333 × 1 ms + 333 × 2 ms = 0.999 s per worker.
         assert!((sum - 9.99).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn each_stripe_keeps_its_counts_on_lines_of_its_own() {
+        // The counts live inside the stripe (no pointer to memory elsewhere),
+        // and a stripe fills whole 128-byte lines, so no two stripes share one.
+        assert_eq!(std::mem::align_of::<Line<Stripe>>(), 128);
+        assert_eq!(std::mem::size_of::<Line<Stripe>>() % 128, 0);
+        assert!(std::mem::size_of::<Stripe>() >= BUCKET_SLOTS * 8 + 8);
+        assert_eq!(std::mem::size_of::<Line<AtomicI64>>(), 128);
     }
 
     #[test]
