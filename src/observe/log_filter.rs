@@ -18,15 +18,13 @@ use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::EnvFilter;
 
 /// `RUST_LOG` as `EnvFilter` reads it, or `default` when it is unset or does
-/// not parse (as `EnvFilter::try_from_default_env` falls back).
+/// not parse (as `EnvFilter::try_from_default_env` falls back; `default`'s
+/// directives that do not parse are left out, as `EnvFilter::new` does).
 pub fn from_env(default: &str) -> LogFilter {
-    match std::env::var("RUST_LOG") {
-        Ok(spec) => match EnvFilter::try_new(&spec) {
-            Ok(f) => LogFilter::new(f, &spec),
-            Err(_) => LogFilter::new(EnvFilter::new(default), default),
-        },
-        Err(_) => LogFilter::new(EnvFilter::new(default), default),
-    }
+    std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|spec| LogFilter::parse(&spec).ok())
+        .unwrap_or_else(|| LogFilter::with(EnvFilter::new(default), default))
 }
 
 /// An `EnvFilter`, told whether its directives name spans or fields.
@@ -38,8 +36,13 @@ pub struct LogFilter {
 }
 
 impl LogFilter {
-    /// `filter`, parsed from `spec`.
-    pub fn new(filter: EnvFilter, spec: &str) -> Self {
+    /// The filter `spec` (`RUST_LOG`'s syntax) writes, or why it does not parse.
+    pub fn parse(spec: &str) -> Result<Self, tracing_subscriber::filter::ParseError> {
+        Ok(Self::with(EnvFilter::try_new(spec)?, spec))
+    }
+
+    /// `filter`, read from `spec`.
+    fn with(filter: EnvFilter, spec: &str) -> Self {
         Self {
             filter,
             // A directive's span and field filters are written in brackets.
@@ -104,7 +107,6 @@ impl<S: Subscriber> Layer<S> for LogFilter {
 #[cfg(test)]
 mod tests {
     use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::EnvFilter;
 
     use super::LogFilter;
     use crate::observe::CapturedLog;
@@ -113,7 +115,7 @@ mod tests {
     /// `request` span for `tools/call`, then the same inside one for `ping`.
     fn logged(spec: &str) -> (bool, String) {
         let log = CapturedLog::default();
-        let filter = LogFilter::new(EnvFilter::new(spec), spec);
+        let filter = LogFilter::parse(spec).expect("a valid filter");
         let follows = filter.follows_spans();
         let writer = log.clone();
         let subscriber = tracing_subscriber::registry().with(filter).with(
@@ -141,6 +143,8 @@ mod tests {
         assert!(text.contains("request{method=\"tools/call\"}: "), "{text}");
         assert!(!text.contains("debug in"), "{text}");
         assert!(text.contains("warn outside"));
+        // A filter that does not parse is refused (`from_env` then uses the default).
+        assert!(LogFilter::parse("tasklift=loudest").is_err());
         let (_, text) = logged("warn");
         assert!(
             !text.contains("info in") && text.contains("warn outside"),
