@@ -279,12 +279,12 @@ pub fn nofile_limits() -> (String, String) {
 /// CPU time (user + system) used so far by `pid`, in clock ticks of 1/100 s
 /// (`USER_HZ`); 0 if the process is gone.
 pub fn cpu_ticks(pid: u32) -> u64 {
-    ticks_in(&format!("/proc/{pid}/stat"))
+    ticks_in(format!("/proc/{pid}/stat"))
 }
 
 /// The user and system ticks in a `stat` file of /proc (a process's or a
 /// thread's); 0 if it cannot be read.
-fn ticks_in(path: &str) -> u64 {
+fn ticks_in(path: impl AsRef<std::path::Path>) -> u64 {
     let Ok(stat) = std::fs::read_to_string(path) else {
         return 0;
     };
@@ -331,8 +331,8 @@ pub fn cpu_secs(pids: &[u32]) -> f64 {
     pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() as f64 / 100.0
 }
 
-/// The CPU ticks of every thread of `pids`, by thread id.
-pub fn thread_ticks(pids: &[u32]) -> Vec<(u32, u64)> {
+/// Every thread of `pids`: its id and its /proc directory.
+fn threads(pids: &[u32]) -> Vec<(u32, std::path::PathBuf)> {
     let mut out = Vec::new();
     for pid in pids {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -340,11 +340,19 @@ pub fn thread_ticks(pids: &[u32]) -> Vec<(u32, u64)> {
         };
         for t in tasks.flatten() {
             if let Some(tid) = t.file_name().to_str().and_then(|n| n.parse().ok()) {
-                out.push((tid, ticks_in(&format!("/proc/{pid}/task/{tid}/stat"))));
+                out.push((tid, t.path()));
             }
         }
     }
     out
+}
+
+/// The CPU ticks of every thread of `pids`, by thread id.
+pub fn thread_ticks(pids: &[u32]) -> Vec<(u32, u64)> {
+    threads(pids)
+        .into_iter()
+        .map(|(tid, dir)| (tid, ticks_in(dir.join("stat"))))
+        .collect()
 }
 
 /// Of the CPU the threads in `before` and `after` (two readings of
@@ -367,19 +375,14 @@ pub fn busiest_share(before: &[(u32, u64)], after: &[(u32, u64)]) -> Option<f64>
 /// preempted) of every thread of `pids`, summed.
 pub fn switches(pids: &[u32]) -> (u64, u64) {
     let (mut vol, mut invol) = (0, 0);
-    for pid in pids {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-            let n = |rest: &str| rest.trim().parse::<u64>().unwrap_or(0);
-            for line in status.lines() {
-                if let Some(rest) = line.strip_prefix("voluntary_ctxt_switches:") {
-                    vol += n(rest);
-                } else if let Some(rest) = line.strip_prefix("nonvoluntary_ctxt_switches:") {
-                    invol += n(rest);
-                }
+    for (_, dir) in threads(pids) {
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let n = |rest: &str| rest.trim().parse::<u64>().unwrap_or(0);
+        for line in status.lines() {
+            if let Some(rest) = line.strip_prefix("voluntary_ctxt_switches:") {
+                vol += n(rest);
+            } else if let Some(rest) = line.strip_prefix("nonvoluntary_ctxt_switches:") {
+                invol += n(rest);
             }
         }
     }
