@@ -293,17 +293,19 @@ impl<'a> Scan<'a> {
     /// escapes.
     fn string(&mut self) -> Option<(Span, bool)> {
         self.eat(b'"')?;
+        let b = self.b;
         let start = self.i;
         let mut escaped = false;
         loop {
-            self.i += special_at(&self.b[self.i..])?;
-            match self.b[self.i] {
+            let at = special_at(b, self.i)?;
+            match b[at] {
                 b'"' => {
-                    self.i += 1;
-                    return Some(((start, self.i - 1), escaped));
+                    self.i = at + 1;
+                    return Some(((start, at), escaped));
                 }
                 b'\\' => {
                     escaped = true;
+                    self.i = at;
                     self.escape()?;
                 }
                 _ => return None,
@@ -344,25 +346,23 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// Where the first byte a string cannot hold as it is lies (`"`, `\`, or a
-/// control character); eight bytes at a time, the last eight overlapping the
-/// word before (whose bytes held none).
-fn special_at(b: &[u8]) -> Option<usize> {
-    let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"));
-    if b.len() < 8 {
-        return b.iter().position(|&c| c < 0x20 || c == b'"' || c == b'\\');
-    }
-    let mut at = 0;
-    loop {
-        let found = crate::compact::escape_bytes(word(at));
+/// Where the first byte from `at` on that a string cannot hold as it is lies
+/// (`"`, `\\`, or a control character): eight bytes at a time, then the last
+/// few one by one.
+fn special_at(b: &[u8], mut at: usize) -> Option<usize> {
+    while let Some(word) = b.get(at..at + 8) {
+        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let found = crate::compact::escape_bytes(word);
         if found != 0 {
             return Some(at + found.trailing_zeros() as usize / 8);
         }
-        if at + 8 == b.len() {
-            return None;
-        }
-        at = (at + 8).min(b.len() - 8);
+        at += 8;
     }
+    let tail = b.get(at..)?;
+    let found = tail
+        .iter()
+        .position(|&c| c < 0x20 || c == b'"' || c == b'\\');
+    found.map(|i| at + i)
 }
 
 #[cfg(test)]
@@ -391,6 +391,32 @@ mod tests {
         let meta = l.meta.expect("meta");
         assert_eq!(text(body, meta.span), r#"{"k":"v","n":{"x":[]}}"#);
         assert_eq!(text(body, meta.members[1].value), r#"{"x":[]}"#);
+    }
+
+    #[test]
+    fn finds_a_string_end_at_every_offset() {
+        // A string's end, escape or control character at each place within and
+        // across the eight-byte words, and in the last few bytes of the body.
+        for len in 0..40 {
+            for at in 0..=len {
+                for special in ["", "\\\"", "\\n", "\u{1}", "\u{e9}"] {
+                    let mut inner = "x".repeat(len);
+                    inner.insert_str(at, special);
+                    for pad in ["", "      ", "\t\t\t\t\t\t\t\t\t"] {
+                        let body = format!(r#"{{"k":"{inner}"}}{pad}"#);
+                        let parsed = serde_json::from_str::<serde_json::Value>(&body);
+                        let layout = scan(&body);
+                        assert_eq!(layout.is_some(), parsed.is_ok(), "{body:?}");
+                        if let Some(l) = layout {
+                            let value = text(&body, l.top.members[0].value);
+                            assert_eq!(value, format!(r#""{inner}""#));
+                            let plain = !special.starts_with('\\');
+                            assert_eq!(l.top.members[0].plain, plain, "{body:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
