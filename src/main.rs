@@ -16,7 +16,7 @@ fn init_tracing(format: LogFormat, default: &str) {
     use std::io::IsTerminal;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tasklift::observe::log_filter::from_env(default);
+    let (filter, unread) = tasklift::observe::log_filter::from_env(default);
     let colour = std::io::stderr().is_terminal();
     let logs = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
@@ -30,6 +30,9 @@ fn init_tracing(format: LogFormat, default: &str) {
             .with(logs.fmt_fields(tasklift::observe::fields::PlainFields))
             .init(),
         LogFormat::Json => with_filter.with(logs.json()).init(),
+    }
+    if let Some(why) = unread {
+        tracing::warn!("{why}");
     }
 }
 

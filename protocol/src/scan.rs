@@ -347,7 +347,7 @@ impl<'a> Scan<'a> {
 }
 
 /// Where the first byte from `at` on that a string cannot hold as it is lies
-/// (`"`, `\\`, or a control character): eight bytes at a time, then the last
+/// (`"`, `\`, or a control character): eight bytes at a time, then the last
 /// few one by one.
 fn special_at(b: &[u8], mut at: usize) -> Option<usize> {
     while let Some(word) = b.get(at..at + 8) {

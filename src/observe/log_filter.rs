@@ -18,13 +18,31 @@ use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::EnvFilter;
 
 /// `RUST_LOG` as `EnvFilter` reads it, or `default` when it is unset or does
-/// not parse (as `EnvFilter::try_from_default_env` falls back; `default`'s
-/// directives that do not parse are left out, as `EnvFilter::new` does).
-pub fn from_env(default: &str) -> LogFilter {
-    std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|spec| LogFilter::parse(&spec).ok())
-        .unwrap_or_else(|| LogFilter::with(EnvFilter::new(default), default))
+/// not parse ([`from_spec`]).
+pub fn from_env(default: &str) -> (LogFilter, Option<String>) {
+    from_spec(std::env::var("RUST_LOG").ok().as_deref(), default)
+}
+
+/// The filter `spec` writes, or `default`'s when there is none or it does not
+/// parse (as `EnvFilter::try_from_default_env` falls back; `default`'s
+/// directives that do not parse are left out, as `EnvFilter::new` does), with
+/// what to warn about then: a `RUST_LOG` set and not read, said once logging
+/// works, is one an operator can fix; left out silently, their debug lines just
+/// never come.
+pub fn from_spec(spec: Option<&str>, default: &str) -> (LogFilter, Option<String>) {
+    let fallback = || LogFilter::with(EnvFilter::new(default), default);
+    let Some(spec) = spec else {
+        return (fallback(), None);
+    };
+    match LogFilter::parse(spec) {
+        Ok(filter) => (filter, None),
+        Err(e) => {
+            let why = format!(
+                "RUST_LOG={spec:?} does not parse ({e}); logging with the default {default:?}"
+            );
+            (fallback(), Some(why))
+        }
+    }
 }
 
 /// An `EnvFilter`, told whether its directives name spans or fields.
@@ -143,8 +161,19 @@ mod tests {
         assert!(text.contains("request{method=\"tools/call\"}: "), "{text}");
         assert!(!text.contains("debug in"), "{text}");
         assert!(text.contains("warn outside"));
-        // A filter that does not parse is refused (`from_env` then uses the default).
+        // A filter that does not parse is refused; `from_spec` then uses the
+        // default, and says why.
         assert!(LogFilter::parse("tasklift=loudest").is_err());
+        let (filter, warning) = super::from_spec(Some("tasklift=loudest"), "warn");
+        assert!(!filter.follows_spans());
+        let warning = warning.expect("a warning");
+        assert!(
+            warning.contains("RUST_LOG=\"tasklift=loudest\" does not parse")
+                && warning.contains("\"warn\""),
+            "{warning}"
+        );
+        assert!(super::from_spec(Some("debug"), "warn").1.is_none());
+        assert!(super::from_spec(None, "warn").1.is_none());
         let (_, text) = logged("warn");
         assert!(
             !text.contains("info in") && text.contains("warn outside"),
