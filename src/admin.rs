@@ -20,13 +20,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{header, HeaderValue, Method, Response, StatusCode};
-use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::Transport;
 use crate::front::State;
 use crate::serving::body::{self, RespBody};
+use crate::serving::ReqBody;
 use crate::store::{TaskRecord, TaskStatus};
 use crate::upstream::Era;
 use crate::webhooks::{DestinationStatus, Webhooks};
@@ -49,8 +49,12 @@ pub async fn serve(
     hooks: Option<Arc<Webhooks>>,
     shutdown: watch::Receiver<bool>,
 ) {
-    let times = (SHUTDOWN_GRACE, Duration::from_secs(30));
-    crate::serving::accept_loop(listener, shutdown, times, "admin", None, move |req, peer| {
+    let limits = crate::serving::Limits {
+        grace: SHUTDOWN_GRACE,
+        header_timeout: Duration::from_secs(30),
+        max_body: 64 * 1024, // GET only: a body is read and ignored
+    };
+    crate::serving::accept_loop(listener, shutdown, limits, "admin", None, move |req, peer| {
         let (state, hosts, hooks) = (state.clone(), allowed_hosts.clone(), hooks.clone());
         async move {
             if !host_allowed(req.headers(), &hosts)
@@ -71,7 +75,7 @@ pub async fn serve(
 async fn handle(
     state: &State,
     (started, hooks): (Instant, Option<&Webhooks>),
-    req: http::Request<Incoming>,
+    req: http::Request<ReqBody>,
 ) -> Response<RespBody> {
     if req.method() != Method::GET {
         let mut r = text(

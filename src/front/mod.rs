@@ -20,7 +20,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -29,7 +28,7 @@ use self::errors::Rejected;
 use crate::dispatch::{dispatch, Mount};
 use crate::reply::Reply;
 use crate::serving::body::{self, RespBody};
-use crate::serving::{accept_loop, json_bytes, json_response, Peer};
+use crate::serving::{accept_loop, json_bytes, json_response, Limits, Peer, ReqBody};
 use crate::upstream::CallContext;
 use crate::workers::Doorway;
 use tasklift_protocol::jsonrpc::{Envelope, Request};
@@ -37,12 +36,16 @@ use tasklift_protocol::jsonrpc::{Envelope, Request};
 /// Accept connections until `shutdown` turns true, then stop accepting and let open
 /// connections finish their in-flight requests.
 pub async fn serve(doorway: Doorway, state: Arc<State>, shutdown: watch::Receiver<bool>) {
-    let times = (state.cfg.shutdown_grace, state.cfg.header_read_timeout);
+    let limits = Limits {
+        grace: state.cfg.shutdown_grace,
+        header_timeout: state.cfg.header_read_timeout,
+        max_body: state.cfg.max_body_bytes,
+    };
     let metrics = Some(state.metrics.clone());
     accept_loop(
         doorway,
         shutdown,
-        times,
+        limits,
         "front door",
         metrics,
         move |req, peer| handle(state.clone(), req, peer),
@@ -55,7 +58,7 @@ pub async fn serve(doorway: Doorway, state: Arc<State>, shutdown: watch::Receive
 /// door or the modern path. The order decides which error a bad request gets.
 async fn handle(
     state: Arc<State>,
-    req: http::Request<Incoming>,
+    req: http::Request<ReqBody>,
     client: Peer,
 ) -> Response<RespBody> {
     let peer = client.addr;
@@ -149,8 +152,16 @@ fn declares_json(headers: &http::HeaderMap) -> bool {
 }
 
 /// The body, read up to `server.max_body_bytes`.
-async fn read_body(state: &State, body: Incoming) -> Result<Bytes, Rejected> {
+async fn read_body(state: &State, body: ReqBody) -> Result<Bytes, Rejected> {
     let limit = state.cfg.max_body_bytes;
+    // Read whole already, within the limit (a larger one is streamed).
+    if let ReqBody::Whole(Some(b)) = body {
+        if b.len() <= limit {
+            return Ok(b);
+        }
+        state.metrics.limit_hit("max_body_bytes");
+        return Err(Rejected::TooLarge { limit });
+    }
     let bytes: Bytes = match Limited::new(body, limit).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e)

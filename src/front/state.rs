@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::serving::ReqBody;
 use http::{header, HeaderMap, Response};
-use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::auth::Authenticator;
@@ -44,7 +44,7 @@ pub trait LegacyClients: Send + Sync {
         &'a self,
         state: &'a State,
         mount: &'a Mount,
-        req: http::Request<Incoming>,
+        req: http::Request<ReqBody>,
         session_id: &'a str,
         peer: SocketAddr,
     ) -> Responding<'a>;

@@ -1,4 +1,4 @@
-//! The HTTP/1 accept loop both of tasklift's listeners run (the front door and
+//! The accept loop both of tasklift's listeners run (the front door and
 //! the admin listener): one task per connection, a header read timeout, and a
 //! graceful end at shutdown.
 
@@ -14,6 +14,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
 use crate::serving::body::RespBody;
+use crate::serving::h1::{self, Ended, Prefixed, ReqBody, Settings};
 use crate::workers::Doorway;
 
 /// The client at the other end of a connection: its address, and the address as
@@ -40,20 +41,31 @@ impl std::fmt::Display for Peer {
     }
 }
 
+/// What a listener's connections are held to: the grace they get at shutdown,
+/// the header read timeout, and the largest body read before the handler runs
+/// (a larger one streams to the handler through hyper).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub grace: Duration,
+    pub header_timeout: Duration,
+    pub max_body: usize,
+}
+
 /// The HTTP/1 accept loop of tasklift's listeners: each request is answered by
 /// `answer`; at `shutdown`, accepting stops and open connections get `grace` to
 /// finish. A front-door worker's connections come through its [`Doorway`] (some
 /// accepted by another worker and handed over); the admin listener's straight
-/// from its socket.
+/// from its socket. Connections are served by [`h1`](super::h1), which hands
+/// the requests it does not take to hyper.
 pub async fn accept_loop<F, Fut>(
     doorway: impl Into<Doorway>,
     mut shutdown: watch::Receiver<bool>,
-    (grace, header_timeout): (Duration, Duration),
+    limits: Limits,
     what: &'static str,
     metrics: Option<Arc<crate::observe::metrics::Metrics>>,
     answer: F,
 ) where
-    F: Fn(http::Request<Incoming>, Peer) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(http::Request<ReqBody>, Peer) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<RespBody>> + Send + 'static,
 {
     let mut doorway = doorway.into();
@@ -76,28 +88,41 @@ pub async fn accept_loop<F, Fut>(
         let _ = stream.set_nodelay(true);
         let answer = answer.clone();
         let client = Peer::new(peer);
-        let svc = service_fn(move |req| {
-            // Built where it stays: hyper keeps the request's future in a slot of
-            // its own, and moving the 9 KB future there was a 9 KB copy per request
-            // (callgrind: 9% of a proxied call's instructions). Allocated first and
-            // written into, it is built in place and hyper moves a pointer.
-            let fut = Box::into_pin(Box::write(Box::new_uninit(), answer(req, client.clone())));
-            async move { Ok::<_, Infallible>(fut.await) }
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
+        // Held while the connection is open, so the wait at shutdown waits for it.
+        let watcher = graceful.watcher();
+        let mut settings = Settings {
+            header_timeout: limits.header_timeout,
+            max_body: limits.max_body,
+            shutdown: shutdown.clone(),
+        };
         let metrics = metrics.clone();
         conns.spawn(async move {
             let _open = open; // counted on this worker while it is open
-            if let Err(e) = conn.await {
+            let mut stream = stream;
+            let here = client.clone();
+            let ended = h1::serve(&mut stream, &mut settings, |req| {
+                answer(req, here.clone())
+            })
+            .await;
+            let read = match ended {
+                Ended::Closed => return,
+                Ended::TimedOut => return timed_out(metrics.as_deref(), peer, what),
+                Ended::HandOver(read) => read,
+            };
+            let svc = service_fn(move |req: http::Request<Incoming>| {
+                let fut = Box::into_pin(Box::write(
+                    Box::new_uninit(),
+                    answer(req.map(ReqBody::Streamed), client.clone()),
+                ));
+                async move { Ok::<_, Infallible>(fut.await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(TokioIo::new(Prefixed { read, io: stream }), svc);
+            if let Err(e) = watcher.watch(conn).await {
                 if e.is_timeout() {
-                    // A client that never finished sending its headers (slow loris).
-                    if let Some(m) = &metrics {
-                        m.limit_hit("header_read_timeout");
-                    }
+                    return timed_out(metrics.as_deref(), peer, what);
                 }
                 tracing::debug!(error = %e, client.addr = %peer, listener = what, "connection ended with an error");
             }
@@ -107,6 +132,7 @@ pub async fn accept_loop<F, Fut>(
     // serves what it would have handed to this one.
     drop(doorway);
     tracing::info!(listener = what, "closed; waiting for open connections");
+    let grace = limits.grace;
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()
@@ -120,4 +146,16 @@ pub async fn accept_loop<F, Fut>(
         conns.abort_all();
         while conns.join_next().await.is_some() {}
     }
+}
+
+/// A client that never finished sending its headers (slow loris).
+fn timed_out(
+    metrics: Option<&crate::observe::metrics::Metrics>,
+    peer: SocketAddr,
+    what: &'static str,
+) {
+    if let Some(m) = metrics {
+        m.limit_hit("header_read_timeout");
+    }
+    tracing::debug!(client.addr = %peer, listener = what, "no request head within the header read timeout; closed");
 }

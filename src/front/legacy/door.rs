@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::serving::ReqBody;
 use bytes::Bytes;
 use http::{header, HeaderMap, Response, StatusCode};
-use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -193,7 +193,7 @@ impl LegacyClients for Legacy {
         &'a self,
         state: &'a State,
         mount: &'a Mount,
-        req: http::Request<Incoming>,
+        req: http::Request<ReqBody>,
         session_id: &'a str,
         peer: SocketAddr,
     ) -> Responding<'a> {
@@ -286,7 +286,7 @@ async fn session_stream(
     state: &State,
     legacy: &Legacy,
     mount: &Mount,
-    req: http::Request<Incoming>,
+    req: http::Request<ReqBody>,
     sid: &str,
     peer: SocketAddr,
 ) -> Response<RespBody> {

@@ -1,0 +1,514 @@
+//! HTTP/1.1 connections on tasklift's own small server, with hyper for what it
+//! does not take.
+//!
+//! hyper's server spent about 16,000 instructions on each proxied call (its
+//! dispatcher's state machine, a `Connection` header check, the head's encoder,
+//! buffered I/O), more than a quarter of the call. The requests MCP clients send
+//! are few in shape: `POST` with a `Content-Length` body, `GET` and `DELETE`
+//! without one, in HTTP/1.1, kept alive. Those are read here: the head parsed by
+//! `httparse`, the body read whole (at most `server.max_body_bytes`) before the
+//! handler runs, the answer written in one write when its length is known
+//! (`Content-Length`), chunked as it comes otherwise (an SSE stream).
+//!
+//! Anything else hands the connection, with what was read of it, to hyper for
+//! the rest of its life: HTTP/1.0, other methods, `Transfer-Encoding`, `Expect`,
+//! `Upgrade`, a body over the limit (which hyper streams to the handler's 413), a
+//! head that does not parse or exceeds 64 KiB or 100 fields (hyper's 400 and
+//! 431). Behaviour kept from hyper's server, so a connection behaves the same
+//! either way:
+//!
+//! - the header read timeout runs from when the connection waits for a request's
+//!   head (an idle kept-alive connection included) until the head is read; when
+//!   it fires the connection closes without an answer;
+//! - a client that closes its side while its request runs cancels the request
+//!   (its handler, or the answer's stream, is dropped); data that comes instead
+//!   (a pipelined request) is kept for after the answer and ends the watch;
+//! - `Connection: close` from the client is answered with `connection: close`
+//!   and the connection closes; at shutdown an idle connection closes at once
+//!   and a busy one after its answer;
+//! - every answer carries `date`; 1xx, 204 and 304 carry no body.
+
+use std::future::Future;
+use std::io::{self, Write};
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::body::RespBody;
+
+/// Longest request head read here; a longer one goes to hyper (whose limit is
+/// about 400 KiB).
+const MAX_HEAD: usize = 64 * 1024;
+/// Most header fields read here (hyper's limit; more go to hyper for its 431).
+const MAX_HEADERS: usize = 100;
+
+/// A request's body: read whole before the handler runs (a request read here),
+/// or hyper's stream (a connection handed to hyper).
+#[derive(Debug)]
+pub enum ReqBody {
+    /// The whole body; `None` once taken.
+    Whole(Option<Bytes>),
+    /// hyper's body stream.
+    Streamed(Incoming),
+}
+
+impl Body for ReqBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ReqBody::Whole(b) => Poll::Ready(
+                b.take()
+                    .filter(|b| !b.is_empty())
+                    .map(|b| Ok(Frame::data(b))),
+            ),
+            ReqBody::Streamed(i) => Pin::new(i).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ReqBody::Whole(b) => b.as_ref().is_none_or(Bytes::is_empty),
+            ReqBody::Streamed(i) => i.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ReqBody::Whole(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            ReqBody::Streamed(i) => i.size_hint(),
+        }
+    }
+}
+
+/// How a connection served here ended.
+pub enum Ended {
+    /// Closed: by the client, after `Connection: close`, at shutdown, or on an
+    /// I/O error.
+    Closed,
+    /// No complete head came within the header read timeout.
+    TimedOut,
+    /// A request this server does not take: hyper serves the connection from
+    /// here, starting with the bytes already read (`Prefixed`).
+    HandOver(Bytes),
+}
+
+/// What one connection needs: the header read timeout, the largest body read
+/// here, and the shutdown signal.
+pub struct Settings {
+    pub header_timeout: Duration,
+    pub max_body: usize,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Serve requests on `io` until it closes or must go to hyper. `answer` is
+/// called once per request with the request.
+pub async fn serve<F, Fut>(io: &mut TcpStream, set: &mut Settings, answer: F) -> Ended
+where
+    F: Fn(Request<ReqBody>) -> Fut,
+    Fut: Future<Output = Response<RespBody>>,
+{
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut out = Vec::with_capacity(1024);
+    loop {
+        let head = match read_head(io, &mut buf, set).await {
+            Step::Head(h) => h,
+            Step::Closed => return Ended::Closed,
+            Step::TimedOut => return Ended::TimedOut,
+            Step::HandOver => return Ended::HandOver(buf.freeze()),
+        };
+        while buf.len() < head.head_len + head.body_len {
+            buf.reserve(head.head_len + head.body_len - buf.len());
+            match io.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return Ended::Closed, // gone mid-body
+                Ok(_) => {}
+            }
+        }
+        let close = head.close || *set.shutdown.borrow();
+        let http10 = head.http10;
+        let req = match head.request(&mut buf) {
+            Ok(r) => r,
+            Err(()) => {
+                let _ = io.write_all(BAD_REQUEST).await;
+                return Ended::Closed;
+            }
+        };
+        // Built where it stays, as hyper's slot needed: the handler's future is
+        // several KB, and moving it would copy it per request.
+        let fut = Box::into_pin(Box::write(Box::new_uninit(), answer(req)));
+        let Some(resp) = or_gone(fut, io, &mut buf).await else {
+            return Ended::Closed;
+        };
+        let close = close || *set.shutdown.borrow();
+        match respond(io, &mut buf, &mut out, resp, (http10, close)).await {
+            Ok(true) if !close => {}
+            _ => return Ended::Closed,
+        }
+    }
+}
+
+/// A request head read and checked as this server takes it.
+struct Head {
+    head_len: usize,
+    body_len: usize,
+    method: Method,
+    /// The request target, as a range of the head.
+    target: (usize, usize),
+    /// Each field's name, and its value as a range of the head.
+    fields: Vec<(HeaderName, (usize, usize))>,
+    /// An HTTP/1.0 request (answered in HTTP/1.0).
+    http10: bool,
+    /// The connection closes after this request.
+    close: bool,
+}
+
+enum Step {
+    Head(Head),
+    Closed,
+    TimedOut,
+    HandOver,
+}
+
+/// The next request's head: read until it parses, within the header read
+/// timeout. An idle connection closes at shutdown.
+async fn read_head(io: &mut TcpStream, buf: &mut BytesMut, set: &mut Settings) -> Step {
+    let deadline = tokio::time::Instant::now() + set.header_timeout;
+    loop {
+        if !buf.is_empty() {
+            match parse(buf, set.max_body) {
+                Parsed::Head(h) => return Step::Head(h),
+                Parsed::HandOver => return Step::HandOver,
+                Parsed::Partial if buf.len() >= MAX_HEAD => return Step::HandOver,
+                Parsed::Partial => {}
+            }
+        }
+        let idle = buf.is_empty();
+        if idle && *set.shutdown.borrow() {
+            return Step::Closed;
+        }
+        buf.reserve(4096);
+        // The read first: when the head is there, no timer is set.
+        tokio::select! {
+            biased;
+            r = io.read_buf(buf) => match r {
+                Ok(0) | Err(_) => return Step::Closed,
+                Ok(_) => {}
+            },
+            () = tokio::time::sleep_until(deadline) => return Step::TimedOut,
+            _ = set.shutdown.changed(), if idle => return Step::Closed,
+        }
+    }
+}
+
+enum Parsed {
+    Head(Head),
+    Partial,
+    HandOver,
+}
+
+/// The head at the start of `buf`, when it is complete and of a request this
+/// server takes.
+fn parse(buf: &[u8], max_body: usize) -> Parsed {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::HandOver,
+    };
+    let method = match req.method {
+        Some("POST") => Method::POST,
+        Some("GET") => Method::GET,
+        Some("DELETE") => Method::DELETE,
+        _ => return Parsed::HandOver,
+    };
+    let (Some(version @ (0 | 1)), Some(target)) = (req.version, req.path) else {
+        return Parsed::HandOver;
+    };
+    if !target.starts_with('/') {
+        return Parsed::HandOver;
+    }
+    let at = |s: &[u8]| {
+        let start = s.as_ptr() as usize - buf.as_ptr() as usize;
+        (start, start + s.len())
+    };
+    let mut body_len = None;
+    let (mut close, mut keep_alive) = (false, false);
+    let mut named = Vec::with_capacity(req.headers.len());
+    for f in req.headers.iter() {
+        let Ok(name) = HeaderName::from_bytes(f.name.as_bytes()) else {
+            return Parsed::HandOver;
+        };
+        if name == http::header::CONTENT_LENGTH {
+            match (body_len, content_length(f.value)) {
+                (None, Some(n)) if n <= max_body => body_len = Some(n),
+                _ => return Parsed::HandOver,
+            }
+        } else if name == http::header::TRANSFER_ENCODING
+            || name == http::header::EXPECT
+            || name == http::header::UPGRADE
+        {
+            return Parsed::HandOver;
+        } else if name == http::header::CONNECTION {
+            for token in f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+        named.push((name, at(f.value)));
+    }
+    Parsed::Head(Head {
+        head_len,
+        body_len: body_len.unwrap_or(0),
+        method,
+        target: at(target.as_bytes()),
+        fields: named,
+        http10: version == 0,
+        // HTTP/1.0 closes unless the client asks to keep the connection.
+        close: close || (version == 0 && !keep_alive),
+    })
+}
+
+/// A `Content-Length` value: digits only.
+fn content_length(v: &[u8]) -> Option<usize> {
+    if v.is_empty() || v.len() > 15 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+impl Head {
+    /// The request, taking its head and body from the front of `buf`. The
+    /// field values and target are slices of the head, not copies.
+    fn request(self, buf: &mut BytesMut) -> Result<Request<ReqBody>, ()> {
+        let head = buf.split_to(self.head_len).freeze();
+        let body = buf.split_to(self.body_len).freeze();
+        let mut req = Request::new(ReqBody::Whole(Some(body)));
+        *req.method_mut() = self.method;
+        *req.version_mut() = if self.http10 {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        };
+        *req.uri_mut() =
+            Uri::from_maybe_shared(head.slice(self.target.0..self.target.1)).map_err(|_| ())?;
+        let headers = req.headers_mut();
+        headers.reserve(self.fields.len());
+        for (name, (a, b)) in self.fields {
+            let value = HeaderValue::from_maybe_shared(head.slice(a..b)).map_err(|_| ())?;
+            headers.append(name, value);
+        }
+        Ok(req)
+    }
+}
+
+const BAD_REQUEST: &[u8] =
+    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+/// `fut`'s output, or `None` when the client closes its side first (which drops
+/// `fut`: cancellation). Bytes that come instead are kept in `buf` for the next
+/// request, and the watch stops, as hyper's does.
+async fn or_gone<T>(
+    fut: impl Future<Output = T>,
+    io: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Option<T> {
+    let mut fut = pin!(fut);
+    let mut watching = buf.is_empty();
+    loop {
+        tokio::select! {
+            biased;
+            v = &mut fut => return Some(v),
+            r = io.read_buf(buf), if watching => match r {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => watching = false,
+            },
+        }
+    }
+}
+
+/// Write `resp`: its head and, when its length is known, its body in one write;
+/// else its body as it comes, chunked (HTTP/1.0: as it is, then the connection
+/// closes). `Ok(false)` when the connection must close: the client went away
+/// during a stream, or an HTTP/1.0 stream ended.
+async fn respond(
+    io: &mut TcpStream,
+    buf: &mut BytesMut,
+    out: &mut Vec<u8>,
+    resp: Response<RespBody>,
+    (http10, close): (bool, bool),
+) -> io::Result<bool> {
+    let (parts, mut body) = resp.into_parts();
+    out.clear();
+    out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+    out.extend_from_slice(parts.status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if http10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    date(out);
+    let status = parts.status;
+    if status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        out.extend_from_slice(b"\r\n");
+        io.write_all(out).await?;
+        return Ok(true);
+    }
+    if let Some(n) = body.size_hint().exact() {
+        out.extend_from_slice(b"content-length: ");
+        decimal(out, n);
+        out.extend_from_slice(b"\r\n\r\n");
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                out.extend_from_slice(&data);
+            }
+        }
+        io.write_all(out).await?;
+        return Ok(true);
+    }
+    if http10 {
+        out.extend_from_slice(b"\r\n");
+        io.write_all(out).await?;
+        while let Some(Some(Ok(frame))) = or_gone(body.frame(), io, buf).await {
+            if let Ok(data) = frame.into_data() {
+                io.write_all(&data).await?;
+            }
+        }
+        return Ok(false);
+    }
+    out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+    io.write_all(out).await?;
+    loop {
+        let Some(frame) = or_gone(body.frame(), io, buf).await else {
+            return Ok(false);
+        };
+        let Some(Ok(frame)) = frame else { break };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers: not sent
+        };
+        if data.is_empty() {
+            continue;
+        }
+        out.clear();
+        let _ = write!(out, "{:x}\r\n", data.len());
+        out.extend_from_slice(&data);
+        out.extend_from_slice(b"\r\n");
+        io.write_all(out).await?;
+    }
+    io.write_all(b"0\r\n\r\n").await?;
+    Ok(true)
+}
+
+/// `n` in decimal.
+fn decimal(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// The `date` field, formatted once a second per thread.
+fn date(out: &mut Vec<u8>) {
+    thread_local! {
+        static DATE: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((0, String::new())) };
+    }
+    let now = SystemTime::now();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with_borrow_mut(|(at, text)| {
+        if *at != secs || text.is_empty() {
+            *at = secs;
+            *text = format!("date: {}\r\n", httpdate::fmt_http_date(now));
+        }
+        out.extend_from_slice(text.as_bytes());
+    });
+}
+
+/// A connection handed to hyper: what was read of it first, then the socket.
+pub struct Prefixed {
+    pub read: Bytes,
+    pub io: TcpStream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.read.is_empty() {
+            let n = self.read.len().min(out.remaining());
+            out.put_slice(&self.read[..n]);
+            self.read.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, out)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, b)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests;
