@@ -90,7 +90,7 @@ pub async fn accept_loop<F, Fut>(
         let client = Peer::new(peer);
         // Held while the connection is open, so the wait at shutdown waits for it.
         let watcher = graceful.watcher();
-        let mut settings = Settings {
+        let settings = Settings {
             header_timeout: limits.header_timeout,
             max_body: limits.max_body,
             shutdown: shutdown.clone(),
@@ -100,7 +100,7 @@ pub async fn accept_loop<F, Fut>(
             let _open = open; // counted on this worker while it is open
             let mut stream = stream;
             let here = client.clone();
-            let ended = h1::serve(&mut stream, &mut settings, |req| {
+            let ended = h1::serve(&mut stream, &settings, |req| {
                 answer(req, here.clone())
             })
             .await;

@@ -45,12 +45,12 @@ async fn bed(answer: Answer, header_timeout: Duration) -> Bed {
     let dropped = Arc::new(AtomicBool::new(false));
     let noted = dropped.clone();
     let ended = tokio::spawn(async move {
-        let mut set = Settings {
+        let set = Settings {
             header_timeout,
             max_body: 1024,
             shutdown: rx,
         };
-        serve(&mut io, &mut set, move |req: Request<ReqBody>| {
+        serve(&mut io, &set, move |req: Request<ReqBody>| {
             let noted = Noted(noted.clone());
             async move {
                 let _noted = noted;
@@ -272,6 +272,26 @@ async fn a_head_not_finished_in_time_closes_the_connection() {
         .unwrap();
     assert!(matches!(ended, Ended::TimedOut));
     assert_eq!(read_to_close(&mut b.client).await, "");
+}
+
+/// The timer is set once per connection and moved only when it fires early:
+/// each head still gets the whole timeout from when the wait for it began.
+#[tokio::test]
+async fn each_head_gets_the_whole_timeout_from_when_its_wait_began() {
+    let mut b = bed(Answer::Echo, Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    b.client.write_all(POST).await.unwrap();
+    read_answer(&mut b.client).await;
+    // The wait for the next head began at about 600 ms: its deadline is about
+    // 1,600 ms, after the timer first set (1,000 ms) has fired.
+    b.client.write_all(b"POST /mcp HTTP/1.1\r\nHo").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    assert!(!b.ended.is_finished(), "timed out before its deadline");
+    let ended = tokio::time::timeout(Duration::from_secs(5), b.ended)
+        .await
+        .expect("the timeout fires")
+        .unwrap();
+    assert!(matches!(ended, Ended::TimedOut));
 }
 
 #[tokio::test]
