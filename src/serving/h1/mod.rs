@@ -349,6 +349,19 @@ fn field_name(raw: &str) -> Option<HeaderName> {
     HeaderName::from_bytes(b).ok()
 }
 
+/// The first request in `bytes` as this server reads it, or `None` when it is
+/// incomplete, goes to hyper, or is refused with a 400. (For the fuzzer: the
+/// parse and the request built from it, without a socket.)
+pub fn first_request(bytes: &[u8], max_body: usize) -> Option<Request<ReqBody>> {
+    let Parsed::Head(head) = parse(bytes, max_body) else {
+        return None;
+    };
+    if bytes.len() < head.head_len + head.body_len {
+        return None;
+    }
+    head.request(&mut BytesMut::from(bytes)).ok()
+}
+
 /// A `Content-Length` value: digits only.
 fn content_length(v: &[u8]) -> Option<usize> {
     if v.is_empty() || v.len() > 15 || !v.iter().all(u8::is_ascii_digit) {

@@ -284,7 +284,10 @@ async fn each_head_gets_the_whole_timeout_from_when_its_wait_began() {
     read_answer(&mut b.client).await;
     // The wait for the next head began at about 600 ms: its deadline is about
     // 1,600 ms, after the timer first set (1,000 ms) has fired.
-    b.client.write_all(b"POST /mcp HTTP/1.1\r\nHo").await.unwrap();
+    b.client
+        .write_all(b"POST /mcp HTTP/1.1\r\nHo")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(650)).await;
     assert!(!b.ended.is_finished(), "timed out before its deadline");
     let ended = tokio::time::timeout(Duration::from_secs(5), b.ended)
@@ -332,6 +335,19 @@ async fn requests_outside_the_fast_path_go_to_hyper_with_what_was_read() {
         };
         assert_eq!(&read[..], case);
     }
+}
+
+#[test]
+fn empty_values_and_odd_spacing_are_read_as_hyper_reads_them() {
+    let req = first_request(
+        b"POST /mcp HTTP/1.1\r\nX:\r\nY:   \r\nZ: \tv w \r\nContent-Length: 0\r\n\r\n",
+        1024,
+    )
+    .expect("a request");
+    assert_eq!(req.headers()["x"], "");
+    assert_eq!(req.headers()["y"], "");
+    assert_eq!(req.headers()["z"], "v w");
+    assert!(first_request(b"POST /mcp HTTP/1.1\r\nContent-Length: 5\r\n\r\nabc", 1024).is_none());
 }
 
 #[test]
