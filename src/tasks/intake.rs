@@ -284,21 +284,10 @@ fn progress_token() -> String {
         let id = uuid::Uuid::new_v4().simple().to_string();
         format!("tasklift-{}-", &id[..12])
     });
-    // Written by hand: `format!` was about 1% of the instructions of a proxied call.
-    let mut n = crate::sequence::next();
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let mut token = String::with_capacity(prefix.len() + digits.len() - at);
+    let n = crate::sequence::decimal(crate::sequence::next());
+    let mut token = String::with_capacity(prefix.len() + n.as_bytes().len());
     token.push_str(prefix);
-    token.extend(digits[at..].iter().map(|&d| char::from(d)));
+    token.extend(n.as_bytes().iter().map(|&d| char::from(d)));
     token
 }
 

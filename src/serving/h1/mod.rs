@@ -461,7 +461,7 @@ async fn respond(
     }
     if let Some(n) = body.size_hint().exact() {
         out.extend_from_slice(b"content-length: ");
-        decimal(out, n);
+        out.extend_from_slice(crate::sequence::decimal(n).as_bytes());
         out.extend_from_slice(b"\r\n\r\n");
         while let Some(Ok(frame)) = body.frame().await {
             if let Ok(data) = frame.into_data() {
@@ -502,22 +502,6 @@ async fn respond(
     }
     io.write_all(b"0\r\n\r\n").await?;
     Ok(true)
-}
-
-/// `n` in decimal.
-fn decimal(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// The `date` field, formatted once a second per thread.
