@@ -20,3 +20,11 @@ pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 pub static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// W3C baggage.
 pub static BAGGAGE: HeaderName = HeaderName::from_static("baggage");
+
+/// Whether a comma-separated field value (`Connection`, say) lists `token`, in
+/// any case.
+pub fn lists_token(value: &[u8], token: &str) -> bool {
+    value
+        .split(|b| *b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}

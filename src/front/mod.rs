@@ -154,14 +154,11 @@ fn declares_json(headers: &http::HeaderMap) -> bool {
 /// The body, read up to `server.max_body_bytes`.
 async fn read_body(state: &State, body: ReqBody) -> Result<Bytes, Rejected> {
     let limit = state.cfg.max_body_bytes;
-    // Read whole already, within the limit (a larger one is streamed).
-    if let ReqBody::Whole(Some(b)) = body {
-        if b.len() <= limit {
-            return Ok(b);
-        }
-        state.metrics.limit_hit("max_body_bytes");
-        return Err(Rejected::TooLarge { limit });
-    }
+    // Read whole already (the front door reads at most the limit whole).
+    let body = match body {
+        ReqBody::Whole(Some(b)) if b.len() <= limit => return Ok(b),
+        other => other,
+    };
     let bytes: Bytes = match Limited::new(body, limit).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e)

@@ -5,13 +5,13 @@
 //! dispatcher's state machine, a `Connection` header check, the head's encoder,
 //! buffered I/O), more than a quarter of the call. The requests MCP clients send
 //! are few in shape: `POST` with a `Content-Length` body, `GET` and `DELETE`
-//! without one, in HTTP/1.1, kept alive. Those are read here: the head parsed by
+//! without one, in HTTP/1.1 (or 1.0 asking to be kept alive). Those are read here: the head parsed by
 //! `httparse`, the body read whole (at most `server.max_body_bytes`) before the
 //! handler runs, the answer written in one write when its length is known
 //! (`Content-Length`), chunked as it comes otherwise (an SSE stream).
 //!
 //! Anything else hands the connection, with what was read of it, to hyper for
-//! the rest of its life: HTTP/1.0, other methods, `Transfer-Encoding`, `Expect`,
+//! the rest of its life: other methods, `Transfer-Encoding`, `Expect`,
 //! `Upgrade`, a body over the limit (which hyper streams to the handler's 413), a
 //! head that does not parse or exceeds 64 KiB or 100 fields (hyper's 400 and
 //! 431). Behaviour kept from hyper's server, so a connection behaves the same
@@ -155,9 +155,26 @@ where
         };
         let close = close || *set.shutdown.borrow();
         match respond(io, &mut buf, &mut out, resp, (http10, close)).await {
-            Ok(true) if !close => {}
+            Ok(true) if !close => settle(&mut buf, &mut out),
             _ => return Ended::Closed,
         }
+    }
+}
+
+/// Most a kept-alive connection holds on to between requests in each of its
+/// buffers.
+const KEEP: usize = 64 * 1024;
+
+/// The buffers after an answer, made small again after a large request or
+/// answer (a body read whole, an answer written in one piece), keeping any
+/// bytes of the next request: kept, they would hold that much memory for as
+/// long as the connection stays open.
+fn settle(buf: &mut BytesMut, out: &mut Vec<u8>) {
+    if buf.capacity() > KEEP {
+        *buf = BytesMut::from(&buf[..]);
+    }
+    if out.capacity() > KEEP {
+        *out = Vec::with_capacity(1024);
     }
 }
 
@@ -304,10 +321,8 @@ fn parse(buf: &[u8], max_body: usize) -> Parsed {
         {
             return Parsed::HandOver;
         } else if name == http::header::CONNECTION {
-            for token in f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
-            }
+            close |= crate::headers::lists_token(f.value, "close");
+            keep_alive |= crate::headers::lists_token(f.value, "keep-alive");
         }
         named.push((name, at(f.value)));
     }
@@ -325,25 +340,22 @@ fn parse(buf: &[u8], max_body: usize) -> Parsed {
 
 /// The fields MCP clients send on every request that are not among `http`'s
 /// standard names: read from the client's bytes, each would be a new
-/// allocation per request; these are static.
-static MCP_FIELDS: [(&str, HeaderName); 4] = [
-    (
-        "mcp-protocol-version",
-        HeaderName::from_static("mcp-protocol-version"),
-    ),
-    ("mcp-method", HeaderName::from_static("mcp-method")),
-    ("mcp-name", HeaderName::from_static("mcp-name")),
-    ("mcp-session-id", HeaderName::from_static("mcp-session-id")),
+/// allocation per request; the names `crate::headers` built once are used.
+static MCP_FIELDS: [&HeaderName; 4] = [
+    &crate::headers::PROTOCOL_VERSION,
+    &crate::headers::METHOD,
+    &crate::headers::NAME,
+    &crate::headers::SESSION_ID,
 ];
 
 /// A field's name: one of [`MCP_FIELDS`] in any case, else as `http` reads it.
 fn field_name(raw: &str) -> Option<HeaderName> {
     let b = raw.as_bytes();
     if b.len() > 4 && b[..4].eq_ignore_ascii_case(b"mcp-") {
-        if let Some((_, known)) = MCP_FIELDS.iter().find(|(text, _)| {
-            text.len() == b.len() && text.as_bytes()[4..].eq_ignore_ascii_case(&b[4..])
+        if let Some(known) = MCP_FIELDS.iter().find(|k| {
+            k.as_str().len() == b.len() && k.as_str().as_bytes()[4..].eq_ignore_ascii_case(&b[4..])
         }) {
-            return Some(known.clone());
+            return Some((*known).clone());
         }
     }
     HeaderName::from_bytes(b).ok()
@@ -439,6 +451,10 @@ async fn respond(
     out.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in &parts.headers {
+        // The framing is this writer's, whatever a handler set.
+        if name == http::header::CONTENT_LENGTH || name == http::header::TRANSFER_ENCODING {
+            continue;
+        }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());

@@ -18,6 +18,8 @@ enum Answer {
     Stream,
     /// Never: the handler waits (and notes when it is dropped).
     Never,
+    /// A 200 KB answer of `x`s, with a `content-length` of its own that is wrong.
+    Large,
 }
 
 struct Bed {
@@ -87,6 +89,12 @@ async fn bed(answer: Answer, header_timeout: Duration) -> Bed {
                         r
                     }
                     Answer::Never => std::future::pending().await,
+                    Answer::Large => {
+                        let mut r = body::json_bytes(StatusCode::OK, vec![b'x'; 200_000]);
+                        r.headers_mut()
+                            .insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("1"));
+                        r
+                    }
                 }
             }
         })
@@ -159,6 +167,20 @@ async fn a_post_is_answered_with_its_length_and_a_date_and_the_connection_stays(
         a.ends_with("GET /two HTTP/1.1 x=Some(\"two\") body="),
         "{a}"
     );
+}
+
+/// A large answer goes out whole, framed by its real length, and the
+/// connection serves the next request after it.
+#[tokio::test]
+async fn a_large_answer_is_framed_by_its_length_and_the_connection_goes_on() {
+    let mut b = bed(Answer::Large, Duration::from_secs(5)).await;
+    for _ in 0..2 {
+        b.client.write_all(POST).await.unwrap();
+        let a = read_answer(&mut b.client).await;
+        assert_eq!(a.matches("content-length").count(), 1, "{}", &a[..200]);
+        assert!(a.contains("\r\ncontent-length: 200000\r\n"));
+        assert!(a.ends_with(&"x".repeat(200_000)));
+    }
 }
 
 #[tokio::test]
@@ -348,6 +370,16 @@ fn empty_values_and_odd_spacing_are_read_as_hyper_reads_them() {
     assert_eq!(req.headers()["y"], "");
     assert_eq!(req.headers()["z"], "v w");
     assert!(first_request(b"POST /mcp HTTP/1.1\r\nContent-Length: 5\r\n\r\nabc", 1024).is_none());
+}
+
+#[test]
+fn buffers_are_made_small_again_after_a_large_request_or_answer() {
+    let mut buf = BytesMut::with_capacity(4 * KEEP);
+    buf.extend_from_slice(b"GET /next");
+    let mut out = Vec::with_capacity(4 * KEEP);
+    settle(&mut buf, &mut out);
+    assert!(buf.capacity() <= KEEP && out.capacity() <= KEEP);
+    assert_eq!(&buf[..], b"GET /next", "the next request's bytes are kept");
 }
 
 #[test]

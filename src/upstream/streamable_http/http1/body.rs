@@ -23,16 +23,8 @@ pub(super) fn keeps_alive(parts: &http::response::Parts) -> bool {
         && !h
             .get_all(header::CONNECTION)
             .iter()
-            .any(|v| has_token(v, "close"))
+            .any(|v| crate::headers::lists_token(v.as_bytes(), "close"))
         && !(h.contains_key(header::TRANSFER_ENCODING) && h.contains_key(header::CONTENT_LENGTH))
-}
-
-/// Whether a comma-separated header value lists `token`.
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    value
-        .as_bytes()
-        .split(|b| *b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// How an answer's body is delimited.
