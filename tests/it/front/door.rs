@@ -386,6 +386,62 @@ async fn mcp_param_headers_must_match_the_annotated_arguments() {
     h.stop().await;
 }
 
+/// A request tasklift's own HTTP/1.1 reader does not take (a chunked body)
+/// hands the connection, with the bytes read, to hyper's server: the request is
+/// answered, and so is the next one on the same connection.
+#[tokio::test]
+async fn a_chunked_request_is_answered_and_its_connection_goes_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = harness().await;
+    let addr = h
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let mut wire = Vec::new();
+    for (id, chunked) in [(7, true), (8, false)] {
+        let p = Post::new(
+            &h.url,
+            id,
+            "tools/call",
+            json!({"name": "echo", "arguments": {}}),
+            false,
+        );
+        let body = p.body.to_string();
+        let mut head = String::from("POST /mcp HTTP/1.1\r\nhost: x\r\n");
+        for (k, v) in &p.headers {
+            head += &format!("{k}: {v}\r\n");
+        }
+        if chunked {
+            let (a, b) = body.split_at(body.len() / 2);
+            head += "transfer-encoding: chunked\r\n\r\n";
+            head += &format!("{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n", a.len(), b.len());
+        } else {
+            head += &format!(
+                "connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+        wire.extend_from_slice(head.as_bytes());
+    }
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(&wire).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut got))
+        .await
+        .expect("both answered and the connection closed")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+    for id in [7, 8] {
+        assert!(
+            text.contains(&format!("\"id\":{id},\"result\"")),
+            "{id} answered: {text}"
+        );
+    }
+    h.stop().await;
+}
+
 /// A client that never finishes its request headers (slow loris) is cut off after
 /// `server.header_read_timeout`, and counted.
 #[tokio::test]
