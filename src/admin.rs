@@ -25,8 +25,9 @@ use tokio::sync::watch;
 
 use crate::config::Transport;
 use crate::front::State;
+use crate::headers::Fields;
 use crate::serving::body::{self, RespBody};
-use crate::serving::ReqBody;
+use crate::serving::Request;
 use crate::store::{TaskRecord, TaskStatus};
 use crate::upstream::Era;
 use crate::webhooks::{DestinationStatus, Webhooks};
@@ -75,7 +76,7 @@ pub async fn serve(
 async fn handle(
     state: &State,
     (started, hooks): (Instant, Option<&Webhooks>),
-    req: http::Request<ReqBody>,
+    req: Request,
 ) -> Response<RespBody> {
     if req.method() != Method::GET {
         let mut r = text(
@@ -105,7 +106,7 @@ async fn handle(
 /// Whether the `Host` header names an IP address, `localhost`, or an allowed host:
 /// a page read by a browser must not be reachable under a name an attacker's DNS
 /// points at 127.0.0.1 (DNS rebinding).
-fn host_allowed(h: &http::HeaderMap, allowed: &[String]) -> bool {
+fn host_allowed(h: &Fields, allowed: &[String]) -> bool {
     let Some(host) = h.get(header::HOST).and_then(|v| v.to_str().ok()) else {
         return true; // HTTP/1.0 without Host: not a browser
     };

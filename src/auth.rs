@@ -1,8 +1,8 @@
 //! Principals: who owns a task. Derived per request from the configured mode and
 //! stored only as a keyed hash, never as a raw credential.
 
+use crate::headers::Fields;
 use hmac::{Hmac, Mac};
-use http::HeaderMap;
 use jsonwebtoken::{errors::ErrorKind, Algorithm, Validation};
 use sha2::Sha256;
 
@@ -38,7 +38,7 @@ impl Authenticator {
     }
 
     /// The principal of a request.
-    pub fn principal(&self, headers: &HeaderMap) -> Result<String, AuthError> {
+    pub fn principal(&self, headers: &Fields) -> Result<String, AuthError> {
         match &self.mode {
             AuthMode::None => Ok("anonymous".into()),
             AuthMode::Bearer => {
@@ -75,7 +75,7 @@ impl Authenticator {
 }
 
 /// The token of an `Authorization: Bearer` header.
-fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
+fn bearer_token(headers: &Fields) -> Result<&str, AuthError> {
     headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -232,14 +232,17 @@ mod tests {
     #[test]
     fn bearer_principals_are_keyed_hashes() {
         let a = Authenticator::new(AuthMode::Bearer, b"k1".to_vec());
-        let mut h = HeaderMap::new();
+        let mut h = Fields::new();
         assert_eq!(a.principal(&h), Err(AuthError::MissingBearer));
-        h.insert("authorization", "Bearer secret".parse().unwrap());
+        h.insert(
+            http::header::AUTHORIZATION,
+            "Bearer secret".parse().unwrap(),
+        );
         let p = a.principal(&h).unwrap();
         assert!(!p.contains("secret"));
         let b = Authenticator::new(AuthMode::Bearer, b"k2".to_vec());
         assert_ne!(p, b.principal(&h).unwrap());
-        h.insert("authorization", "Bearer other".parse().unwrap());
+        h.insert(http::header::AUTHORIZATION, "Bearer other".parse().unwrap());
         assert_ne!(p, a.principal(&h).unwrap());
     }
 
@@ -300,8 +303,11 @@ mod tests {
         }
 
         fn call(a: &Authenticator, token: &str) -> Result<String, AuthError> {
-            let mut h = HeaderMap::new();
-            h.insert("authorization", format!("Bearer {token}").parse().unwrap());
+            let mut h = Fields::new();
+            h.insert(
+                http::header::AUTHORIZATION,
+                format!("Bearer {token}").parse().unwrap(),
+            );
             a.principal(&h)
         }
 
@@ -326,10 +332,7 @@ mod tests {
             refreshed["jti"] = json!("another");
             assert_eq!(call(&a, &hs(&refreshed)).unwrap(), p);
             assert_ne!(call(&a, &hs(&claims("bob"))).unwrap(), p);
-            assert_eq!(
-                a.principal(&HeaderMap::new()),
-                Err(AuthError::MissingBearer)
-            );
+            assert_eq!(a.principal(&Fields::new()), Err(AuthError::MissingBearer));
         }
 
         #[test]

@@ -14,13 +14,13 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(matches!(req.method().as_str(), "GET" | "POST" | "DELETE"));
     for refused in ["transfer-encoding", "expect", "upgrade"] {
-        assert!(!req.headers().contains_key(refused), "{refused} read here");
+        assert!(!req.headers().contains(refused), "{refused} read here");
     }
     let declared = req
         .headers()
         .get("content-length")
         .map_or(0, |v| v.to_str().unwrap().parse::<usize>().unwrap());
-    let ReqBody::Whole(Some(body)) = req.body() else {
+    let ReqBody::Whole(Some(body)) = &req.body else {
         panic!("a body read here is whole");
     };
     assert_eq!(body.len(), declared);

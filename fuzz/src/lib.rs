@@ -1,18 +1,19 @@
 //! Helpers shared by the fuzz targets: turn raw fuzzer bytes into the shapes
 //! tasklift's parsers take.
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
+use tasklift::headers::Fields;
 
 /// Split `data` into a header block and a body at the first blank line
 /// (`\n\n`). Each header line is `name: value`; lines that are not a valid header
 /// name/value pair are dropped, as hyper would never hand them over. A header may
 /// repeat. Without a blank line, everything is the body.
-pub fn headers_and_body(data: &[u8]) -> (HeaderMap, &[u8]) {
+pub fn headers_and_body(data: &[u8]) -> (Fields, &[u8]) {
     let Some(pos) = data.windows(2).position(|w| w == b"\n\n") else {
-        return (HeaderMap::new(), data);
+        return (Fields::new(), data);
     };
     let (head, body) = (&data[..pos], &data[pos + 2..]);
-    let mut h = HeaderMap::new();
+    let mut h = Fields::new();
     for line in head.split(|&b| b == b'\n') {
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;

@@ -26,8 +26,10 @@ use tracing::Instrument;
 
 use self::errors::Rejected;
 use crate::dispatch::{dispatch, Mount};
+use crate::headers::Fields;
 use crate::reply::Reply;
 use crate::serving::body::{self, RespBody};
+use crate::serving::Request as HttpRequest;
 use crate::serving::{accept_loop, json_bytes, json_response, Limits, Peer, ReqBody};
 use crate::upstream::CallContext;
 use crate::workers::Doorway;
@@ -56,11 +58,7 @@ pub async fn serve(doorway: Doorway, state: Arc<State>, shutdown: watch::Receive
 /// One request, as the steps it goes through: health endpoints, route, a legacy
 /// session's GET or DELETE, method, Origin, Content-Type, body; then the 2025-era
 /// door or the modern path. The order decides which error a bad request gets.
-async fn handle(
-    state: Arc<State>,
-    req: http::Request<ReqBody>,
-    client: Peer,
-) -> Response<RespBody> {
+async fn handle(state: Arc<State>, req: HttpRequest, client: Peer) -> Response<RespBody> {
     let peer = client.addr;
     let path = req.uri().path().to_string();
     if let Some(resp) = health_endpoint(&state, &path).await {
@@ -85,7 +83,7 @@ async fn handle(
     if !declares_json(req.headers()) {
         return Rejected::NotJson.response(None);
     }
-    let (parts, body) = req.into_parts();
+    let HttpRequest { headers, body, .. } = req;
     let body = match read_body(&state, body).await {
         Ok(b) => b,
         Err(r) => return r.response(None),
@@ -100,7 +98,7 @@ async fn handle(
         if state.legacy.takes(session_id.as_deref(), &value) {
             return state
                 .legacy
-                .post(&state, mount, &parts.headers, value, session_id, peer)
+                .post(&state, mount, &headers, value, session_id, peer)
                 .await;
         }
         Envelope::from_value(value)
@@ -116,13 +114,13 @@ async fn handle(
             if state.legacy.takes(None, &value) {
                 return state
                     .legacy
-                    .post(&state, mount, &parts.headers, value, None, peer)
+                    .post(&state, mount, &headers, value, None, peer)
                     .await;
             }
             Envelope::from_value(value)
         }
     };
-    modern(&state, mount, &parts.headers, envelope, client).await
+    modern(&state, mount, &headers, envelope, client).await
 }
 
 /// `/healthz`, `/readyz` and (when enabled) `/metrics`, which no mount may shadow.
@@ -141,7 +139,7 @@ fn in_session_only(method: &Method) -> bool {
 }
 
 /// Whether the body is declared as JSON.
-fn declares_json(headers: &http::HeaderMap) -> bool {
+fn declares_json(headers: &Fields) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -177,7 +175,7 @@ async fn read_body(state: &State, body: ReqBody) -> Result<Bytes, Rejected> {
 async fn modern(
     state: &State,
     mount: &Mount,
-    headers: &http::HeaderMap,
+    headers: &Fields,
     envelope: Envelope,
     client: Peer,
 ) -> Response<RespBody> {
@@ -197,7 +195,7 @@ async fn modern(
 async fn serve_modern(
     state: &State,
     mount: &Mount,
-    headers: &http::HeaderMap,
+    headers: &Fields,
     mut msg: Request,
     peer: SocketAddr,
 ) -> Response<RespBody> {
@@ -230,7 +228,7 @@ async fn serve_modern(
 /// the refusal, if any. A client let through leniently is noted.
 fn check_headers(
     state: &State,
-    headers: &http::HeaderMap,
+    headers: &Fields,
     msg: &Request,
     peer: SocketAddr,
 ) -> Option<Response<RespBody>> {
@@ -253,7 +251,7 @@ fn check_headers(
 /// log span, and tasklift's span for it opened.
 fn start_trace(
     state: &State,
-    headers: &http::HeaderMap,
+    headers: &Fields,
     msg: &mut Request,
     ctx: &mut CallContext,
     mount: &Mount,
@@ -358,7 +356,7 @@ pub(crate) fn request_span(
 /// The 403 for a request from an Origin that is not allowed (DNS rebinding).
 fn forbidden_origin(
     state: &State,
-    headers: &http::HeaderMap,
+    headers: &Fields,
     peer: SocketAddr,
 ) -> Option<Response<RespBody>> {
     if validate::origin_allowed(headers, &state.cfg.allowed_origins) {
@@ -372,7 +370,7 @@ fn forbidden_origin(
 fn context(
     state: &State,
     mount: &Mount,
-    headers: &http::HeaderMap,
+    headers: &Fields,
     id: Option<&Value>,
 ) -> Result<CallContext, Box<Response<RespBody>>> {
     let principal = match state.auth.principal(headers) {
@@ -393,7 +391,7 @@ fn context(
 }
 
 /// Client headers passed upstream as they are: `Mcp-Param-*` and trace context.
-fn forwarded_headers(h: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+fn forwarded_headers(h: &Fields) -> Vec<(HeaderName, HeaderValue)> {
     h.iter()
         .filter(|(k, _)| {
             let k = k.as_str();

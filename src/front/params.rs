@@ -8,7 +8,7 @@
 //! different header is a 400 with `-32020`, like the standard headers.
 //! The annotations come from the mount's [`ToolCatalog`].
 
-use http::HeaderMap;
+use crate::headers::Fields;
 use serde_json::Value;
 
 use super::errors::Rejected;
@@ -35,13 +35,13 @@ fn same(header: &str, body: &Value) -> bool {
 pub async fn check(
     catalog: &ToolCatalog,
     up: &dyn Upstream,
-    h: &HeaderMap,
+    h: &Fields,
     req: &Request,
     ctx: &CallContext,
 ) -> Result<(), Rejected> {
     let tool = req.str_param("name").unwrap_or_default();
     let (mut known, may_ask) = catalog.lookup(tool);
-    let has_params = h.keys().any(|k| k.as_str().starts_with("mcp-param-"));
+    let has_params = h.names().any(|k| k.as_str().starts_with("mcp-param-"));
     if known.is_none() && has_params && may_ask {
         let meta = req.meta().cloned().unwrap_or_default();
         catalog.learn(up, &meta, ctx).await;
@@ -62,12 +62,12 @@ pub async fn check(
             body = body.and_then(|b| b.get(k));
         }
         let body = body.filter(|v| !v.is_null());
-        if h.get_all(&name).iter().count() > 1 {
+        if h.get_all(name.as_str()).count() > 1 {
             return Err(Rejected::HeaderMismatch(format!(
                 "{name} header is repeated; send it once"
             )));
         }
-        let header = match h.get(&name) {
+        let header = match h.get(name.as_str()) {
             None => None,
             Some(v) => Some(v.to_str().map_err(|_| {
                 Rejected::HeaderMismatch(format!("{name} header contains invalid characters"))

@@ -10,8 +10,9 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::serving::ReqBody;
-use http::{header, HeaderMap, Response};
+use crate::headers::Fields;
+use crate::serving::Request;
+use http::{header, Response};
 use serde_json::Value;
 
 use crate::auth::Authenticator;
@@ -26,7 +27,7 @@ pub type Responding<'a> = Pin<Box<dyn Future<Output = Response<RespBody>> + Send
 /// The door for 2025-era clients (sessions, SSE answers, resumable streams).
 pub trait LegacyClients: Send + Sync {
     /// The session a request names, when legacy clients are served.
-    fn session_id(&self, headers: &HeaderMap) -> Option<String>;
+    fn session_id(&self, headers: &Fields) -> Option<String>;
     /// Whether a POST is a legacy client's: in a session, or opening one.
     fn takes(&self, session_id: Option<&str>, body: &Value) -> bool;
     /// A legacy client's POST.
@@ -34,7 +35,7 @@ pub trait LegacyClients: Send + Sync {
         &'a self,
         state: &'a Arc<State>,
         mount: &'a Mount,
-        headers: &'a HeaderMap,
+        headers: &'a Fields,
         body: Value,
         session_id: Option<String>,
         peer: SocketAddr,
@@ -44,7 +45,7 @@ pub trait LegacyClients: Send + Sync {
         &'a self,
         state: &'a State,
         mount: &'a Mount,
-        req: http::Request<ReqBody>,
+        req: Request,
         session_id: &'a str,
         peer: SocketAddr,
     ) -> Responding<'a>;
@@ -96,7 +97,7 @@ impl Lenient {
     /// At most this many clients are remembered; later ones are logged at debug.
     const MAX: usize = 4096;
 
-    pub(super) fn note(&self, h: &HeaderMap, peer: SocketAddr, method: &str) {
+    pub(super) fn note(&self, h: &Fields, peer: SocketAddr, method: &str) {
         let agent = h
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok())

@@ -1,7 +1,9 @@
 //! Front-door validation of a 2026-07-28 POST: the mirrored headers against the
 //! body, the required `_meta` fields, the protocol version, and Origin.
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
+
+use crate::headers::Fields;
 
 use super::errors::Rejected;
 use crate::headers as names;
@@ -9,7 +11,7 @@ use tasklift_protocol::jsonrpc::Request;
 use tasklift_protocol::mcp::{self, SUPPORTED_VERSIONS};
 
 /// A header as text, or a mismatch error for a value with invalid characters.
-fn header<'a>(h: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Rejected> {
+fn header<'a>(h: &'a Fields, name: &HeaderName) -> Result<Option<&'a str>, Rejected> {
     match h.get(name) {
         None => Ok(None),
         // Optional whitespace around a field value is not part of it (RFC 9110 §5.5).
@@ -23,7 +25,7 @@ fn header<'a>(h: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, Re
 }
 
 /// Validate a request's headers and protocol fields, strictly.
-pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
+pub fn check_request(h: &Fields, req: &Request) -> Result<(), Rejected> {
     check_request_with(h, req, false).map(|_| ())
 }
 
@@ -32,7 +34,7 @@ pub fn check_request(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
 /// used); `Ok(true)` says that leniency was needed. The order of the checks
 /// decides which error a request with several faults gets.
 pub fn check_request_with(
-    h: &HeaderMap,
+    h: &Fields,
     req: &Request,
     lenient_task_name: bool,
 ) -> Result<bool, Rejected> {
@@ -45,7 +47,7 @@ pub fn check_request_with(
 /// The protocol version: `_meta`'s (required, a string), the same in the
 /// `MCP-Protocol-Version` header, and one tasklift speaks. An unreadable header
 /// is reported before anything else.
-fn check_version(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
+fn check_version(h: &Fields, req: &Request) -> Result<(), Rejected> {
     let version_h = header(h, &names::PROTOCOL_VERSION)?;
     // Required `_meta` fields (-32602).
     let Some(version_b) = req.meta_str(mcp::META_PROTOCOL_VERSION) else {
@@ -90,7 +92,7 @@ fn check_capabilities(req: &Request) -> Result<(), Rejected> {
 }
 
 /// The `Mcp-Method` header: required, the body's method.
-fn check_method(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
+fn check_method(h: &Fields, req: &Request) -> Result<(), Rejected> {
     match header(h, &names::METHOD)? {
         None => Err(Rejected::HeaderMismatch(
             "the Mcp-Method header is required".into(),
@@ -106,7 +108,7 @@ fn check_method(h: &HeaderMap, req: &Request) -> Result<(), Rejected> {
 /// The `Mcp-Name` header, for a method that names something (a tool, a task, …):
 /// required, base64 UTF-8 when encoded, the body's name. `Ok(true)`: a `tasks/*`
 /// request let through without it by `lenient_task_name`.
-fn check_name(h: &HeaderMap, req: &Request, lenient_task_name: bool) -> Result<bool, Rejected> {
+fn check_name(h: &Fields, req: &Request, lenient_task_name: bool) -> Result<bool, Rejected> {
     let Some(param) = mcp::name_param(&req.method) else {
         return Ok(false);
     };
@@ -134,7 +136,7 @@ fn check_name(h: &HeaderMap, req: &Request, lenient_task_name: bool) -> Result<b
 }
 
 /// Whether an `Origin` header is acceptable: absent, a loopback origin, or listed.
-pub fn origin_allowed(h: &HeaderMap, allowed: &[String]) -> bool {
+pub fn origin_allowed(h: &Fields, allowed: &[String]) -> bool {
     let Some(origin) = h.get(http::header::ORIGIN) else {
         return true;
     };
@@ -173,8 +175,8 @@ mod tests {
         Request::from_value(v).unwrap()
     }
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn headers(pairs: &[(&str, &str)]) -> Fields {
+        let mut h = Fields::new();
         for (k, v) in pairs {
             h.insert(
                 http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
@@ -230,7 +232,7 @@ mod tests {
     #[test]
     fn origins() {
         let allowed = vec!["https://app.example.com".to_string()];
-        assert!(origin_allowed(&HeaderMap::new(), &allowed));
+        assert!(origin_allowed(&Fields::new(), &allowed));
         assert!(origin_allowed(
             &headers(&[("origin", "http://localhost:3000")]),
             &allowed

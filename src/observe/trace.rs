@@ -7,7 +7,9 @@
 //! tasklift exports spans, a request without a trace starts one, so the upstream's
 //! spans join tasklift's.
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
+
+use crate::headers::Fields;
 use serde_json::{json, Map, Value};
 
 use super::spans::{unhex, Hop, Tracer};
@@ -24,7 +26,7 @@ const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
 /// spans (`tracer` on): rewrite the request's `_meta` and the headers that go
 /// upstream to carry tasklift's hop, and keep that hop in `ctx.trace`: the
 /// request's span is tasklift's hop, and a task the request becomes its child.
-pub fn propagate(headers: &HeaderMap, req: &mut Request, ctx: &mut CallContext, tracer: &Tracer) {
+pub fn propagate(headers: &Fields, req: &mut Request, ctx: &mut CallContext, tracer: &Tracer) {
     let from_header = |k: &HeaderName| {
         headers
             .get(k)
@@ -128,9 +130,15 @@ mod tests {
 
     #[test]
     fn the_trace_continues_with_a_new_parent() {
-        let mut h = HeaderMap::new();
-        h.insert("traceparent", HeaderValue::from_static(TP));
-        h.insert("tracestate", HeaderValue::from_static("vendor=1"));
+        let mut h = Fields::new();
+        h.insert(
+            crate::headers::TRACEPARENT.clone(),
+            HeaderValue::from_static(TP),
+        );
+        h.insert(
+            crate::headers::TRACESTATE.clone(),
+            HeaderValue::from_static("vendor=1"),
+        );
         let mut r = req(json!({}));
         let mut ctx = CallContext::default();
         propagate(&h, &mut r, &mut ctx, &Tracer::off());
@@ -161,7 +169,7 @@ mod tests {
     fn meta_alone_is_enough_and_garbage_is_ignored() {
         let mut r = req(json!({"traceparent": TP}));
         let mut ctx = CallContext::default();
-        propagate(&HeaderMap::new(), &mut r, &mut ctx, &Tracer::off());
+        propagate(&Fields::new(), &mut r, &mut ctx, &Tracer::off());
         assert!(ctx.trace.is_some());
         assert!(ctx.forward_headers.iter().any(|(k, _)| k == "traceparent"));
         for bad in [
@@ -172,7 +180,7 @@ mod tests {
         ] {
             let mut r = req(json!({"traceparent": bad}));
             let mut ctx = CallContext::default();
-            propagate(&HeaderMap::new(), &mut r, &mut ctx, &Tracer::off());
+            propagate(&Fields::new(), &mut r, &mut ctx, &Tracer::off());
             assert!(ctx.trace.is_none(), "{bad}");
             assert_eq!(r.meta().unwrap()["traceparent"], bad, "left as it was");
         }

@@ -14,7 +14,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
 use crate::serving::body::RespBody;
-use crate::serving::h1::{self, Ended, Prefixed, ReqBody, Settings};
+use crate::serving::h1::{self, Ended, Prefixed, Settings};
+use crate::serving::Request;
 use crate::workers::Doorway;
 
 /// The client at the other end of a connection: its address, and the address as
@@ -65,7 +66,7 @@ pub async fn accept_loop<F, Fut>(
     metrics: Option<Arc<crate::observe::metrics::Metrics>>,
     answer: F,
 ) where
-    F: Fn(http::Request<ReqBody>, Peer) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request, Peer) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Response<RespBody>> + Send + 'static,
 {
     let mut doorway = doorway.into();
@@ -112,7 +113,7 @@ pub async fn accept_loop<F, Fut>(
             let svc = service_fn(move |req: http::Request<Incoming>| {
                 let fut = Box::into_pin(Box::write(
                     Box::new_uninit(),
-                    answer(req.map(ReqBody::Streamed), client.clone()),
+                    answer(Request::from_hyper(req), client.clone()),
                 ));
                 async move { Ok::<_, Infallible>(fut.await) }
             });

@@ -5,7 +5,8 @@
 pub mod body;
 pub mod h1;
 pub mod listener;
+pub mod request;
 
 pub use body::{json_bytes, json_response, RespBody};
-pub use h1::ReqBody;
 pub use listener::{accept_loop, Limits, Peer};
+pub use request::{ReqBody, Request};

@@ -9,9 +9,10 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::serving::ReqBody;
+use crate::headers::Fields;
+use crate::serving::Request as HttpRequest;
 use bytes::Bytes;
-use http::{header, HeaderMap, Response, StatusCode};
+use http::{header, Response, StatusCode};
 use serde_json::Value;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -163,7 +164,7 @@ impl Legacy {
 }
 
 impl LegacyClients for Legacy {
-    fn session_id(&self, headers: &HeaderMap) -> Option<String> {
+    fn session_id(&self, headers: &Fields) -> Option<String> {
         headers
             .get(&crate::headers::SESSION_ID)
             .and_then(|v| v.to_str().ok())
@@ -179,7 +180,7 @@ impl LegacyClients for Legacy {
         &'a self,
         state: &'a Arc<State>,
         mount: &'a Mount,
-        headers: &'a HeaderMap,
+        headers: &'a Fields,
         body: Value,
         session_id: Option<String>,
         peer: SocketAddr,
@@ -193,7 +194,7 @@ impl LegacyClients for Legacy {
         &'a self,
         state: &'a State,
         mount: &'a Mount,
-        req: http::Request<ReqBody>,
+        req: HttpRequest,
         session_id: &'a str,
         peer: SocketAddr,
     ) -> Responding<'a> {
@@ -223,7 +224,7 @@ async fn post_entry(
     state: &Arc<State>,
     legacy: &Legacy,
     mount: &Mount,
-    headers: &HeaderMap,
+    headers: &Fields,
     value: Value,
     session_id: Option<String>,
     peer: SocketAddr,
@@ -286,7 +287,7 @@ async fn session_stream(
     state: &State,
     legacy: &Legacy,
     mount: &Mount,
-    req: http::Request<ReqBody>,
+    req: HttpRequest,
     sid: &str,
     peer: SocketAddr,
 ) -> Response<RespBody> {

@@ -21,7 +21,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http::{header, HeaderValue, Response, StatusCode};
+
+use crate::headers::Fields;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
@@ -252,7 +254,7 @@ pub struct At<'a> {
 pub async fn post(
     at: At<'_>,
     s: Arc<ClientSession>,
-    headers: &HeaderMap,
+    headers: &Fields,
     value: Value,
     mut ctx: CallContext,
     peer: std::net::SocketAddr,
@@ -503,7 +505,7 @@ pub fn listen(mount: &Mount, s: &Arc<ClientSession>, ctx: &CallContext, restart:
 pub fn get(
     mount: &Mount,
     s: Arc<ClientSession>,
-    headers: &HeaderMap,
+    headers: &Fields,
     ctx: CallContext,
 ) -> Response<RespBody> {
     let accepts_sse = headers

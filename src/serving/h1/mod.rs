@@ -35,64 +35,22 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
-use http_body::{Body, Frame, SizeHint};
+use http::{HeaderName, HeaderValue, Method, Response, StatusCode, Uri, Version};
+use http_body::Body;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::body::RespBody;
+use super::request::{ReqBody, Request};
+use crate::headers::Fields;
 
 /// Longest request head read here; a longer one goes to hyper (whose limit is
 /// about 400 KiB).
 const MAX_HEAD: usize = 64 * 1024;
 /// Most header fields read here (hyper's limit; more go to hyper for its 431).
 const MAX_HEADERS: usize = 100;
-
-/// A request's body: read whole before the handler runs (a request read here),
-/// or hyper's stream (a connection handed to hyper).
-#[derive(Debug)]
-pub enum ReqBody {
-    /// The whole body; `None` once taken.
-    Whole(Option<Bytes>),
-    /// hyper's body stream.
-    Streamed(Incoming),
-}
-
-impl Body for ReqBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            ReqBody::Whole(b) => Poll::Ready(
-                b.take()
-                    .filter(|b| !b.is_empty())
-                    .map(|b| Ok(Frame::data(b))),
-            ),
-            ReqBody::Streamed(i) => Pin::new(i).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ReqBody::Whole(b) => b.as_ref().is_none_or(Bytes::is_empty),
-            ReqBody::Streamed(i) => i.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            ReqBody::Whole(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            ReqBody::Streamed(i) => i.size_hint(),
-        }
-    }
-}
 
 /// How a connection served here ended.
 pub enum Ended {
@@ -118,7 +76,7 @@ pub struct Settings {
 /// called once per request with the request.
 pub async fn serve<F, Fut>(io: &mut TcpStream, set: &Settings, answer: F) -> Ended
 where
-    F: Fn(Request<ReqBody>) -> Fut,
+    F: Fn(Request) -> Fut,
     Fut: Future<Output = Response<RespBody>>,
 {
     let mut buf = BytesMut::with_capacity(4096);
@@ -364,7 +322,7 @@ fn field_name(raw: &str) -> Option<HeaderName> {
 /// The first request in `bytes` as this server reads it, or `None` when it is
 /// incomplete, goes to hyper, or is refused with a 400. (For the fuzzer: the
 /// parse and the request built from it, without a socket.)
-pub fn first_request(bytes: &[u8], max_body: usize) -> Option<Request<ReqBody>> {
+pub fn first_request(bytes: &[u8], max_body: usize) -> Option<Request> {
     let Parsed::Head(head) = parse(bytes, max_body) else {
         return None;
     };
@@ -385,25 +343,28 @@ fn content_length(v: &[u8]) -> Option<usize> {
 impl Head {
     /// The request, taking its head and body from the front of `buf`. The
     /// field values and target are slices of the head, not copies.
-    fn request(self, buf: &mut BytesMut) -> Result<Request<ReqBody>, ()> {
+    fn request(self, buf: &mut BytesMut) -> Result<Request, ()> {
         let head = buf.split_to(self.head_len).freeze();
         let body = buf.split_to(self.body_len).freeze();
-        let mut req = Request::new(ReqBody::Whole(Some(body)));
-        *req.method_mut() = self.method;
-        *req.version_mut() = if self.http10 {
-            Version::HTTP_10
-        } else {
-            Version::HTTP_11
-        };
-        *req.uri_mut() =
+        let uri =
             Uri::from_maybe_shared(head.slice(self.target.0..self.target.1)).map_err(|_| ())?;
-        let headers = req.headers_mut();
-        headers.reserve(self.fields.len());
-        for (name, (a, b)) in self.fields {
-            let value = HeaderValue::from_maybe_shared(head.slice(a..b)).map_err(|_| ())?;
-            headers.append(name, value);
-        }
-        Ok(req)
+        let headers = self
+            .fields
+            .into_iter()
+            .map(|(name, (a, b))| Ok((name, HeaderValue::from_maybe_shared(head.slice(a..b))?)))
+            .collect::<Result<Fields, http::header::InvalidHeaderValue>>()
+            .map_err(|_| ())?;
+        Ok(Request {
+            method: self.method,
+            uri,
+            version: if self.http10 {
+                Version::HTTP_10
+            } else {
+                Version::HTTP_11
+            },
+            headers,
+            body: ReqBody::Whole(Some(body)),
+        })
     }
 }
 

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use http::{header, HeaderMap, StatusCode};
+use http::{header, StatusCode};
 
 use super::http1::Http1Failure;
 use super::http2::Http2Failure;
-use super::{Shared, MAX_RETRY_AFTER};
+use super::{Fields, Shared, MAX_RETRY_AFTER};
 use crate::upstream::chain;
 use crate::upstream::UpstreamError;
 
@@ -79,7 +79,7 @@ impl Shared {
 /// The wait a `429 Too Many Requests` or `503 Service Unavailable` asks for with
 /// `Retry-After` in seconds, if it is short enough to wait out ([`MAX_RETRY_AFTER`]).
 /// An HTTP date is not waited for.
-pub(super) fn retry_after(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+pub(super) fn retry_after(status: StatusCode, headers: &Fields) -> Option<Duration> {
     if !matches!(
         status,
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE

@@ -19,7 +19,6 @@ mod clients;
 mod connect;
 mod era;
 mod failure;
-mod fields;
 mod get_stream;
 mod http1;
 mod http2;
@@ -27,9 +26,9 @@ mod request;
 mod response;
 mod session;
 
+use crate::headers::Fields;
 use clients::{Clients, ResponseBody};
 use failure::retry_after;
-use fields::Fields;
 use http2::Http2Failure;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -199,8 +198,17 @@ impl HttpUpstream {
 /// A response as read: status, headers and the body still streaming.
 struct Answer {
     status: StatusCode,
-    headers: HeaderMap,
+    headers: Fields,
     body: ResponseBody,
+}
+
+/// An answer's head as either client reads it: hyper's response parts without
+/// the header map (the fields are a list: each is looked up once or twice).
+#[derive(Debug)]
+struct Head {
+    status: StatusCode,
+    version: http::Version,
+    headers: Fields,
 }
 
 impl Shared {
@@ -305,7 +313,7 @@ impl Shared {
         method: &Method,
         headers: Fields,
         body: &Bytes,
-    ) -> Result<(http::response::Parts, ResponseBody), UpstreamError> {
+    ) -> Result<(Head, ResponseBody), UpstreamError> {
         // A slow call waits here as long as it runs, so the requests are built
         // in the calls that take them: no moved-from request keeps room here.
         let worker = crate::workers::current();
@@ -329,7 +337,13 @@ impl Shared {
                 let resp = response
                     .await
                     .map_err(|e| self.http2_failed(&Http2Failure::Stream(e)))?;
-                Ok(resp.map(ResponseBody::Http2).into_parts())
+                let (parts, body) = resp.into_parts();
+                let head = Head {
+                    status: parts.status,
+                    version: parts.version,
+                    headers: Fields::from(parts.headers),
+                };
+                Ok((head, ResponseBody::Http2(body)))
             }
         }
     }

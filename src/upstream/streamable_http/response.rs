@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{Answer, Session, Shared, MAX_RESUME_DELAY_MS};
+use super::{Answer, Fields, Session, Shared, MAX_RESUME_DELAY_MS};
 use crate::upstream::router::{self, Channel, Route};
 use crate::upstream::{broken, broken_by, CallEvent, First, RawResult, UpstreamError};
 use tasklift_protocol::jsonrpc::{self, Incoming as Msg, Outcome, RpcError};
@@ -344,7 +344,7 @@ fn release(mut body: ResponseBody) {
 
 /// ` (Retry-After: 30)` when the answer carries `Retry-After`, for the error a
 /// caller sees: when it may try again.
-fn retry_note(headers: &http::HeaderMap) -> String {
+fn retry_note(headers: &Fields) -> String {
     headers
         .get(header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())

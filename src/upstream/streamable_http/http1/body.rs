@@ -8,23 +8,24 @@ use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
-use http::{HeaderMap, Method, StatusCode, Version};
+use http::{Method, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 
-use super::{BoxError, Conn, Http1Failure, Http1Pool, MAX_HEAD, MAX_HEADERS, MAX_LINE};
+use super::{
+    BoxError, Conn, Fields, Head, Http1Failure, Http1Pool, MAX_HEAD, MAX_HEADERS, MAX_LINE,
+};
 
 /// Whether the connection may carry another request after this answer: not
 /// after `Connection: close` or HTTP/1.0, and not after an answer with both
 /// `Transfer-Encoding` and `Content-Length` (RFC 9112 §6.1: read as chunked,
 /// then close, as the two may disagree about where the next answer starts).
-pub(super) fn keeps_alive(parts: &http::response::Parts) -> bool {
-    let h = &parts.headers;
-    parts.version == Version::HTTP_11
+pub(super) fn keeps_alive(head: &Head) -> bool {
+    let h = &head.headers;
+    head.version == Version::HTTP_11
         && !h
             .get_all(header::CONNECTION)
-            .iter()
             .any(|v| crate::headers::lists_token(v.as_bytes(), "close"))
-        && !(h.contains_key(header::TRANSFER_ENCODING) && h.contains_key(header::CONTENT_LENGTH))
+        && !(h.contains(header::TRANSFER_ENCODING) && h.contains(header::CONTENT_LENGTH))
 }
 
 /// How an answer's body is delimited.
@@ -53,7 +54,7 @@ pub(super) fn poll_head(
     conn: &mut Conn,
     cx: &mut Context<'_>,
     method: &Method,
-) -> Poll<Result<(http::response::Parts, Framing), Http1Failure>> {
+) -> Poll<Result<(Head, Framing), Http1Failure>> {
     loop {
         if !conn.buf.is_empty() {
             if let Some((parts, framing, len)) = parse_head(&conn.buf, method)? {
@@ -81,10 +82,7 @@ pub(super) fn poll_head(
 
 /// An answer's head from the start of `buf`, with its framing and length, or
 /// `None` while it is incomplete.
-fn parse_head(
-    buf: &[u8],
-    method: &Method,
-) -> Result<Option<(http::response::Parts, Framing, usize)>, Http1Failure> {
+fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(Head, Framing, usize)>, Http1Failure> {
     let not_http = |m: String| Http1Failure::NotHttp(m);
     // Uninitialised: filling 100 empty fields (3.2 KB) on every parse cost more
     // than the parse.
@@ -101,7 +99,7 @@ fn parse_head(
     };
     let code = answer.code.unwrap_or_default();
     let status = StatusCode::from_u16(code).map_err(|e| not_http(format!("status {code}: {e}")))?;
-    let mut headers = HeaderMap::with_capacity(answer.headers.len());
+    let mut headers = Fields::with_capacity(answer.headers.len());
     for field in answer.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|e| not_http(format!("header name {:?}: {e}", field.name)))?;
@@ -110,21 +108,22 @@ fn parse_head(
         headers.append(name, value);
     }
     let framing = framing(status, method, &headers).map_err(not_http)?;
-    let (mut parts, ()) = http::Response::new(()).into_parts();
-    parts.status = status;
-    parts.version = match answer.version {
-        Some(0) => Version::HTTP_10,
-        _ => Version::HTTP_11,
+    let head = Head {
+        status,
+        version: match answer.version {
+            Some(0) => Version::HTTP_10,
+            _ => Version::HTTP_11,
+        },
+        headers,
     };
-    parts.headers = headers;
-    Ok(Some((parts, framing, len)))
+    Ok(Some((head, framing, len)))
 }
 
 /// How the body after this head is delimited (RFC 9112 §6.3).
 pub(super) fn framing(
     status: StatusCode,
     method: &Method,
-    headers: &HeaderMap,
+    headers: &Fields,
 ) -> Result<Framing, String> {
     if *method == Method::HEAD
         || status.is_informational()
@@ -133,11 +132,7 @@ pub(super) fn framing(
     {
         return Ok(Framing::Length(0));
     }
-    if let Some(last) = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-    {
+    if let Some(last) = headers.get_all(header::TRANSFER_ENCODING).last() {
         let chunked = last
             .as_bytes()
             .rsplit(|b| *b == b',')

@@ -25,7 +25,7 @@
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::io::{self, Write};
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -40,7 +40,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::connect::{BoxError, Timed, CONNECTION_SPECIFIC};
-use super::Fields;
+use super::{Fields, Head};
 pub(super) use body::Http1Body;
 use body::{keeps_alive, poll_head};
 
@@ -223,7 +223,7 @@ impl Http1Pool {
         method: &Method,
         headers: &Fields,
         body: &Bytes,
-    ) -> Result<(http::response::Parts, Http1Body), Http1Failure> {
+    ) -> Result<(Head, Http1Body), Http1Failure> {
         // Boxed: writing (and, rarely, connecting) is brief; the wait for the
         // answer then holds the connection alone.
         let mut conn = Box::pin(self.sent(method, headers, body)).await?;
@@ -297,8 +297,9 @@ impl Http1Pool {
         }
         let takes_body = matches!(*method, Method::POST | Method::PUT | Method::PATCH);
         if len > 0 || takes_body {
-            // Written in place: no string per request.
-            let _ = write!(out, "content-length: {len}\r\n");
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(crate::sequence::decimal(len as u64).as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
         out

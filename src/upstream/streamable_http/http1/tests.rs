@@ -3,7 +3,6 @@
 
 use super::body::{framing, Framing};
 use super::*;
-use http::HeaderMap;
 use http_body_util::BodyExt;
 use std::sync::atomic::AtomicUsize;
 use tokio::io::AsyncReadExt;
@@ -279,7 +278,7 @@ async fn pool_post_err(uri: http::Uri) -> String {
 #[test]
 fn framing_follows_rfc_9112() {
     let h = |pairs: &[(&str, &str)]| {
-        let mut m = HeaderMap::new();
+        let mut m = Fields::new();
         for (k, v) in pairs {
             m.append(
                 HeaderName::from_bytes(k.as_bytes()).unwrap(),
@@ -288,7 +287,7 @@ fn framing_follows_rfc_9112() {
         }
         m
     };
-    let f = |status: u16, method: Method, headers: HeaderMap| {
+    let f = |status: u16, method: Method, headers: Fields| {
         framing(StatusCode::from_u16(status).unwrap(), &method, &headers)
     };
     assert!(matches!(

@@ -1,4 +1,5 @@
-//! The MCP headers tasklift reads and writes, by name, built once.
+//! The MCP headers tasklift reads and writes, by name, built once; and
+//! [`Fields`], a request's header fields as a list.
 //!
 //! `HeaderMap::get("mcp-name")` checks and hashes the text of the name on every
 //! lookup (about 370 instructions each, a dozen lookups per proxied call); a
@@ -28,3 +29,7 @@ pub fn lists_token(value: &[u8], token: &str) -> bool {
         .split(|b| *b == b',')
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
+
+mod fields;
+
+pub use fields::{Fields, Name};
