@@ -132,27 +132,43 @@ fn parsed_passable(text: &str) -> Option<Found> {
     Some((start, start + result.len(), id, complete))
 }
 
+/// Where a passable result lies in an answer's text, and its id, and whether
+/// it says it is complete: decided from a scan of the text where it can be,
+/// else by serde_json.
+fn find(text: &str) -> Option<Found> {
+    tasklift_protocol::scan::scan_response(text)
+        .and_then(|layout| passable(text, &layout))
+        .or_else(|| parsed_passable(text))
+}
+
 impl RawResult {
     /// The answer's bytes as a passable result, or the bytes back when the answer
     /// needs the full parse (an error, a request, a related-task to filter out of
     /// `_meta`, another `resultType`, anything malformed).
     pub fn scan(body: Bytes) -> Result<Self, Bytes> {
-        // Most answers are decided from a scan of the bytes; what it leaves open,
-        // serde_json decides.
-        let found = std::str::from_utf8(&body).ok().and_then(|text| {
-            tasklift_protocol::scan::scan_response(text)
-                .and_then(|layout| passable(text, &layout))
-                .or_else(|| parsed_passable(text))
-        });
-        match found {
-            Some((start, end, id, complete)) => Ok(Self {
-                body,
-                start,
-                end,
-                id,
-                complete,
-            }),
+        match std::str::from_utf8(&body).ok().and_then(find) {
+            Some(found) => Ok(Self::at(body, found)),
             None => Err(body),
+        }
+    }
+
+    /// [`RawResult::scan`] of an answer already read as text (an SSE event's
+    /// data), not checked as UTF-8 again; the text back when it needs the full
+    /// parse.
+    pub fn scan_text(text: String) -> Result<Self, String> {
+        match find(&text) {
+            Some(found) => Ok(Self::at(Bytes::from(text), found)),
+            None => Err(text),
+        }
+    }
+
+    fn at(body: Bytes, (start, end, id, complete): Found) -> Self {
+        Self {
+            body,
+            start,
+            end,
+            id,
+            complete,
         }
     }
 
@@ -347,6 +363,11 @@ mod tests {
                 by_serde,
                 "{a}"
             );
+            // An SSE event's text is decided the same, and comes back whole.
+            match RawResult::scan_text(a.to_string()) {
+                Ok(r) => assert_eq!(Some((r.start, r.end, r.id, r.complete)), by_serde, "{a}"),
+                Err(back) => assert!(by_serde.is_none() && back == a, "{a}"),
+            }
         }
         assert!(decided >= 5, "the scan decided only {decided}");
     }

@@ -356,17 +356,13 @@ fn retry_note(headers: &Fields) -> String {
 /// can pass unchanged (taking the event's text without a copy), else parsed;
 /// `data` back when it is something else.
 fn own_response(data: String, id: &Value) -> Result<Read, String> {
-    let back = |b: Bytes| String::from_utf8(Vec::from(b)).expect("it was a String");
-    match RawResult::scan(Bytes::from(data)) {
+    match RawResult::scan_text(data) {
         Ok(raw) if raw.id_is(id) => Ok(Read::Raw(raw)),
-        Ok(raw) => Err(back(raw.into_body())),
-        Err(body) => {
-            let data = back(body);
-            match router::parse(&data) {
-                Some(Msg::Response { id: got, outcome }) if &got == id => Ok(Read::Done(outcome)),
-                _ => Err(data),
-            }
-        }
+        Ok(raw) => Err(String::from_utf8(Vec::from(raw.into_body())).expect("it was a String")),
+        Err(data) => match router::parse(&data) {
+            Some(Msg::Response { id: got, outcome }) if &got == id => Ok(Read::Done(outcome)),
+            _ => Err(data),
+        },
     }
 }
 
