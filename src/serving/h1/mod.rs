@@ -296,27 +296,37 @@ fn parse(buf: &[u8], max_body: usize) -> Parsed {
     })
 }
 
-/// The fields MCP clients send on every request that are not among `http`'s
-/// standard names: read from the client's bytes, each would be a new
-/// allocation per request; the names `crate::headers` built once are used.
-static MCP_FIELDS: [&HeaderName; 4] = [
+/// The fields MCP clients send on most requests, by name: the names
+/// `crate::headers` built once for the MCP ones (read from the client's bytes,
+/// each would be a new allocation per request), and `http`'s standard ones,
+/// found here by length and text in a few instructions where `http` lowers
+/// each name's case into a buffer and matches it against all its names.
+static KNOWN: [&HeaderName; 12] = [
+    &http::header::HOST,
+    &http::header::CONTENT_TYPE,
+    &http::header::CONTENT_LENGTH,
+    &http::header::ACCEPT,
+    &http::header::USER_AGENT,
+    &http::header::AUTHORIZATION,
+    &http::header::CONNECTION,
+    &http::header::ACCEPT_ENCODING,
     &crate::headers::PROTOCOL_VERSION,
     &crate::headers::METHOD,
     &crate::headers::NAME,
     &crate::headers::SESSION_ID,
 ];
 
-/// A field's name: one of [`MCP_FIELDS`] in any case, else as `http` reads it.
+/// A field's name: one of [`KNOWN`] in any case, else as `http` reads it.
 fn field_name(raw: &str) -> Option<HeaderName> {
     let b = raw.as_bytes();
-    if b.len() > 4 && b[..4].eq_ignore_ascii_case(b"mcp-") {
-        if let Some(known) = MCP_FIELDS.iter().find(|k| {
-            k.as_str().len() == b.len() && k.as_str().as_bytes()[4..].eq_ignore_ascii_case(&b[4..])
-        }) {
-            return Some((*known).clone());
-        }
+    let known = KNOWN.iter().find(|k| {
+        let k = k.as_str().as_bytes();
+        k.len() == b.len() && k.eq_ignore_ascii_case(b)
+    });
+    match known {
+        Some(k) => Some((*k).clone()),
+        None => HeaderName::from_bytes(b).ok(),
     }
-    HeaderName::from_bytes(b).ok()
 }
 
 /// The first request in `bytes` as this server reads it, or `None` when it is
@@ -348,12 +358,12 @@ impl Head {
         let body = buf.split_to(self.body_len).freeze();
         let uri =
             Uri::from_maybe_shared(head.slice(self.target.0..self.target.1)).map_err(|_| ())?;
-        let headers = self
-            .fields
-            .into_iter()
-            .map(|(name, (a, b))| Ok((name, HeaderValue::from_maybe_shared(head.slice(a..b))?)))
-            .collect::<Result<Fields, http::header::InvalidHeaderValue>>()
-            .map_err(|_| ())?;
+        // Sized first: collected through a `Result`, the list grew twice.
+        let mut headers = Fields::with_capacity(self.fields.len());
+        for (name, (a, b)) in self.fields {
+            let value = HeaderValue::from_maybe_shared(head.slice(a..b)).map_err(|_| ())?;
+            headers.append(name, value);
+        }
         Ok(Request {
             method: self.method,
             uri,

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ResponseBody;
-use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method};
 use http_body_util::BodyExt;
 use serde_json::Value;
