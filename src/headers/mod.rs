@@ -30,6 +30,76 @@ pub fn lists_token(value: &[u8], token: &str) -> bool {
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
+/// The names requests and answers carry most often: the MCP ones `http` does
+/// not know (read from the bytes, each would be a new allocation per request),
+/// and standard ones, found here by length and text in a few instructions where
+/// `http` lowers each name's case into a buffer and matches it against all its
+/// names.
+static KNOWN: [&HeaderName; 17] = [
+    &http::header::HOST,
+    &http::header::CONTENT_TYPE,
+    &http::header::CONTENT_LENGTH,
+    &http::header::ACCEPT,
+    &http::header::USER_AGENT,
+    &http::header::AUTHORIZATION,
+    &http::header::CONNECTION,
+    &http::header::ACCEPT_ENCODING,
+    &http::header::DATE,
+    &http::header::TRANSFER_ENCODING,
+    &http::header::CACHE_CONTROL,
+    &http::header::SERVER,
+    &PROTOCOL_VERSION,
+    &METHOD,
+    &NAME,
+    &SESSION_ID,
+    &TRACEPARENT,
+];
+
+/// A field's name as read from the wire: one of the names fields carry most
+/// often in any case, else as `http` reads it; `None` when it is not a name.
+pub fn name(raw: &[u8]) -> Option<HeaderName> {
+    let known = KNOWN.iter().find(|k| {
+        let k = k.as_str().as_bytes();
+        k.len() == raw.len() && k.eq_ignore_ascii_case(raw)
+    });
+    match known {
+        Some(k) => Some((*k).clone()),
+        None => HeaderName::from_bytes(raw).ok(),
+    }
+}
+
 mod fields;
 
 pub use fields::{Fields, Name};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name found among the known ones is the name `http` reads, in any case;
+    /// any other is read by `http`.
+    #[test]
+    fn known_names_are_read_as_http_reads_them() {
+        for k in KNOWN {
+            let lower = k.as_str();
+            let upper = lower.to_ascii_uppercase();
+            let title: String = lower
+                .split('-')
+                .map(|w| w[..1].to_ascii_uppercase() + &w[1..])
+                .collect::<Vec<_>>()
+                .join("-");
+            for raw in [lower, upper.as_str(), title.as_str()] {
+                assert_eq!(name(raw.as_bytes()).as_ref(), Some(k), "{raw}");
+                assert_eq!(
+                    name(raw.as_bytes()),
+                    HeaderName::from_bytes(raw.as_bytes()).ok()
+                );
+            }
+        }
+        for raw in ["Mcp-Param-Region", "X-Custom", "hosts", "Accept-Language"] {
+            let by_http = HeaderName::from_bytes(raw.as_bytes()).ok();
+            assert_eq!(name(raw.as_bytes()), by_http, "{raw}");
+        }
+        assert_eq!(name(b"bad name"), None);
+    }
+}

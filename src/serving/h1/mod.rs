@@ -265,7 +265,7 @@ fn parse(buf: &[u8], max_body: usize) -> Parsed {
     let (mut close, mut keep_alive) = (false, false);
     let mut named = Vec::with_capacity(req.headers.len());
     for f in req.headers.iter() {
-        let Some(name) = field_name(f.name) else {
+        let Some(name) = crate::headers::name(f.name.as_bytes()) else {
             return Parsed::HandOver;
         };
         if name == http::header::CONTENT_LENGTH {
@@ -294,39 +294,6 @@ fn parse(buf: &[u8], max_body: usize) -> Parsed {
         // HTTP/1.0 closes unless the client asks to keep the connection.
         close: close || (version == 0 && !keep_alive),
     })
-}
-
-/// The fields MCP clients send on most requests, by name: the names
-/// `crate::headers` built once for the MCP ones (read from the client's bytes,
-/// each would be a new allocation per request), and `http`'s standard ones,
-/// found here by length and text in a few instructions where `http` lowers
-/// each name's case into a buffer and matches it against all its names.
-static KNOWN: [&HeaderName; 12] = [
-    &http::header::HOST,
-    &http::header::CONTENT_TYPE,
-    &http::header::CONTENT_LENGTH,
-    &http::header::ACCEPT,
-    &http::header::USER_AGENT,
-    &http::header::AUTHORIZATION,
-    &http::header::CONNECTION,
-    &http::header::ACCEPT_ENCODING,
-    &crate::headers::PROTOCOL_VERSION,
-    &crate::headers::METHOD,
-    &crate::headers::NAME,
-    &crate::headers::SESSION_ID,
-];
-
-/// A field's name: one of [`KNOWN`] in any case, else as `http` reads it.
-fn field_name(raw: &str) -> Option<HeaderName> {
-    let b = raw.as_bytes();
-    let known = KNOWN.iter().find(|k| {
-        let k = k.as_str().as_bytes();
-        k.len() == b.len() && k.eq_ignore_ascii_case(b)
-    });
-    match known {
-        Some(k) => Some((*k).clone()),
-        None => HeaderName::from_bytes(b).ok(),
-    }
 }
 
 /// The first request in `bytes` as this server reads it, or `None` when it is

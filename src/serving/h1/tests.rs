@@ -413,30 +413,3 @@ fn content_length_is_digits_only() {
         assert_eq!(content_length(bad), None, "{bad:?}");
     }
 }
-
-/// A name found among the known ones is the name `http` reads, in any case;
-/// any other is read by `http`.
-#[test]
-fn known_names_are_read_as_http_reads_them() {
-    for k in KNOWN {
-        let lower = k.as_str();
-        let upper = lower.to_ascii_uppercase();
-        let title: String = lower
-            .split('-')
-            .map(|w| w[..1].to_ascii_uppercase() + &w[1..])
-            .collect::<Vec<_>>()
-            .join("-");
-        for raw in [lower, upper.as_str(), title.as_str()] {
-            assert_eq!(field_name(raw).as_ref(), Some(k), "{raw}");
-            assert_eq!(field_name(raw), HeaderName::from_bytes(raw.as_bytes()).ok());
-        }
-    }
-    for raw in ["Mcp-Param-Region", "X-Custom", "hosts", "Accept-Language"] {
-        assert_eq!(
-            field_name(raw),
-            HeaderName::from_bytes(raw.as_bytes()).ok(),
-            "{raw}"
-        );
-    }
-    assert_eq!(field_name("bad name"), None);
-}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 
@@ -101,8 +101,8 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(Head, Framing, usiz
     let status = StatusCode::from_u16(code).map_err(|e| not_http(format!("status {code}: {e}")))?;
     let mut headers = Fields::with_capacity(answer.headers.len());
     for field in answer.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|e| not_http(format!("header name {:?}: {e}", field.name)))?;
+        let name = crate::headers::name(field.name.as_bytes())
+            .ok_or_else(|| not_http(format!("invalid header name {:?}", field.name)))?;
         let value = HeaderValue::from_bytes(field.value)
             .map_err(|e| not_http(format!("header {name}: {e}")))?;
         headers.append(name, value);
