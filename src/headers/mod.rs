@@ -30,40 +30,40 @@ pub fn lists_token(value: &[u8], token: &str) -> bool {
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
-/// The names requests and answers carry most often: the MCP ones `http` does
-/// not know (read from the bytes, each would be a new allocation per request),
-/// and standard ones, found here by length and text in a few instructions where
-/// `http` lowers each name's case into a buffer and matches it against all its
-/// names.
-static KNOWN: [&HeaderName; 17] = [
-    &http::header::HOST,
-    &http::header::CONTENT_TYPE,
-    &http::header::CONTENT_LENGTH,
-    &http::header::ACCEPT,
-    &http::header::USER_AGENT,
-    &http::header::AUTHORIZATION,
-    &http::header::CONNECTION,
-    &http::header::ACCEPT_ENCODING,
-    &http::header::DATE,
-    &http::header::TRANSFER_ENCODING,
-    &http::header::CACHE_CONTROL,
-    &http::header::SERVER,
-    &PROTOCOL_VERSION,
-    &METHOD,
-    &NAME,
-    &SESSION_ID,
-    &TRACEPARENT,
+/// The names requests and answers carry most often, with their text: the MCP
+/// ones `http` does not know (read from the bytes, each would be a new
+/// allocation per request), and standard ones, found here by length and text
+/// where `http` lowers each name's case into a buffer and matches it against
+/// all its names. The text is kept beside each name: a standard name's
+/// `as_str` is a match over every standard name.
+static KNOWN: [(&str, &HeaderName); 17] = [
+    ("host", &http::header::HOST),
+    ("content-type", &http::header::CONTENT_TYPE),
+    ("content-length", &http::header::CONTENT_LENGTH),
+    ("accept", &http::header::ACCEPT),
+    ("user-agent", &http::header::USER_AGENT),
+    ("authorization", &http::header::AUTHORIZATION),
+    ("connection", &http::header::CONNECTION),
+    ("accept-encoding", &http::header::ACCEPT_ENCODING),
+    ("date", &http::header::DATE),
+    ("transfer-encoding", &http::header::TRANSFER_ENCODING),
+    ("cache-control", &http::header::CACHE_CONTROL),
+    ("server", &http::header::SERVER),
+    ("mcp-protocol-version", &PROTOCOL_VERSION),
+    ("mcp-method", &METHOD),
+    ("mcp-name", &NAME),
+    ("mcp-session-id", &SESSION_ID),
+    ("traceparent", &TRACEPARENT),
 ];
 
 /// A field's name as read from the wire: one of the names fields carry most
 /// often in any case, else as `http` reads it; `None` when it is not a name.
 pub fn name(raw: &[u8]) -> Option<HeaderName> {
-    let known = KNOWN.iter().find(|k| {
-        let k = k.as_str().as_bytes();
-        k.len() == raw.len() && k.eq_ignore_ascii_case(raw)
-    });
+    let known = KNOWN
+        .iter()
+        .find(|(text, _)| text.len() == raw.len() && text.as_bytes().eq_ignore_ascii_case(raw));
     match known {
-        Some(k) => Some((*k).clone()),
+        Some((_, k)) => Some((*k).clone()),
         None => HeaderName::from_bytes(raw).ok(),
     }
 }
@@ -80,8 +80,9 @@ mod tests {
     /// any other is read by `http`.
     #[test]
     fn known_names_are_read_as_http_reads_them() {
-        for k in KNOWN {
+        for (text, k) in KNOWN {
             let lower = k.as_str();
+            assert_eq!(text, lower);
             let upper = lower.to_ascii_uppercase();
             let title: String = lower
                 .split('-')
