@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{age_text, escape};
+use super::page::{age_text, escape};
 use crate::webhooks::DestinationStatus;
 
 /// The section, when webhooks are configured.
