@@ -118,20 +118,15 @@ impl Fields {
 impl From<HeaderMap> for Fields {
     fn from(map: HeaderMap) -> Self {
         let mut fields = Vec::with_capacity(map.len());
-        let mut last: Option<HeaderName> = None;
-        for (name, value) in map {
-            // The map names a field once, before its first value.
-            let name = match name {
-                Some(n) => {
-                    last = Some(n.clone());
-                    n
-                }
-                None => match &last {
-                    Some(n) => n.clone(),
-                    None => continue,
-                },
-            };
-            fields.push((name, value));
+        // The map names a field before its first value only.
+        let mut name = None;
+        for (n, value) in map {
+            if n.is_some() {
+                name = n;
+            }
+            if let Some(n) = &name {
+                fields.push((n.clone(), value));
+            }
         }
         Self(fields)
     }

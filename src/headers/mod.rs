@@ -1,9 +1,7 @@
-//! The MCP headers tasklift reads and writes, by name, built once; and
-//! [`Fields`], a request's header fields as a list.
-//!
-//! `HeaderMap::get("mcp-name")` checks and hashes the text of the name on every
-//! lookup (about 370 instructions each, a dozen lookups per proxied call); a
-//! `HeaderName` built from a static string is looked up by its hash alone.
+//! The header fields tasklift reads and writes: the MCP names, built once
+//! (`Fields::get("mcp-name")` would compare the text with every field's name; a
+//! static `HeaderName` compares as a name), [`name`], a field's name read from
+//! the wire, and [`Fields`], the fields of a request or an answer as a list.
 
 use http::HeaderName;
 

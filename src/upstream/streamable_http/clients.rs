@@ -1,6 +1,6 @@
-//! How requests reach an HTTP upstream, and what their answers' bodies are: per
-//! front-door worker, a pool of HTTP/1.1 connections (`http1/`) or, with
-//! `http2 = true`, one HTTP/2 connection (`http2.rs`); both connect through the
+//! How requests reach an HTTP upstream, and what their answers' heads and bodies
+//! are: per front-door worker, a pool of HTTP/1.1 connections (`http1/`) or,
+//! with `http2 = true`, one HTTP/2 connection (`http2.rs`); both connect through the
 //! same connector (`connect.rs`).
 
 use std::pin::Pin;
@@ -15,7 +15,28 @@ use super::http1::Http1Body;
 use super::http1::Http1Pool;
 use super::http2::Http2Pool;
 use crate::config::{Transport, UpstreamConfig};
+use crate::headers::Fields;
 use crate::upstream::UpstreamError;
+
+/// An answer's head as either client reads it: hyper's response parts without
+/// the header map (the fields are a list: each is looked up once or twice).
+#[derive(Debug)]
+pub(super) struct Head {
+    pub(super) status: http::StatusCode,
+    pub(super) version: http::Version,
+    pub(super) headers: Fields,
+}
+
+/// The head of an answer h2 read.
+impl From<http::response::Parts> for Head {
+    fn from(parts: http::response::Parts) -> Self {
+        Self {
+            status: parts.status,
+            version: parts.version,
+            headers: Fields::from(parts.headers),
+        }
+    }
+}
 
 /// How requests reach the upstream, one per front-door worker: a call uses its
 /// worker's, so its connection's driver runs on the same thread.

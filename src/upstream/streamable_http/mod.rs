@@ -27,7 +27,7 @@ mod response;
 mod session;
 
 use crate::headers::Fields;
-use clients::{Clients, ResponseBody};
+use clients::{Clients, Head, ResponseBody};
 use failure::retry_after;
 use http2::Http2Failure;
 
@@ -202,15 +202,6 @@ struct Answer {
     body: ResponseBody,
 }
 
-/// An answer's head as either client reads it: hyper's response parts without
-/// the header map (the fields are a list: each is looked up once or twice).
-#[derive(Debug)]
-struct Head {
-    status: StatusCode,
-    version: http::Version,
-    headers: Fields,
-}
-
 impl Shared {
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
@@ -338,12 +329,7 @@ impl Shared {
                     .await
                     .map_err(|e| self.http2_failed(&Http2Failure::Stream(e)))?;
                 let (parts, body) = resp.into_parts();
-                let head = Head {
-                    status: parts.status,
-                    version: parts.version,
-                    headers: Fields::from(parts.headers),
-                };
-                Ok((head, ResponseBody::Http2(body)))
+                Ok((Head::from(parts), ResponseBody::Http2(body)))
             }
         }
     }
